@@ -1,0 +1,664 @@
+//! # Bodies and "same body"
+//!
+//! CONTRACT.md section 1: "Same body" compares meaning, not text: JSON object key order is
+//! ignored, numbers compare by value. [`canonical_json`] writes a JSON text in one canonical form
+//! (object names sorted by their UTF-8 bytes, numbers as exact decimals with no redundant zeros, strings with minimal escapes, no white space), so two bodies
+//! mean the same exactly when their canonical forms are equal. The reference server fingerprints
+//! the same canonical form.
+//!
+//! The parser is small and our own so that the browser build carries no `serde_json`: it is
+//! exact (numbers are compared as decimals, never through `f64`), limited in depth so that no
+//! input can exhaust the stack, and every failure is a [`BodyError`] that says where.
+//!
+//! Form bodies (`application/x-www-form-urlencoded`) are kept as a flat JSON object of strings;
+//! repeated names are arrays ([`form_encode`], [`form_decode`]).
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+/// How deep arrays and objects may nest before a body is refused.
+pub const MAX_DEPTH: usize = 128;
+
+/// A parsed JSON value, with numbers kept as exact canonical decimals.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Value {
+    /// `null`
+    Null,
+    /// `true` or `false`
+    Bool(bool),
+    /// A number in canonical form (see the module docs).
+    Number(String),
+    /// A string.
+    String(String),
+    /// An array.
+    Array(Vec<Value>),
+    /// An object; a name given twice keeps its last value, as `JSON.parse` does.
+    Object(BTreeMap<String, Value>),
+}
+
+/// Why a body cannot be read or written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BodyError {
+    /// The text is not JSON.
+    Syntax {
+        /// What was expected or found.
+        message: String,
+        /// Byte offset in the text.
+        at: usize,
+    },
+    /// Arrays and objects nest deeper than [`MAX_DEPTH`].
+    TooDeep,
+    /// A form body must be an object of strings, numbers, booleans or arrays of those.
+    NotFlat {
+        /// The field that is not flat (empty when the body is not an object at all).
+        field: String,
+    },
+    /// A form body that is not UTF-8 after percent-decoding.
+    NotUtf8,
+}
+
+impl fmt::Display for BodyError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            BodyError::Syntax { message, at } => {
+                write!(f, "the body is not valid JSON: {message} at byte {at}")
+            }
+            BodyError::TooDeep => write!(
+                f,
+                "the body nests arrays or objects deeper than {MAX_DEPTH} levels"
+            ),
+            BodyError::NotFlat { field } if field.is_empty() => {
+                f.write_str("a form body must be an object of fields")
+            }
+            BodyError::NotFlat { field } => write!(
+                f,
+                "the form field {field:?} holds an object or a nested array; form fields take strings, numbers, booleans or lists of those"
+            ),
+            BodyError::NotUtf8 => f.write_str("the form body is not UTF-8 text"),
+        }
+    }
+}
+
+impl std::error::Error for BodyError {}
+
+/// The canonical form of a JSON text (see the module docs).
+pub fn canonical_json(text: &str) -> Result<String, BodyError> {
+    Ok(parse(text)?.to_canonical())
+}
+
+/// Parses a JSON text.
+pub fn parse(text: &str) -> Result<Value, BodyError> {
+    let mut p = Parser {
+        s: text.as_bytes(),
+        i: 0,
+    };
+    p.ws();
+    let v = p.value(0)?;
+    p.ws();
+    if p.i != p.s.len() {
+        return Err(p.err("unexpected text after the value"));
+    }
+    Ok(v)
+}
+
+impl Value {
+    /// The canonical JSON text of this value.
+    pub fn to_canonical(&self) -> String {
+        let mut out = String::new();
+        self.write(&mut out);
+        out
+    }
+
+    fn write(&self, out: &mut String) {
+        match self {
+            Value::Null => out.push_str("null"),
+            Value::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
+            Value::Number(n) => out.push_str(n),
+            Value::String(s) => write_string(s, out),
+            Value::Array(items) => {
+                out.push('[');
+                for (i, v) in items.iter().enumerate() {
+                    if i > 0 {
+                        out.push(',');
+                    }
+                    v.write(out);
+                }
+                out.push(']');
+            }
+            Value::Object(map) => {
+                out.push('{');
+                for (i, (k, v)) in map.iter().enumerate() {
+                    if i > 0 {
+                        out.push(',');
+                    }
+                    write_string(k, out);
+                    out.push(':');
+                    v.write(out);
+                }
+                out.push('}');
+            }
+        }
+    }
+
+    /// The value as a string, when it is one.
+    pub fn as_str(&self) -> Option<&str> {
+        match self {
+            Value::String(s) => Some(s),
+            _ => None,
+        }
+    }
+}
+
+fn write_string(s: &str, out: &mut String) {
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            '\u{8}' => out.push_str("\\b"),
+            '\u{c}' => out.push_str("\\f"),
+            c if (c as u32) < 0x20 => {
+                out.push_str(&format!("\\u{:04x}", c as u32));
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+}
+
+struct Parser<'a> {
+    s: &'a [u8],
+    i: usize,
+}
+
+impl Parser<'_> {
+    fn err(&self, message: &str) -> BodyError {
+        BodyError::Syntax {
+            message: message.to_owned(),
+            at: self.i,
+        }
+    }
+
+    fn peek(&self) -> Option<u8> {
+        self.s.get(self.i).copied()
+    }
+
+    fn ws(&mut self) {
+        while let Some(b' ' | b'\t' | b'\n' | b'\r') = self.peek() {
+            self.i += 1;
+        }
+    }
+
+    fn literal(&mut self, word: &str, v: Value) -> Result<Value, BodyError> {
+        if self.s[self.i..].starts_with(word.as_bytes()) {
+            self.i += word.len();
+            Ok(v)
+        } else {
+            Err(self.err("expected a value"))
+        }
+    }
+
+    fn value(&mut self, depth: usize) -> Result<Value, BodyError> {
+        if depth > MAX_DEPTH {
+            return Err(BodyError::TooDeep);
+        }
+        match self.peek() {
+            None => Err(self.err("unexpected end of text")),
+            Some(b'n') => self.literal("null", Value::Null),
+            Some(b't') => self.literal("true", Value::Bool(true)),
+            Some(b'f') => self.literal("false", Value::Bool(false)),
+            Some(b'"') => Ok(Value::String(self.string()?)),
+            Some(b'[') => {
+                self.i += 1;
+                let mut items = Vec::new();
+                self.ws();
+                if self.peek() == Some(b']') {
+                    self.i += 1;
+                    return Ok(Value::Array(items));
+                }
+                loop {
+                    self.ws();
+                    items.push(self.value(depth + 1)?);
+                    self.ws();
+                    match self.peek() {
+                        Some(b',') => self.i += 1,
+                        Some(b']') => {
+                            self.i += 1;
+                            return Ok(Value::Array(items));
+                        }
+                        _ => return Err(self.err("expected ',' or ']'")),
+                    }
+                }
+            }
+            Some(b'{') => {
+                self.i += 1;
+                let mut map = BTreeMap::new();
+                self.ws();
+                if self.peek() == Some(b'}') {
+                    self.i += 1;
+                    return Ok(Value::Object(map));
+                }
+                loop {
+                    self.ws();
+                    if self.peek() != Some(b'"') {
+                        return Err(self.err("expected a string as the object's name"));
+                    }
+                    let k = self.string()?;
+                    self.ws();
+                    if self.peek() != Some(b':') {
+                        return Err(self.err("expected ':'"));
+                    }
+                    self.i += 1;
+                    self.ws();
+                    let v = self.value(depth + 1)?;
+                    map.insert(k, v);
+                    self.ws();
+                    match self.peek() {
+                        Some(b',') => self.i += 1,
+                        Some(b'}') => {
+                            self.i += 1;
+                            return Ok(Value::Object(map));
+                        }
+                        _ => return Err(self.err("expected ',' or '}'")),
+                    }
+                }
+            }
+            Some(b'-' | b'0'..=b'9') => self.number(),
+            Some(_) => Err(self.err("expected a value")),
+        }
+    }
+
+    fn hex4(&mut self) -> Result<u32, BodyError> {
+        let digits = self
+            .s
+            .get(self.i..self.i + 4)
+            .ok_or_else(|| self.err("unfinished \\u escape"))?;
+        let text = std::str::from_utf8(digits).map_err(|_| self.err("bad \\u escape"))?;
+        let v = u32::from_str_radix(text, 16).map_err(|_| self.err("bad \\u escape"))?;
+        if !digits.iter().all(u8::is_ascii_hexdigit) {
+            return Err(self.err("bad \\u escape"));
+        }
+        self.i += 4;
+        Ok(v)
+    }
+
+    fn string(&mut self) -> Result<String, BodyError> {
+        self.i += 1; // the opening quote
+        let mut out = String::new();
+        loop {
+            let start = self.i;
+            while let Some(b) = self.peek() {
+                if b == b'"' || b == b'\\' || b < 0x20 {
+                    break;
+                }
+                self.i += 1;
+            }
+            // The input is a &str and we stopped at an ASCII byte, so this is a boundary.
+            out.push_str(
+                std::str::from_utf8(&self.s[start..self.i]).map_err(|_| self.err("bad UTF-8"))?,
+            );
+            match self.peek() {
+                None => return Err(self.err("unfinished string")),
+                Some(b'"') => {
+                    self.i += 1;
+                    return Ok(out);
+                }
+                Some(b'\\') => {
+                    self.i += 1;
+                    let e = self.peek().ok_or_else(|| self.err("unfinished escape"))?;
+                    self.i += 1;
+                    match e {
+                        b'"' => out.push('"'),
+                        b'\\' => out.push('\\'),
+                        b'/' => out.push('/'),
+                        b'b' => out.push('\u{8}'),
+                        b'f' => out.push('\u{c}'),
+                        b'n' => out.push('\n'),
+                        b'r' => out.push('\r'),
+                        b't' => out.push('\t'),
+                        b'u' => {
+                            let hi = self.hex4()?;
+                            let c = if (0xD800..0xDC00).contains(&hi) {
+                                if self.s.get(self.i..self.i + 2) != Some(b"\\u") {
+                                    return Err(self.err("lone surrogate in \\u escape"));
+                                }
+                                self.i += 2;
+                                let lo = self.hex4()?;
+                                if !(0xDC00..0xE000).contains(&lo) {
+                                    return Err(self.err("lone surrogate in \\u escape"));
+                                }
+                                char::from_u32(0x10000 + ((hi - 0xD800) << 10) + (lo - 0xDC00))
+                            } else {
+                                char::from_u32(hi)
+                            };
+                            out.push(c.ok_or_else(|| self.err("lone surrogate in \\u escape"))?);
+                        }
+                        _ => return Err(self.err("unknown escape")),
+                    }
+                }
+                Some(_) => return Err(self.err("control character in string")),
+            }
+        }
+    }
+
+    fn digits(&mut self) -> &[u8] {
+        let start = self.i;
+        while let Some(b'0'..=b'9') = self.peek() {
+            self.i += 1;
+        }
+        &self.s[start..self.i]
+    }
+
+    fn number(&mut self) -> Result<Value, BodyError> {
+        let negative = self.peek() == Some(b'-');
+        if negative {
+            self.i += 1;
+        }
+        let int = self.digits().to_vec();
+        if int.is_empty() {
+            return Err(self.err("expected a digit"));
+        }
+        if int.len() > 1 && int[0] == b'0' {
+            return Err(self.err("leading zero in a number"));
+        }
+        let mut frac = Vec::new();
+        if self.peek() == Some(b'.') {
+            self.i += 1;
+            frac = self.digits().to_vec();
+            if frac.is_empty() {
+                return Err(self.err("expected a digit after '.'"));
+            }
+        }
+        let mut exp: i64 = 0;
+        if let Some(b'e' | b'E') = self.peek() {
+            self.i += 1;
+            let exp_negative = match self.peek() {
+                Some(b'-') => {
+                    self.i += 1;
+                    true
+                }
+                Some(b'+') => {
+                    self.i += 1;
+                    false
+                }
+                _ => false,
+            };
+            let digits = self.digits();
+            if digits.is_empty() {
+                return Err(self.err("expected a digit in the exponent"));
+            }
+            for d in digits {
+                exp = exp.saturating_mul(10).saturating_add(i64::from(d - b'0'));
+            }
+            if exp_negative {
+                exp = -exp;
+            }
+        }
+        Ok(Value::Number(canonical_number(negative, &int, &frac, exp)))
+    }
+}
+
+/// `[-]digits × 10^exp` in one form: no leading or trailing zeros in the digits, integers
+/// written out up to 21 digits, small fractions as decimals, the rest in exponent form.
+fn canonical_number(negative: bool, int: &[u8], frac: &[u8], exp: i64) -> String {
+    let mut digits: Vec<u8> = int.iter().chain(frac).copied().collect();
+    let mut exp = exp.saturating_sub(frac.len() as i64);
+    let lead = digits.iter().take_while(|d| **d == b'0').count();
+    digits.drain(..lead);
+    if digits.is_empty() {
+        return "0".to_owned(); // -0 and 0.000 are 0
+    }
+    while digits.last() == Some(&b'0') {
+        digits.pop();
+        exp = exp.saturating_add(1);
+    }
+    let d = String::from_utf8(digits).unwrap_or_default();
+    let n = d.len() as i64;
+    let sign = if negative { "-" } else { "" };
+    if (0..=21).contains(&(exp + n)) && exp >= 0 {
+        format!("{sign}{d}{}", "0".repeat(exp as usize))
+    } else if exp < 0 && exp + n > -7 {
+        let point = n + exp;
+        if point > 0 {
+            format!("{sign}{}.{}", &d[..point as usize], &d[point as usize..])
+        } else {
+            format!("{sign}0.{}{d}", "0".repeat((-point) as usize))
+        }
+    } else {
+        format!("{sign}{d}e{exp}")
+    }
+}
+
+/// Encodes a flat JSON object as `application/x-www-form-urlencoded`: names in the object's
+/// (sorted) order, arrays as repeated names, `null` as an empty value.
+pub fn form_encode(json: &str) -> Result<String, BodyError> {
+    let Value::Object(map) = parse(json)? else {
+        return Err(BodyError::NotFlat {
+            field: String::new(),
+        });
+    };
+    let mut out = String::new();
+    let mut pair = |name: &str, value: &Value| -> Result<(), BodyError> {
+        let text = match value {
+            Value::Null => "",
+            Value::Bool(true) => "true",
+            Value::Bool(false) => "false",
+            Value::Number(n) => n,
+            Value::String(s) => s,
+            _ => {
+                return Err(BodyError::NotFlat {
+                    field: name.to_owned(),
+                })
+            }
+        };
+        if !out.is_empty() {
+            out.push('&');
+        }
+        percent_encode(name, &mut out);
+        out.push('=');
+        percent_encode(text, &mut out);
+        Ok(())
+    };
+    for (name, value) in &map {
+        match value {
+            Value::Array(items) => {
+                for item in items {
+                    pair(name, item)?;
+                }
+            }
+            v => pair(name, v)?,
+        }
+    }
+    Ok(out)
+}
+
+/// Decodes an `application/x-www-form-urlencoded` body into the canonical JSON text of a flat
+/// object of strings; a name given more than once becomes an array in the order given.
+pub fn form_decode(form: &str) -> Result<String, BodyError> {
+    let mut map: BTreeMap<String, Value> = BTreeMap::new();
+    for part in form.split('&').filter(|p| !p.is_empty()) {
+        let (name, value) = part.split_once('=').unwrap_or((part, ""));
+        let name = percent_decode(name)?;
+        let value = Value::String(percent_decode(value)?);
+        match map.get_mut(&name) {
+            None => {
+                map.insert(name, value);
+            }
+            Some(Value::Array(items)) => items.push(value),
+            Some(first) => {
+                let first = std::mem::replace(first, Value::Null);
+                map.insert(name, Value::Array(vec![first, value]));
+            }
+        }
+    }
+    Ok(Value::Object(map).to_canonical())
+}
+
+fn percent_encode(s: &str, out: &mut String) {
+    const HEX: &[u8; 16] = b"0123456789ABCDEF";
+    for b in s.bytes() {
+        match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'*' | b'-' | b'.' | b'_' => {
+                out.push(b as char)
+            }
+            b' ' => out.push('+'),
+            b => {
+                out.push('%');
+                out.push(HEX[usize::from(b >> 4)] as char);
+                out.push(HEX[usize::from(b & 15)] as char);
+            }
+        }
+    }
+}
+
+fn percent_decode(s: &str) -> Result<String, BodyError> {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            b'+' => out.push(b' '),
+            b'%' => {
+                let hex = b
+                    .get(i + 1..i + 3)
+                    .and_then(|h| std::str::from_utf8(h).ok());
+                match hex.and_then(|h| u8::from_str_radix(h, 16).ok()) {
+                    Some(v) => {
+                        out.push(v);
+                        i += 2;
+                    }
+                    // As browsers do: a '%' that starts no escape is kept.
+                    None => out.push(b'%'),
+                }
+            }
+            c => out.push(c),
+        }
+        i += 1;
+    }
+    String::from_utf8(out).map_err(|_| BodyError::NotUtf8)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn key_order_and_white_space_do_not_matter() {
+        let a =
+            canonical_json(r#"{"subject": "Printer", "email":"a@b.c", "n": [1, {"y":1,"x":2}]}"#);
+        let b = canonical_json(r#"{"n":[1,{"x":2,"y":1}],"email":"a@b.c","subject":"Printer"}"#);
+        assert_eq!(a, b);
+        assert_eq!(
+            a.unwrap(),
+            r#"{"email":"a@b.c","n":[1,{"x":2,"y":1}],"subject":"Printer"}"#
+        );
+    }
+
+    #[test]
+    fn numbers_compare_by_value() {
+        let same = [
+            ("1", "1.0"),
+            ("1", "1e0"),
+            ("100", "1e2"),
+            ("0.5", "5e-1"),
+            ("0", "-0"),
+            ("0", "0.000"),
+            ("12345678901234567890123", "1.2345678901234567890123e22"),
+            ("-1.25", "-125e-2"),
+        ];
+        for (a, b) in same {
+            assert_eq!(canonical_json(a), canonical_json(b), "{a} vs {b}");
+        }
+        assert_ne!(
+            canonical_json("1"),
+            canonical_json("1.0000000000000000000001")
+        );
+        // Exact: beyond f64's precision, still told apart.
+        assert_ne!(
+            canonical_json("9007199254740993"),
+            canonical_json("9007199254740992")
+        );
+        assert_eq!(canonical_json("1.5").unwrap(), "1.5");
+        assert_eq!(canonical_json("0.000015").unwrap(), "0.000015");
+        assert_eq!(canonical_json("1e-30").unwrap(), "1e-30");
+        assert_eq!(canonical_json("1e400").unwrap(), "1e400");
+        // The canonical form is itself JSON and canonical.
+        for n in ["1e-30", "1e400", "-0.000015", "123e20"] {
+            let c = canonical_json(n).unwrap();
+            assert_eq!(canonical_json(&c).unwrap(), c);
+        }
+    }
+
+    #[test]
+    fn strings_keep_their_meaning() {
+        assert_eq!(canonical_json(r#""\u00e9\/""#).unwrap(), "\"é/\"");
+        assert_eq!(canonical_json(r#""\ud83d\ude00""#).unwrap(), "\"😀\"");
+        assert_eq!(canonical_json("\"a\\u0001\"").unwrap(), "\"a\\u0001\"");
+        assert!(canonical_json(r#""\ud83d""#).is_err());
+        assert!(canonical_json("\"a\nb\"").is_err());
+    }
+
+    #[test]
+    fn bad_json_names_the_place() {
+        for bad in [
+            "",
+            "{",
+            "[1,]",
+            "{\"a\" 1}",
+            "01",
+            "1.",
+            "-",
+            "nul",
+            "[1] 2",
+            "{a:1}",
+            "\"\\x\"",
+        ] {
+            match canonical_json(bad) {
+                Err(BodyError::Syntax { .. }) => {}
+                other => panic!("{bad:?} gave {other:?}"),
+            }
+        }
+        let message = canonical_json("[1, 2,, 3]").unwrap_err().to_string();
+        assert!(message.contains("at byte 6"), "{message}");
+    }
+
+    #[test]
+    fn deep_nesting_is_an_error_not_a_crash() {
+        let deep = "[".repeat(100_000);
+        assert_eq!(canonical_json(&deep), Err(BodyError::TooDeep));
+        let ok = format!("{}{}", "[".repeat(MAX_DEPTH), "]".repeat(MAX_DEPTH));
+        assert!(canonical_json(&ok).is_ok());
+    }
+
+    #[test]
+    fn last_duplicate_name_wins_like_json_parse() {
+        assert_eq!(canonical_json(r#"{"a":1,"a":2}"#).unwrap(), r#"{"a":2}"#);
+    }
+
+    #[test]
+    fn forms_round_trip() {
+        let json = r#"{"subject":"Hi & bye","email":"a+b@c.d","tags":["x","y z"],"n":2,"ok":true}"#;
+        let form = form_encode(json).unwrap();
+        assert_eq!(
+            form,
+            "email=a%2Bb%40c.d&n=2&ok=true&subject=Hi+%26+bye&tags=x&tags=y+z"
+        );
+        assert_eq!(
+            form_decode(&form).unwrap(),
+            r#"{"email":"a+b@c.d","n":"2","ok":"true","subject":"Hi & bye","tags":["x","y z"]}"#
+        );
+        assert_eq!(
+            form_decode("a=%E2%82%AC&b&c=100%").unwrap(),
+            r#"{"a":"€","b":"","c":"100%"}"#
+        );
+        assert_eq!(form_decode("a=%FF"), Err(BodyError::NotUtf8));
+        assert_eq!(
+            form_encode(r#"{"a":{"b":1}}"#),
+            Err(BodyError::NotFlat { field: "a".into() })
+        );
+        assert!(form_encode("[1]").is_err());
+    }
+}

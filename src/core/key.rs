@@ -1,0 +1,285 @@
+//! # Keys
+//!
+//! One key per intended submission (CONTRACT.md section 1). A key is made once, when the
+//! submission begins, from 16 random bytes the driver draws from the platform CSPRNG
+//! ([`Key::from_random_bytes`], a UUID v4), or derived from a durable id the caller already owns
+//! ([`Key::derive`], a UUID v5), so that a restart recomputes the same key. A key the caller brings
+//! is checked by [`Key::parse`]: 1 to 255 visible ASCII characters.
+//!
+//! On the wire the key is a header value, bare (`Idempotency-Key: 8e03...`, what Stripe and most
+//! APIs take) or an RFC 8941 string (`"8e03..."`, what the IETF draft says); see [`KeyFormat`].
+
+use std::fmt;
+
+/// The longest key oncekey sends or accepts, in bytes.
+pub const MAX_KEY_LEN: usize = 255;
+
+/// The header that carries the key unless configured otherwise.
+pub const DEFAULT_KEY_HEADER: &str = "Idempotency-Key";
+
+/// An idempotency key: 1 to 255 visible ASCII characters (`!` to `~`).
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Key(String);
+
+/// Why a string is not a usable key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KeyError {
+    /// The key is empty.
+    Empty,
+    /// The key is longer than [`MAX_KEY_LEN`] bytes.
+    TooLong {
+        /// Its length in bytes.
+        len: usize,
+    },
+    /// The key holds a character that is not visible ASCII (a space, a control character,
+    /// anything outside `!`..=`~`).
+    BadCharacter {
+        /// The offending character.
+        found: char,
+        /// Its position, in characters from the start.
+        at: usize,
+    },
+    /// A header value that opens an RFC 8941 string (`"`) but is not a well-formed one.
+    BadQuoting,
+}
+
+impl fmt::Display for KeyError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            KeyError::Empty => f.write_str("the idempotency key is empty"),
+            KeyError::TooLong { len } => write!(
+                f,
+                "the idempotency key is {len} bytes long; at most {MAX_KEY_LEN} are allowed"
+            ),
+            KeyError::BadCharacter { found, at } => write!(
+                f,
+                "the idempotency key has {found:?} at position {at}; only visible ASCII characters (! to ~) are allowed"
+            ),
+            KeyError::BadQuoting => f.write_str(
+                "the idempotency key header opens a quoted string (RFC 8941) that is not well formed",
+            ),
+        }
+    }
+}
+
+impl std::error::Error for KeyError {}
+
+/// How the key is written into its header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum KeyFormat {
+    /// The key as it is: `Idempotency-Key: 8e03...`. What Stripe and most APIs take.
+    #[default]
+    Bare,
+    /// An RFC 8941 structured-field string: `Idempotency-Key: "8e03..."`. What the IETF
+    /// Idempotency-Key draft specifies.
+    SfString,
+}
+
+impl KeyFormat {
+    /// Reads `bare` or `sf-string`.
+    pub fn parse(s: &str) -> Option<KeyFormat> {
+        match s {
+            "bare" => Some(KeyFormat::Bare),
+            "sf-string" => Some(KeyFormat::SfString),
+            _ => None,
+        }
+    }
+}
+
+impl Key {
+    /// A fresh UUID v4 key from 16 bytes of the platform CSPRNG (the version and variant bits
+    /// are set here, so any 16 bytes will do).
+    pub fn from_random_bytes(bytes: [u8; 16]) -> Key {
+        Key(uuid::Builder::from_random_bytes(bytes)
+            .into_uuid()
+            .hyphenated()
+            .to_string())
+    }
+
+    /// A key derived from a namespace and a durable id the caller owns (UUID v5), so that a
+    /// restart computes the same key for the same intended submission.
+    pub fn derive(namespace: &uuid::Uuid, id: &str) -> Key {
+        Key(uuid::Uuid::new_v5(namespace, id.as_bytes())
+            .hyphenated()
+            .to_string())
+    }
+
+    /// Checks a key the caller brings: 1 to 255 visible ASCII characters.
+    pub fn parse(s: &str) -> Result<Key, KeyError> {
+        if s.is_empty() {
+            return Err(KeyError::Empty);
+        }
+        if let Some((at, found)) = s.chars().enumerate().find(|(_, c)| !is_visible_ascii(*c)) {
+            return Err(KeyError::BadCharacter { found, at });
+        }
+        if s.len() > MAX_KEY_LEN {
+            return Err(KeyError::TooLong { len: s.len() });
+        }
+        Ok(Key(s.to_owned()))
+    }
+
+    /// Reads a key from a received header value, bare or as an RFC 8941 string, with the
+    /// surrounding optional white space of an HTTP field value removed. This is the server's
+    /// side of [`KeyFormat`].
+    pub fn from_header_value(value: &str) -> Result<Key, KeyError> {
+        let value = value.trim_matches([' ', '\t']);
+        match value.strip_prefix('"') {
+            None => Key::parse(value),
+            Some(rest) => {
+                let inner = rest.strip_suffix('"').ok_or(KeyError::BadQuoting)?;
+                let mut out = String::with_capacity(inner.len());
+                let mut chars = inner.chars();
+                while let Some(c) = chars.next() {
+                    match c {
+                        '\\' => match chars.next() {
+                            Some(e @ ('"' | '\\')) => out.push(e),
+                            _ => return Err(KeyError::BadQuoting),
+                        },
+                        '"' => return Err(KeyError::BadQuoting),
+                        c => out.push(c),
+                    }
+                }
+                Key::parse(&out)
+            }
+        }
+    }
+
+    /// The key as a header value in the given format.
+    pub fn header_value(&self, format: KeyFormat) -> String {
+        match format {
+            KeyFormat::Bare => self.0.clone(),
+            KeyFormat::SfString => {
+                let mut out = String::with_capacity(self.0.len() + 2);
+                out.push('"');
+                for c in self.0.chars() {
+                    if c == '"' || c == '\\' {
+                        out.push('\\');
+                    }
+                    out.push(c);
+                }
+                out.push('"');
+                out
+            }
+        }
+    }
+
+    /// The key itself.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// The first 8 characters, for logs: enough to tell keys apart, not enough to replay one.
+    pub fn short(&self) -> &str {
+        // Keys are ASCII, so any byte index is a character boundary.
+        &self.0[..self.0.len().min(8)]
+    }
+}
+
+fn is_visible_ascii(c: char) -> bool {
+    ('!'..='~').contains(&c)
+}
+
+impl fmt::Display for Key {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl fmt::Debug for Key {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Key({:?})", self.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn random_bytes_make_a_v4_uuid_whatever_the_bytes() {
+        let key = Key::from_random_bytes([0xff; 16]);
+        let uuid = uuid::Uuid::parse_str(key.as_str()).unwrap();
+        assert_eq!(uuid.get_version_num(), 4);
+        assert_eq!(key.as_str().len(), 36);
+        assert_ne!(Key::from_random_bytes([0; 16]), key);
+    }
+
+    #[test]
+    fn derived_keys_are_stable_and_distinct() {
+        let ns = uuid::Uuid::from_u128(0x1234);
+        assert_eq!(
+            Key::derive(&ns, "withdrawal-77"),
+            Key::derive(&ns, "withdrawal-77")
+        );
+        assert_ne!(
+            Key::derive(&ns, "withdrawal-77"),
+            Key::derive(&ns, "withdrawal-78")
+        );
+        let other = uuid::Uuid::from_u128(0x5678);
+        assert_ne!(
+            Key::derive(&ns, "withdrawal-77"),
+            Key::derive(&other, "withdrawal-77")
+        );
+    }
+
+    #[test]
+    fn caller_keys_are_checked() {
+        assert_eq!(Key::parse(""), Err(KeyError::Empty));
+        assert_eq!(
+            Key::parse("a b"),
+            Err(KeyError::BadCharacter { found: ' ', at: 1 })
+        );
+        assert_eq!(
+            Key::parse("ké"),
+            Err(KeyError::BadCharacter { found: 'é', at: 1 })
+        );
+        assert_eq!(
+            Key::parse(&"k".repeat(256)),
+            Err(KeyError::TooLong { len: 256 })
+        );
+        assert!(Key::parse(&"k".repeat(255)).is_ok());
+        assert!(Key::parse("order_77:attempt!").is_ok());
+        let message = Key::parse("a\nb").unwrap_err().to_string();
+        assert!(message.contains("position 1"), "{message}");
+    }
+
+    #[test]
+    fn header_values_round_trip_in_both_formats() {
+        for raw in ["8e03978e-40d5-43e8-bc93-6894a57f9324", "we\"ird\\key"] {
+            let key = Key::parse(raw).unwrap();
+            for format in [KeyFormat::Bare, KeyFormat::SfString] {
+                let value = key.header_value(format);
+                if format == KeyFormat::SfString {
+                    assert!(value.starts_with('"') && value.ends_with('"'));
+                }
+                if raw.contains('"') && format == KeyFormat::Bare {
+                    continue; // a bare value that starts without a quote reads back bare
+                }
+                assert_eq!(Key::from_header_value(&value).unwrap(), key, "{value}");
+            }
+        }
+        assert_eq!(Key::from_header_value(" \"abc\" ").unwrap().as_str(), "abc");
+    }
+
+    #[test]
+    fn malformed_header_values_are_errors() {
+        assert_eq!(Key::from_header_value("\"abc"), Err(KeyError::BadQuoting));
+        assert_eq!(
+            Key::from_header_value("\"a\"b\""),
+            Err(KeyError::BadQuoting)
+        );
+        assert_eq!(
+            Key::from_header_value("\"a\\nb\""),
+            Err(KeyError::BadQuoting)
+        );
+        assert_eq!(Key::from_header_value("\"\""), Err(KeyError::Empty));
+        assert_eq!(Key::from_header_value("   "), Err(KeyError::Empty));
+    }
+
+    #[test]
+    fn short_form_is_a_prefix() {
+        let key = Key::parse("abcdefghijkl").unwrap();
+        assert_eq!(key.short(), "abcdefgh");
+        assert_eq!(Key::parse("ab").unwrap().short(), "ab");
+    }
+}

@@ -1,0 +1,15 @@
+//! # oncekey
+//!
+//! Twice counts once. A network cannot tell a sender whether its request arrived, so people press
+//! Send again, pages reload mid-request and servers retry after timeouts. oncekey gives every
+//! *intended* submission one idempotency key, stores key and body before the first byte is sent,
+//! retries with the same key until a definite answer, and only then makes a new one.
+//!
+//! The rules live in [`core`], a pure state machine with no clock, randomness, storage or
+//! network of its own. The browser driver (wasm32) and the native driver (tokio and reqwest)
+//! carry out its actions.
+#![deny(missing_docs, missing_debug_implementations)]
+
+pub mod core;
+
+pub use crate::core::{Key, KeyError, KeyFormat};
