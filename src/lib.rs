@@ -12,4 +12,6 @@
 
 pub mod core;
 
-pub use crate::core::{Key, KeyError, KeyFormat};
+pub use crate::core::{
+    Encoding, Key, KeyError, KeyFormat, Outcome, Request, RetryPolicy, State, Timestamp,
+};

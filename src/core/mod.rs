@@ -9,13 +9,27 @@
 //!
 //! - [`key`]: one key per intended submission, made from random bytes or derived from an id.
 //! - [`body`]: "same body" compares meaning (canonical JSON), and form encoding.
-//! - [`answer`]: what an answer means: the table of CONTRACT.md section 2.
+//! - [`answer`]: what an answer means: the table of CONTRACT.md section 2, the one classifier.
 //! - [`retry`]: backoff with full jitter, `Retry-After`, the attempt limit and the time budget.
-//! - [`record`]: the versioned stored form of a pending submission.
+//! - [`record`]: the versioned stored form of a pending submission, and the request it carries.
 //! - [`submission`]: the states of CONTRACT.md section 3.
+//! - [`time`]: the wall-clock [`Timestamp`] drivers hand in, and HTTP-dates.
 
+pub mod answer;
 pub mod body;
 pub mod key;
+pub mod record;
+pub mod retry;
+pub mod submission;
+pub mod time;
 
+pub use answer::{classify, Answer, Failure, Outcome, RetryAfter, Verdict};
 pub use body::BodyError;
-pub use key::{Key, KeyError, KeyFormat};
+pub use key::{Key, KeyError, KeyFormat, DEFAULT_KEY_HEADER};
+pub use record::{Encoding, Record, RecordError, Request, RequestError, RECORD_VERSION};
+pub use retry::{GiveUp, Next, PolicyError, RetryPolicy};
+pub use submission::{
+    Action, Attempt, AttemptId, BeginError, Begun, Change, NewKey, Settled, State, StateError,
+    Submission,
+};
+pub use time::Timestamp;

@@ -1,0 +1,397 @@
+//! # What an answer means
+//!
+//! The one classifier of the crate: CONTRACT.md section 2 as code. A driver turns what it received
+//! into an [`Answer`] (status, the headers that matter, whether a `400` names the key) or a
+//! [`Failure`] (no answer at all), and [`classify`] says whether the outcome is definite, whether
+//! to retry, and not before when.
+//!
+//! | answer | verdict |
+//! |---|---|
+//! | 2xx | [`Outcome::Succeeded`], `replayed` when the server says so |
+//! | 409 | retry (the server is still working on this key), after `Retry-After` if given |
+//! | 408, 425, 429, 500-599 | retry: not known, or not done yet |
+//! | network error, timeout, lost connection | retry: unknown |
+//! | 422 | [`Outcome::Conflict`]: the server holds this key for another body; never retried |
+//! | 400 naming the idempotency key | [`Outcome::Misconfigured`]: nothing was done; a setup error |
+//! | other 4xx (and 1xx, 3xx that reach us) | [`Outcome::Refused`]: the request was not carried out |
+//!
+//! A server hint overrides the status on anything but a 2xx: `Stripe-Should-Retry` or
+//! `x-should-retry: false` stops retries (a retryable status then ends [`Outcome::Unsure`]), `true`
+//! allows them.
+
+use std::time::Duration;
+
+use super::time::{parse_http_date, Timestamp};
+
+/// The final outcome of a submission, as the caller sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Outcome {
+    /// A 2xx: definite. Make a new key next time.
+    Succeeded,
+    /// A 4xx other than the ones below: definite, the request was not carried out.
+    Refused,
+    /// A 422: the server holds this key for another body. A bug, reported loudly, not retried.
+    Conflict,
+    /// A 400 that names the idempotency key: definite (nothing was done), a setup error.
+    Misconfigured,
+    /// Retries stopped (attempts, budget, or the server said stop) before a definite answer.
+    /// The submission stays stored, with its key, for "Try again" or a deliberate discard.
+    Unsure,
+}
+
+impl Outcome {
+    /// The contract's word for it: `succeeded`, `refused`, `conflict`, `misconfigured`, `unsure`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Succeeded => "succeeded",
+            Outcome::Refused => "refused",
+            Outcome::Conflict => "conflict",
+            Outcome::Misconfigured => "misconfigured",
+            Outcome::Unsure => "unsure",
+        }
+    }
+
+    /// Whether the outcome is definite: the server's answer settles it and the key is spent.
+    pub fn is_definite(self) -> bool {
+        self != Outcome::Unsure
+    }
+}
+
+/// When the server asked us to come back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RetryAfter {
+    /// After this long (delta-seconds, or `retry-after-ms`).
+    Delay(Duration),
+    /// Not before this time (an HTTP-date).
+    At(Timestamp),
+}
+
+impl RetryAfter {
+    /// Reads a `Retry-After` value: delta-seconds or an HTTP-date. A malformed value is `None`
+    /// (and ignored, as if absent).
+    pub fn parse(value: &str) -> Option<RetryAfter> {
+        let value = value.trim();
+        if !value.is_empty() && value.bytes().all(|b| b.is_ascii_digit()) {
+            // Huge values saturate; the retry policy's cap decides what to do with them.
+            let secs = value.parse::<u64>().unwrap_or(u64::MAX);
+            return Some(RetryAfter::Delay(Duration::from_secs(secs)));
+        }
+        parse_http_date(value).map(RetryAfter::At)
+    }
+
+    /// Reads a `retry-after-ms` value: a non-negative number of milliseconds, maybe with a
+    /// fraction.
+    pub fn parse_ms(value: &str) -> Option<RetryAfter> {
+        let value = value.trim();
+        let (whole, frac) = value.split_once('.').unwrap_or((value, "0"));
+        let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+        if !digits(whole) || !digits(frac) {
+            return None;
+        }
+        let ms = whole.parse::<u64>().unwrap_or(u64::MAX);
+        // Round a fraction up: never earlier than the server said.
+        let ms = if frac.bytes().any(|b| b != b'0') {
+            ms.saturating_add(1)
+        } else {
+            ms
+        };
+        Some(RetryAfter::Delay(Duration::from_millis(ms)))
+    }
+
+    /// The earliest time a retry may start, seen from `now`.
+    pub fn not_before(self, now: Timestamp) -> Timestamp {
+        match self {
+            RetryAfter::Delay(d) => now + d,
+            RetryAfter::At(t) => t.max(now),
+        }
+    }
+}
+
+/// What an HTTP answer says, reduced to what the contract looks at.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Answer {
+    /// The status code.
+    pub status: u16,
+    /// `retry-after-ms`, or else `Retry-After`.
+    pub retry_after: Option<RetryAfter>,
+    /// `Stripe-Should-Retry` or `x-should-retry`, when `true` or `false`.
+    pub should_retry: Option<bool>,
+    /// `Idempotent-Replayed: true` or `x-idempotency-status: replayed`.
+    pub replayed: bool,
+    /// For a 400: its problem details name the idempotency key (it was missing or malformed).
+    pub names_key: bool,
+}
+
+impl Answer {
+    /// An answer with this status and no headers that matter.
+    pub fn status(status: u16) -> Answer {
+        Answer {
+            status,
+            ..Answer::default()
+        }
+    }
+
+    /// Reads an answer from its status, its headers (names in any case) and, for a `400`, its
+    /// body text, which is searched for the key header's name (`key_header`) or the word
+    /// "idempotency" to tell a key problem from any other bad request.
+    pub fn from_response<'a>(
+        status: u16,
+        headers: impl IntoIterator<Item = (&'a str, &'a str)>,
+        body: &str,
+        key_header: &str,
+    ) -> Answer {
+        let mut answer = Answer::status(status);
+        let mut retry_after = None;
+        let mut retry_after_ms = None;
+        for (name, value) in headers {
+            let value = value.trim();
+            if name.eq_ignore_ascii_case("retry-after") {
+                retry_after = RetryAfter::parse(value);
+            } else if name.eq_ignore_ascii_case("retry-after-ms") {
+                retry_after_ms = RetryAfter::parse_ms(value);
+            } else if name.eq_ignore_ascii_case("stripe-should-retry")
+                || name.eq_ignore_ascii_case("x-should-retry")
+            {
+                answer.should_retry = match value {
+                    v if v.eq_ignore_ascii_case("true") => Some(true),
+                    v if v.eq_ignore_ascii_case("false") => Some(false),
+                    _ => answer.should_retry,
+                };
+            } else if name.eq_ignore_ascii_case("idempotent-replayed") {
+                answer.replayed |= value.eq_ignore_ascii_case("true") || value == "?1";
+            } else if name.eq_ignore_ascii_case("x-idempotency-status") {
+                answer.replayed |= value.eq_ignore_ascii_case("replayed");
+            }
+        }
+        answer.retry_after = retry_after_ms.or(retry_after);
+        if status == 400 {
+            let body = body.to_ascii_lowercase();
+            let header = key_header.to_ascii_lowercase();
+            answer.names_key =
+                (!header.is_empty() && body.contains(&header)) || body.contains("idempotency");
+        }
+        answer
+    }
+}
+
+/// No answer at all: the outcome is unknown.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Failure {
+    /// The connection failed or was lost before a complete answer.
+    Network,
+    /// The attempt took longer than the per-attempt timeout and was abandoned.
+    Timeout,
+}
+
+/// What to do about an answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// The outcome is settled; `replayed` is true when the server said it replayed an earlier
+    /// answer.
+    Definite {
+        /// The outcome.
+        outcome: Outcome,
+        /// Whether the server replayed a stored answer.
+        replayed: bool,
+    },
+    /// Not known or not done yet: send again with the same key, not before `retry_after`.
+    Retry {
+        /// The server's `Retry-After`, if it gave one.
+        retry_after: Option<RetryAfter>,
+    },
+    /// Not definite, but the server said not to retry: the submission is [`Outcome::Unsure`].
+    Stop,
+}
+
+/// The answer table of CONTRACT.md section 2.
+pub fn classify(answer: &Answer) -> Verdict {
+    let status = answer.status;
+    let by_status = match status {
+        200..=299 => {
+            return Verdict::Definite {
+                outcome: Outcome::Succeeded,
+                replayed: answer.replayed,
+            }
+        }
+        409 | 408 | 425 | 429 | 500..=599 => None,
+        422 => Some(Outcome::Conflict),
+        400 if answer.names_key => Some(Outcome::Misconfigured),
+        _ => Some(Outcome::Refused),
+    };
+    let retry = Verdict::Retry {
+        retry_after: answer.retry_after,
+    };
+    match (by_status, answer.should_retry) {
+        (_, Some(true)) => retry,
+        (None, Some(false)) => Verdict::Stop,
+        (None, None) => retry,
+        (Some(outcome), _) => Verdict::Definite {
+            outcome,
+            replayed: answer.replayed,
+        },
+    }
+}
+
+/// A transport failure is always "unknown": retry with the same key.
+pub fn classify_failure(_failure: Failure) -> Verdict {
+    Verdict::Retry { retry_after: None }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn definite(outcome: Outcome) -> Verdict {
+        Verdict::Definite {
+            outcome,
+            replayed: false,
+        }
+    }
+    const RETRY: Verdict = Verdict::Retry { retry_after: None };
+
+    #[test]
+    fn every_row_of_the_table() {
+        for s in [200, 201, 202, 204, 299] {
+            assert_eq!(
+                classify(&Answer::status(s)),
+                definite(Outcome::Succeeded),
+                "{s}"
+            );
+        }
+        for s in [409, 408, 425, 429, 500, 502, 503, 504, 599] {
+            assert_eq!(classify(&Answer::status(s)), RETRY, "{s}");
+        }
+        assert_eq!(classify(&Answer::status(422)), definite(Outcome::Conflict));
+        for s in [
+            400, 401, 403, 404, 405, 410, 413, 415, 418, 451, 499, 301, 304, 100,
+        ] {
+            assert_eq!(
+                classify(&Answer::status(s)),
+                definite(Outcome::Refused),
+                "{s}"
+            );
+        }
+        assert_eq!(classify_failure(Failure::Network), RETRY);
+        assert_eq!(classify_failure(Failure::Timeout), RETRY);
+    }
+
+    #[test]
+    fn a_400_naming_the_key_is_misconfigured() {
+        let problem =
+            r#"{"type":"about:blank","title":"Missing Idempotency-Key header","status":400}"#;
+        let a = Answer::from_response(
+            400,
+            [("content-type", "application/problem+json")],
+            problem,
+            "Idempotency-Key",
+        );
+        assert_eq!(classify(&a), definite(Outcome::Misconfigured));
+        let custom = Answer::from_response(
+            400,
+            [],
+            r#"{"detail":"bad x-request-key"}"#,
+            "X-Request-Key",
+        );
+        assert_eq!(classify(&custom), definite(Outcome::Misconfigured));
+        let field = Answer::from_response(
+            400,
+            [],
+            r#"{"detail":"subject is empty"}"#,
+            "Idempotency-Key",
+        );
+        assert_eq!(classify(&field), definite(Outcome::Refused));
+        // Only a 400 is read that way.
+        let other = Answer::from_response(404, [], "no idempotency here", "Idempotency-Key");
+        assert_eq!(classify(&other), definite(Outcome::Refused));
+    }
+
+    #[test]
+    fn replays_are_recognised_both_ways() {
+        for h in [
+            ("Idempotent-Replayed", "true"),
+            ("x-idempotency-status", "replayed"),
+            ("idempotent-replayed", "?1"),
+        ] {
+            let a = Answer::from_response(201, [h], "", "Idempotency-Key");
+            assert_eq!(
+                classify(&a),
+                Verdict::Definite {
+                    outcome: Outcome::Succeeded,
+                    replayed: true
+                },
+                "{h:?}"
+            );
+        }
+        let a = Answer::from_response(
+            201,
+            [("Idempotent-Replayed", "false")],
+            "",
+            "Idempotency-Key",
+        );
+        assert!(!a.replayed);
+    }
+
+    #[test]
+    fn hints_override_the_status() {
+        for name in ["Stripe-Should-Retry", "x-should-retry"] {
+            let stop = Answer::from_response(503, [(name, "false")], "", "Idempotency-Key");
+            assert_eq!(classify(&stop), Verdict::Stop, "{name}");
+            let go = Answer::from_response(400, [(name, "true")], "", "Idempotency-Key");
+            assert_eq!(classify(&go), RETRY, "{name}");
+            let refused = Answer::from_response(404, [(name, "false")], "", "Idempotency-Key");
+            assert_eq!(classify(&refused), definite(Outcome::Refused));
+            // A 2xx is a 2xx whatever the hint.
+            let ok = Answer::from_response(200, [(name, "true")], "", "Idempotency-Key");
+            assert_eq!(classify(&ok), definite(Outcome::Succeeded));
+        }
+        let junk = Answer::from_response(503, [("x-should-retry", "maybe")], "", "Idempotency-Key");
+        assert_eq!(classify(&junk), RETRY);
+    }
+
+    #[test]
+    fn retry_after_in_both_forms_and_malformed() {
+        let now = Timestamp::from_millis(784_111_000_000);
+        let secs = Answer::from_response(503, [("Retry-After", "7")], "", "k");
+        assert_eq!(
+            secs.retry_after,
+            Some(RetryAfter::Delay(Duration::from_secs(7)))
+        );
+        assert_eq!(
+            secs.retry_after.unwrap().not_before(now),
+            now + Duration::from_secs(7)
+        );
+        let date = Answer::from_response(
+            429,
+            [("retry-after", "Sun, 06 Nov 1994 08:49:37 GMT")],
+            "",
+            "k",
+        );
+        assert_eq!(
+            date.retry_after.unwrap().not_before(now),
+            Timestamp::from_millis(784_111_777_000)
+        );
+        // A date in the past means "now".
+        let past = RetryAfter::At(Timestamp::from_millis(5));
+        assert_eq!(past.not_before(now), now);
+        let ms = Answer::from_response(
+            429,
+            [("retry-after-ms", "1500.2"), ("Retry-After", "9")],
+            "",
+            "k",
+        );
+        assert_eq!(
+            ms.retry_after,
+            Some(RetryAfter::Delay(Duration::from_millis(1501)))
+        );
+        for bad in ["-1", "1.5", "soon", "", "Sun, 06 Nov 1994"] {
+            let a = Answer::from_response(503, [("Retry-After", bad)], "", "k");
+            assert_eq!(a.retry_after, None, "{bad:?}");
+            assert_eq!(classify(&a), RETRY);
+        }
+        assert_eq!(RetryAfter::parse_ms("-5"), None);
+        assert_eq!(
+            RetryAfter::parse("99999999999999999999999"),
+            Some(RetryAfter::Delay(Duration::from_secs(u64::MAX)))
+        );
+    }
+}

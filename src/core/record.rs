@@ -1,0 +1,389 @@
+//! # The stored record
+//!
+//! CONTRACT.md section 5: one versioned record per pending submission, written before the first
+//! byte is sent and removed only after a definite answer:
+//!
+//! ```json
+//! { "v": 1, "name": "new-ticket", "key": "8e03...", "method": "POST", "url": "/api/tickets",
+//!   "headers": [["X-Tenant", "acme"]], "body": "{\"subject\":\"Printer\"}", "encoding": "json",
+//!   "startedAt": 1796126400000, "attempts": 2, "roundStartedAt": 1796126400000,
+//!   "roundAttempts": 2 }
+//! ```
+//!
+//! `body` is the JSON text exactly as first sent, so every retry sends the same bytes; with
+//! `encoding: "form"` it is sent form-encoded. `startedAt` and `attempts` count from the first
+//! attempt ever; `roundStartedAt` and `roundAttempts` from the last "Try again", and the time
+//! budget counts from there.
+//!
+//! The record is plain serde: each driver picks its own format (JSON text through
+//! `js_sys::JSON` in the browser, `serde_json` or SQLite columns natively). Reading checks the
+//! version and every field, so a corrupt, foreign or unknown-version record is an error value
+//! that names what is wrong ([`RecordError`]), never a panic.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use super::body::{self, BodyError};
+use super::key::Key;
+use super::time::Timestamp;
+
+/// The record version this build reads and writes.
+pub const RECORD_VERSION: u32 = 1;
+
+/// How the body is sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Encoding {
+    /// `application/json`, the body text as it is.
+    #[default]
+    Json,
+    /// `application/x-www-form-urlencoded`, from a flat JSON object (see
+    /// [`body::form_encode`]).
+    Form,
+}
+
+impl Encoding {
+    /// The `Content-Type` the body is sent with.
+    pub fn content_type(self) -> &'static str {
+        match self {
+            Encoding::Json => "application/json",
+            Encoding::Form => "application/x-www-form-urlencoded",
+        }
+    }
+}
+
+/// What is sent, on every attempt the same.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Request {
+    /// The HTTP method, e.g. `POST`.
+    pub method: String,
+    /// Where to send it.
+    pub url: String,
+    /// Headers that may be stored (never secrets: drivers add those on every attempt).
+    pub headers: Vec<(String, String)>,
+    /// The body as JSON text.
+    pub body: String,
+    /// How the body goes on the wire.
+    pub encoding: Encoding,
+}
+
+/// Why a request cannot be made.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RequestError {
+    /// The method is not an HTTP token.
+    Method(String),
+    /// The URL is empty or has white space or control characters.
+    Url(String),
+    /// A header name is not a token, or its value has a line break or control character.
+    Header(String),
+    /// The body is not JSON, or (with form encoding) not a flat object.
+    Body(BodyError),
+}
+
+impl fmt::Display for RequestError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RequestError::Method(m) => write!(f, "{m:?} is not an HTTP method"),
+            RequestError::Url(u) => write!(f, "{u:?} is not a usable URL"),
+            RequestError::Header(h) => write!(f, "the header {h:?} cannot be sent"),
+            RequestError::Body(e) => e.fmt(f),
+        }
+    }
+}
+
+impl std::error::Error for RequestError {}
+
+impl From<BodyError> for RequestError {
+    fn from(e: BodyError) -> RequestError {
+        RequestError::Body(e)
+    }
+}
+
+fn is_token(s: &str) -> bool {
+    !s.is_empty()
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
+}
+
+impl Request {
+    /// A request with a JSON body text, checked: the method is a token, the URL is not empty and
+    /// has no white space, the body is JSON.
+    pub fn new(
+        method: &str,
+        url: &str,
+        body: &str,
+        encoding: Encoding,
+    ) -> Result<Request, RequestError> {
+        let request = Request {
+            method: method.to_ascii_uppercase(),
+            url: url.to_owned(),
+            headers: Vec::new(),
+            body: body.to_owned(),
+            encoding,
+        };
+        request.check()?;
+        Ok(request)
+    }
+
+    /// Adds a header to be stored and sent on every attempt.
+    pub fn header(mut self, name: &str, value: &str) -> Result<Request, RequestError> {
+        if !is_token(name) || value.chars().any(|c| c.is_control() && c != '\t') {
+            return Err(RequestError::Header(name.to_owned()));
+        }
+        self.headers.push((name.to_owned(), value.to_owned()));
+        Ok(self)
+    }
+
+    /// The canonical form of the body: what "same body" compares.
+    pub fn canonical_body(&self) -> Result<String, BodyError> {
+        body::canonical_json(&self.body)
+    }
+
+    /// The body as it goes on the wire.
+    pub fn wire_body(&self) -> Result<String, BodyError> {
+        match self.encoding {
+            Encoding::Json => Ok(self.body.clone()),
+            Encoding::Form => body::form_encode(&self.body),
+        }
+    }
+
+    fn check(&self) -> Result<(), RequestError> {
+        if !is_token(&self.method) {
+            return Err(RequestError::Method(self.method.clone()));
+        }
+        if self.url.is_empty()
+            || self
+                .url
+                .chars()
+                .any(|c| c.is_whitespace() || c.is_control())
+        {
+            return Err(RequestError::Url(self.url.clone()));
+        }
+        for (name, value) in &self.headers {
+            if !is_token(name) || value.chars().any(|c| c.is_control() && c != '\t') {
+                return Err(RequestError::Header(name.clone()));
+            }
+        }
+        self.wire_body()?;
+        self.canonical_body()?;
+        Ok(())
+    }
+}
+
+/// A pending submission as stored.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(into = "Wire", try_from = "Wire")]
+pub struct Record {
+    /// The submission's name (the form's or caller's handle).
+    pub name: String,
+    /// Its key, sent on every attempt.
+    pub key: Key,
+    /// What is sent.
+    pub request: Request,
+    /// When the first attempt ever was made.
+    pub started_at: Timestamp,
+    /// Attempts made so far, all rounds.
+    pub attempts: u32,
+    /// When the current round (the first, or the last "Try again") began.
+    pub round_started_at: Timestamp,
+    /// Attempts made in the current round.
+    pub round_attempts: u32,
+}
+
+/// Why a stored record cannot be used. The driver removes it and reports a warning.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecordError(pub String);
+
+impl fmt::Display for RecordError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "unreadable stored submission: {}", self.0)
+    }
+}
+
+impl std::error::Error for RecordError {}
+
+/// The flat stored shape. Every field is optional here so that a missing one is named in the
+/// error instead of failing as "invalid type".
+#[derive(Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Wire {
+    v: Option<u32>,
+    name: Option<String>,
+    key: Option<String>,
+    method: Option<String>,
+    url: Option<String>,
+    #[serde(default)]
+    headers: Vec<(String, String)>,
+    body: Option<String>,
+    #[serde(default)]
+    encoding: Encoding,
+    started_at: Option<u64>,
+    attempts: Option<u32>,
+    round_started_at: Option<u64>,
+    round_attempts: Option<u32>,
+}
+
+impl From<Record> for Wire {
+    fn from(r: Record) -> Wire {
+        Wire {
+            v: Some(RECORD_VERSION),
+            name: Some(r.name),
+            key: Some(r.key.as_str().to_owned()),
+            method: Some(r.request.method),
+            url: Some(r.request.url),
+            headers: r.request.headers,
+            body: Some(r.request.body),
+            encoding: r.request.encoding,
+            started_at: Some(r.started_at.as_millis()),
+            attempts: Some(r.attempts),
+            round_started_at: Some(r.round_started_at.as_millis()),
+            round_attempts: Some(r.round_attempts),
+        }
+    }
+}
+
+impl TryFrom<Wire> for Record {
+    type Error = RecordError;
+
+    fn try_from(w: Wire) -> Result<Record, RecordError> {
+        fn need<T>(v: Option<T>, field: &str) -> Result<T, RecordError> {
+            v.ok_or_else(|| RecordError(format!("it has no {field:?}")))
+        }
+        match w.v {
+            Some(RECORD_VERSION) => {}
+            Some(v) => {
+                return Err(RecordError(format!(
+                    "it has version {v}; this oncekey reads version {RECORD_VERSION}"
+                )))
+            }
+            None => return Err(RecordError("it has no version (\"v\")".into())),
+        }
+        let key = Key::parse(&need(w.key, "key")?)
+            .map_err(|e| RecordError(format!("its key is unusable: {e}")))?;
+        let request = Request {
+            method: need(w.method, "method")?,
+            url: need(w.url, "url")?,
+            headers: w.headers,
+            body: need(w.body, "body")?,
+            encoding: w.encoding,
+        };
+        request
+            .check()
+            .map_err(|e| RecordError(format!("its request is unusable: {e}")))?;
+        let started_at = Timestamp::from_millis(need(w.started_at, "startedAt")?);
+        Ok(Record {
+            name: need(w.name, "name")?,
+            key,
+            request,
+            started_at,
+            attempts: need(w.attempts, "attempts")?,
+            round_started_at: w
+                .round_started_at
+                .map(Timestamp::from_millis)
+                .unwrap_or(started_at),
+            round_attempts: w.round_attempts.unwrap_or(0),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record() -> Record {
+        Record {
+            name: "new-ticket".into(),
+            key: Key::parse("8e03978e-40d5-43e8-bc93-6894a57f9324").unwrap(),
+            request: Request::new(
+                "post",
+                "/api/tickets",
+                r#"{"subject":"Printer"}"#,
+                Encoding::Json,
+            )
+            .unwrap()
+            .header("X-Tenant", "acme")
+            .unwrap(),
+            started_at: Timestamp::from_millis(1_796_126_400_000),
+            attempts: 2,
+            round_started_at: Timestamp::from_millis(1_796_126_400_000),
+            round_attempts: 2,
+        }
+    }
+
+    #[test]
+    fn round_trips_in_the_documented_shape() {
+        let text = serde_json::to_string(&record()).unwrap();
+        assert!(
+            text.starts_with(r#"{"v":1,"name":"new-ticket","key":"8e03978e"#),
+            "{text}"
+        );
+        assert!(text.contains(r#""method":"POST""#), "{text}");
+        assert!(text.contains(r#""startedAt":1796126400000"#), "{text}");
+        let back: Record = serde_json::from_str(&text).unwrap();
+        assert_eq!(back, record());
+    }
+
+    #[test]
+    fn unreadable_records_are_errors_that_say_why() {
+        let cases = [
+            (r#"{"v":2,"key":"k"}"#, "version 2"),
+            (r#"{"key":"k"}"#, "no version"),
+            (
+                r#"{"v":1,"name":"n","method":"POST","url":"/x","body":"{}","startedAt":1,"attempts":0}"#,
+                "no \"key\"",
+            ),
+            (
+                r#"{"v":1,"name":"n","key":"a b","method":"POST","url":"/x","body":"{}","startedAt":1,"attempts":0}"#,
+                "key is unusable",
+            ),
+            (
+                r#"{"v":1,"name":"n","key":"k","method":"POST","url":"/x","body":"{oops","startedAt":1,"attempts":0}"#,
+                "not valid JSON",
+            ),
+            (
+                r#"{"v":1,"name":"n","key":"k","method":"PO ST","url":"/x","body":"{}","startedAt":1,"attempts":0}"#,
+                "not an HTTP method",
+            ),
+        ];
+        for (text, expected) in cases {
+            let err = serde_json::from_str::<Record>(text)
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(expected), "{text}: {err}");
+        }
+        assert!(serde_json::from_str::<Record>("[1,2]").is_err());
+        assert!(serde_json::from_str::<Record>(r#"{"v":"one"}"#).is_err());
+    }
+
+    #[test]
+    fn requests_are_checked() {
+        assert!(matches!(
+            Request::new("", "/x", "{}", Encoding::Json),
+            Err(RequestError::Method(_))
+        ));
+        assert!(matches!(
+            Request::new("POST", "", "{}", Encoding::Json),
+            Err(RequestError::Url(_))
+        ));
+        assert!(matches!(
+            Request::new("POST", "/a b", "{}", Encoding::Json),
+            Err(RequestError::Url(_))
+        ));
+        assert!(matches!(
+            Request::new("POST", "/x", "{", Encoding::Json),
+            Err(RequestError::Body(_))
+        ));
+        assert!(matches!(
+            Request::new("POST", "/x", r#"{"a":{"b":1}}"#, Encoding::Form),
+            Err(RequestError::Body(BodyError::NotFlat { .. }))
+        ));
+        let r = Request::new("POST", "/x", "{}", Encoding::Json).unwrap();
+        assert!(matches!(
+            r.header("X-A", "a\r\nb"),
+            Err(RequestError::Header(_))
+        ));
+        let form = Request::new("POST", "/x", r#"{"b":"2","a":"1 2"}"#, Encoding::Form).unwrap();
+        assert_eq!(form.wire_body().unwrap(), "a=1+2&b=2");
+    }
+}

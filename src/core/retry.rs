@@ -1,0 +1,233 @@
+//! # When to try again
+//!
+//! Backoff without a hint is exponential with full jitter:
+//! `delay = random(0, min(cap, base * 2^n))` for the n-th retry, the random draw handed in.
+//! A server's `Retry-After` is honoured: never retry earlier than it says, and never wait longer
+//! than the cap (a `Retry-After` beyond the cap ends the round instead). Retries stop when the
+//! attempt limit or the time budget is spent; the budget counts from the round's first attempt,
+//! across reloads and restarts, because it is stored in the record.
+//!
+//! The defaults, and why:
+//! - `base` 500 ms: a lost reply on a good connection is retried within half a second.
+//! - `cap` 30 s: a person watching a locked form should not wait longer than that between tries.
+//! - `attempts` 8: with the cap, the full jittered schedule spends about a minute on average.
+//! - `budget` 15 minutes: long enough to ride out a tunnel, a train or a server deploy, and far
+//!   inside the usual 24 h for which servers keep keys, so a retry never outlives its key.
+
+use std::fmt;
+use std::time::Duration;
+
+use super::answer::RetryAfter;
+use super::time::Timestamp;
+
+/// How retries are spaced and when they stop.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RetryPolicy {
+    /// Attempts in one round, the first included. At least 1.
+    pub attempts: u32,
+    /// The ceiling of the first retry's random delay.
+    pub base: Duration,
+    /// No delay is longer than this.
+    pub cap: Duration,
+    /// No attempt starts later than this after the round's first attempt.
+    pub budget: Duration,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> RetryPolicy {
+        RetryPolicy {
+            attempts: 8,
+            base: Duration::from_millis(500),
+            cap: Duration::from_secs(30),
+            budget: Duration::from_secs(15 * 60),
+        }
+    }
+}
+
+/// A retry policy that cannot work.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PolicyError(&'static str);
+
+impl fmt::Display for PolicyError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.0)
+    }
+}
+
+impl std::error::Error for PolicyError {}
+
+/// Why a round of retries ended without a definite answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum GiveUp {
+    /// The attempt limit is reached.
+    AttemptsSpent,
+    /// The next attempt would start after the time budget.
+    BudgetSpent,
+    /// The server asked for a wait longer than the cap.
+    RetryAfterBeyondCap,
+    /// The server said not to retry (`Stripe-Should-Retry: false`).
+    ServerSaidStop,
+}
+
+impl GiveUp {
+    /// A short phrase for people.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            GiveUp::AttemptsSpent => "attempts spent",
+            GiveUp::BudgetSpent => "time budget spent",
+            GiveUp::RetryAfterBeyondCap => "server asked to wait longer than the cap",
+            GiveUp::ServerSaidStop => "server said not to retry",
+        }
+    }
+}
+
+/// The next step after an attempt without a definite answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Next {
+    /// Send the next attempt at this time.
+    At(Timestamp),
+    /// Stop this round: the submission is unsure.
+    GiveUp(GiveUp),
+}
+
+impl RetryPolicy {
+    /// Checks that the policy can work: at least one attempt, a non-zero base, a cap not below
+    /// the base, a non-zero budget.
+    pub fn validate(&self) -> Result<(), PolicyError> {
+        if self.attempts == 0 {
+            return Err(PolicyError("retry.attempts must be at least 1"));
+        }
+        if self.base.is_zero() {
+            return Err(PolicyError("retry.base must be more than 0"));
+        }
+        if self.cap < self.base {
+            return Err(PolicyError("retry.cap must not be below retry.base"));
+        }
+        if self.budget.is_zero() {
+            return Err(PolicyError("retry.budget must be more than 0"));
+        }
+        Ok(())
+    }
+
+    /// The full-jitter delay before retry number `retry` (0 for the first retry): `jitter` is a
+    /// uniform random `u32`, scaled onto `0..=min(cap, base * 2^retry)`.
+    pub fn backoff(&self, retry: u32, jitter: u32) -> Duration {
+        let ceiling = self
+            .base
+            .checked_mul(1u32.checked_shl(retry).unwrap_or(u32::MAX))
+            .unwrap_or(self.cap)
+            .min(self.cap);
+        let ceiling_ms = u64::try_from(ceiling.as_millis()).unwrap_or(u64::MAX);
+        let ms = (u128::from(ceiling_ms) * u128::from(jitter) / u128::from(u32::MAX)) as u64;
+        Duration::from_millis(ms)
+    }
+
+    /// After attempt `attempts` of a round that began at `round_started_at` came back without a
+    /// definite answer at `now`: when to send the next one, or why not to.
+    pub fn next(
+        &self,
+        now: Timestamp,
+        round_started_at: Timestamp,
+        attempts: u32,
+        retry_after: Option<RetryAfter>,
+        jitter: u32,
+    ) -> Next {
+        if attempts >= self.attempts {
+            return Next::GiveUp(GiveUp::AttemptsSpent);
+        }
+        let mut delay = self.backoff(attempts.saturating_sub(1), jitter);
+        if let Some(hint) = retry_after {
+            let asked = hint.not_before(now).saturating_since(now);
+            if asked > self.cap {
+                return Next::GiveUp(GiveUp::RetryAfterBeyondCap);
+            }
+            delay = delay.max(asked);
+        }
+        let at = now + delay;
+        if at > round_started_at + self.budget {
+            return Next::GiveUp(GiveUp::BudgetSpent);
+        }
+        Next::At(at)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn full_jitter_spans_zero_to_the_ceiling() {
+        let p = RetryPolicy::default();
+        assert_eq!(p.backoff(0, 0), Duration::ZERO);
+        assert_eq!(p.backoff(0, u32::MAX), Duration::from_millis(500));
+        assert_eq!(p.backoff(3, u32::MAX), Duration::from_millis(4000));
+        assert_eq!(p.backoff(10, u32::MAX), Duration::from_secs(30));
+        assert_eq!(p.backoff(200, u32::MAX), Duration::from_secs(30));
+        assert_eq!(p.backoff(1, u32::MAX / 2), Duration::from_millis(499));
+    }
+
+    #[test]
+    fn attempts_and_budget_end_the_round() {
+        let p = RetryPolicy {
+            attempts: 3,
+            ..RetryPolicy::default()
+        };
+        let t0 = Timestamp::from_millis(1_000_000);
+        assert!(matches!(p.next(t0, t0, 1, None, 0), Next::At(_)));
+        assert!(matches!(p.next(t0, t0, 2, None, 0), Next::At(_)));
+        assert_eq!(
+            p.next(t0, t0, 3, None, 0),
+            Next::GiveUp(GiveUp::AttemptsSpent)
+        );
+        let late = t0 + Duration::from_millis(15 * 60 * 1000 - 100);
+        assert_eq!(
+            p.next(late, t0, 1, None, u32::MAX),
+            Next::GiveUp(GiveUp::BudgetSpent)
+        );
+        assert_eq!(p.next(late, t0, 1, None, 0), Next::At(late));
+    }
+
+    #[test]
+    fn retry_after_is_a_floor_and_the_cap_a_ceiling() {
+        let p = RetryPolicy::default();
+        let t0 = Timestamp::from_millis(1_000_000);
+        let hint = RetryAfter::Delay(Duration::from_secs(5));
+        assert_eq!(
+            p.next(t0, t0, 1, Some(hint), 0),
+            Next::At(t0 + Duration::from_secs(5))
+        );
+        let far = RetryAfter::Delay(Duration::from_secs(31));
+        assert_eq!(
+            p.next(t0, t0, 1, Some(far), 0),
+            Next::GiveUp(GiveUp::RetryAfterBeyondCap)
+        );
+        let date = RetryAfter::At(t0 + Duration::from_secs(2));
+        assert_eq!(
+            p.next(t0, t0, 1, Some(date), 0),
+            Next::At(t0 + Duration::from_secs(2))
+        );
+    }
+
+    #[test]
+    fn bad_policies_name_the_setting() {
+        let zero = RetryPolicy {
+            attempts: 0,
+            ..RetryPolicy::default()
+        };
+        assert!(zero
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("retry.attempts"));
+        let inverted = RetryPolicy {
+            cap: Duration::from_millis(1),
+            ..RetryPolicy::default()
+        };
+        assert!(inverted
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("retry.cap"));
+        assert!(RetryPolicy::default().validate().is_ok());
+    }
+}

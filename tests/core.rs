@@ -1,0 +1,417 @@
+//! The core's rules, scenario by scenario, in simulated time: no sockets, no sleeps.
+#![cfg(not(all(target_arch = "wasm32", any(target_os = "unknown", target_os = "none"))))]
+
+mod core_support;
+
+use core_support::*;
+use oncekey::core::*;
+
+const TICKET: &str =
+    r#"{"subject":"Printer on fire","email":"ana@example.com","body":"3rd floor"}"#;
+
+fn started(d: &mut Driver) -> Submission {
+    let mut s = Submission::new("new-ticket", RetryPolicy::default());
+    assert_eq!(
+        s.begin(T0, request(TICKET), bytes(1)).unwrap(),
+        Begun::Started
+    );
+    d.drain(&mut s);
+    s
+}
+
+#[test]
+fn a_201_settles_and_the_next_submission_gets_a_new_key() {
+    let mut d = Driver::default();
+    let mut s = started(&mut d);
+    assert_eq!(
+        d.sent_unstored, 0,
+        "key and body are stored before the first send"
+    );
+    assert_eq!(d.stored.as_ref().unwrap().key, d.last_sent().key);
+    let first = d.last_sent().clone();
+    s.handle_answer(T0, first.id, &Answer::status(201), 0);
+    d.drain(&mut s);
+    assert_eq!(s.state(), State::Succeeded);
+    assert!(
+        d.stored.is_none(),
+        "the record is removed after a definite answer"
+    );
+    assert_eq!(d.settled.last().unwrap().outcome, Outcome::Succeeded);
+    assert_eq!(d.settled.last().unwrap().status, Some(201));
+
+    s.begin(T0 + secs(1), request(TICKET), bytes(2)).unwrap();
+    d.drain(&mut s);
+    assert_ne!(
+        d.last_sent().key,
+        first.key,
+        "a definite answer spends the key"
+    );
+}
+
+#[test]
+fn every_retry_uses_the_same_key_and_one_ticket_exists() {
+    // 503, lost reply (the server did the work), 409, then the replay.
+    let mut d = Driver::default();
+    let mut server = Server::default();
+    let mut s = started(&mut d);
+    let mut now = T0;
+    let a1 = d.last_sent().clone();
+    s.handle_answer(now, a1.id, &Answer::status(503), u32::MAX);
+    d.drain(&mut s);
+    assert_eq!(s.state(), State::Waiting);
+    now = s.poll_timeout().unwrap();
+    s.handle_timeout(now);
+    d.drain(&mut s);
+    let a2 = d.last_sent().clone();
+    server.handle(&a2); // committed, but the reply is lost
+    s.handle_failure(now, a2.id, Failure::Network, u32::MAX);
+    d.drain(&mut s);
+    now = s.poll_timeout().unwrap();
+    s.handle_timeout(now);
+    d.drain(&mut s);
+    let a3 = d.last_sent().clone();
+    s.handle_answer(now, a3.id, &Answer::status(409), 7);
+    d.drain(&mut s);
+    now = s.poll_timeout().unwrap();
+    s.handle_timeout(now);
+    d.drain(&mut s);
+    let a4 = d.last_sent().clone();
+    let answer = server.handle(&a4);
+    s.handle_answer(now, a4.id, &answer, 0);
+    d.drain(&mut s);
+
+    let keys: Vec<_> = d.sent.iter().map(|a| a.key.clone()).collect();
+    assert_eq!(keys, vec![a1.key.clone(); 4]);
+    assert_eq!(
+        d.sent.iter().map(|a| a.number).collect::<Vec<_>>(),
+        [1, 2, 3, 4]
+    );
+    assert_eq!(server.tickets.len(), 1, "one ticket exists");
+    let settled = d.settled.last().unwrap();
+    assert_eq!(
+        (settled.outcome, settled.replayed, settled.attempts),
+        (Outcome::Succeeded, true, 4)
+    );
+    assert_eq!(d.sent_unstored, 0);
+}
+
+#[test]
+fn retry_after_is_honoured() {
+    let mut d = Driver::default();
+    let mut s = started(&mut d);
+    let a = d.last_sent().clone();
+    let busy = Answer::from_response(409, [("Retry-After", "3")], "", "Idempotency-Key");
+    s.handle_answer(T0, a.id, &busy, 0);
+    d.drain(&mut s);
+    assert_eq!(s.poll_timeout(), Some(T0 + secs(3)));
+    // Too early: nothing is sent.
+    s.handle_timeout(T0 + secs(2));
+    d.drain(&mut s);
+    assert_eq!(d.sent.len(), 1);
+    s.handle_timeout(T0 + secs(3));
+    d.drain(&mut s);
+    assert_eq!(d.sent.len(), 2);
+    assert_eq!(d.last_sent().key, a.key);
+}
+
+#[test]
+fn definite_refusals_are_not_retried_and_free_the_name() {
+    for (answer, outcome) in [
+        (Answer::status(422), Outcome::Conflict),
+        (Answer::status(404), Outcome::Refused),
+        (
+            Answer::from_response(
+                400,
+                [],
+                r#"{"title":"Idempotency-Key header is missing"}"#,
+                "Idempotency-Key",
+            ),
+            Outcome::Misconfigured,
+        ),
+        (
+            Answer::from_response(
+                400,
+                [],
+                r#"{"title":"subject is empty"}"#,
+                "Idempotency-Key",
+            ),
+            Outcome::Refused,
+        ),
+    ] {
+        let mut d = Driver::default();
+        let mut s = started(&mut d);
+        let a = d.last_sent().clone();
+        s.handle_answer(T0, a.id, &answer, 0);
+        d.drain(&mut s);
+        assert_eq!(d.settled.last().unwrap().outcome, outcome);
+        assert_eq!(s.poll_timeout(), None, "{outcome:?} is never retried");
+        assert!(d.stored.is_none());
+        // A corrected request goes out under a new key.
+        s.begin(T0, request(r#"{"subject":"fixed"}"#), bytes(9))
+            .unwrap();
+        d.drain(&mut s);
+        assert_ne!(d.last_sent().key, a.key);
+    }
+}
+
+#[test]
+fn unsure_after_the_attempts_then_try_again_resends_the_same_key() {
+    let mut d = Driver::default();
+    let policy = RetryPolicy {
+        attempts: 3,
+        ..RetryPolicy::default()
+    };
+    let mut s = Submission::new("new-ticket", policy);
+    s.begin(T0, request(TICKET), bytes(1)).unwrap();
+    d.drain(&mut s);
+    let mut now = T0;
+    for _ in 0..3 {
+        let a = d.last_sent().clone();
+        s.handle_failure(now, a.id, Failure::Timeout, 12345);
+        d.drain(&mut s);
+        if let Some(t) = s.poll_timeout() {
+            now = t;
+            s.handle_timeout(now);
+            d.drain(&mut s);
+        }
+    }
+    assert_eq!(s.state(), State::Unsure);
+    let settled = d.settled.last().unwrap();
+    assert_eq!(
+        (settled.outcome, settled.gave_up),
+        (Outcome::Unsure, Some(GiveUp::AttemptsSpent))
+    );
+    assert_eq!(
+        d.stored.as_ref().unwrap().attempts,
+        3,
+        "unsure keeps the record"
+    );
+    let key = d.last_sent().key.clone();
+
+    s.try_again(now + secs(60)).unwrap();
+    d.drain(&mut s);
+    assert_eq!(d.last_sent().key, key);
+    assert_eq!(d.last_sent().number, 4);
+    assert_eq!(d.stored.as_ref().unwrap().round_attempts, 1);
+    s.handle_answer(now, d.last_sent().id, &Answer::status(201), 0);
+    d.drain(&mut s);
+    assert_eq!(s.state(), State::Succeeded);
+}
+
+#[test]
+fn the_budget_counts_across_a_restore() {
+    let mut d = Driver::default();
+    let mut s = started(&mut d);
+    let a = d.last_sent().clone();
+    s.handle_failure(T0, a.id, Failure::Network, 0);
+    d.drain(&mut s);
+    let stored = d.stored.clone().unwrap();
+
+    // A reload 10 minutes later resumes with the same key and body.
+    let mut d2 = Driver::default();
+    let mut s2 = Submission::new("new-ticket", RetryPolicy::default());
+    s2.restore(T0 + secs(600), stored.clone(), true).unwrap();
+    d2.drain(&mut s2);
+    assert_eq!(s2.state(), State::Sending);
+    assert_eq!(d2.last_sent().key, a.key);
+    assert_eq!(d2.last_sent().request.body, TICKET);
+    assert_eq!(d2.last_sent().number, 2);
+    // The budget still counts from the first attempt: one more failure near its end gives up.
+    s2.handle_failure(
+        T0 + secs(15 * 60),
+        d2.last_sent().id,
+        Failure::Network,
+        u32::MAX,
+    );
+    d2.drain(&mut s2);
+    assert_eq!(s2.state(), State::Unsure);
+    assert_eq!(
+        d2.settled.last().unwrap().gave_up,
+        Some(GiveUp::BudgetSpent)
+    );
+
+    // A reload after the budget is spent finds it unsure and does not send by itself.
+    let mut d3 = Driver::default();
+    let mut s3 = Submission::new("new-ticket", RetryPolicy::default());
+    s3.restore(T0 + secs(16 * 60), stored.clone(), true)
+        .unwrap();
+    d3.drain(&mut s3);
+    assert_eq!(s3.state(), State::Unsure);
+    assert!(d3.sent.is_empty());
+    assert_eq!(s3.pending().unwrap().key, a.key);
+    // Without resume it is unsure even within the budget.
+    let mut s4 = Submission::new("new-ticket", RetryPolicy::default());
+    s4.restore(T0 + secs(1), stored, false).unwrap();
+    assert_eq!(s4.state(), State::Unsure);
+}
+
+#[test]
+fn same_body_joins_other_body_is_refused() {
+    let mut d = Driver::default();
+    let mut s = started(&mut d);
+    let reordered =
+        r#"{ "body": "3rd floor", "email": "ana@example.com", "subject": "Printer on fire" }"#;
+    assert_eq!(
+        s.begin(T0, request(reordered), bytes(2)).unwrap(),
+        Begun::Joined
+    );
+    d.drain(&mut s);
+    assert_eq!(d.sent.len(), 1, "a double submit sends nothing new");
+
+    let before = d.stored.clone();
+    let err = s
+        .begin(T0, request(r#"{"subject":"other"}"#), bytes(3))
+        .unwrap_err();
+    assert!(matches!(
+        err,
+        BeginError::PendingMismatch {
+            differs: "body",
+            ..
+        }
+    ));
+    assert!(err.to_string().contains("discard"), "{err}");
+    d.drain(&mut s);
+    assert_eq!(d.stored, before, "the pending record is untouched");
+    assert_eq!(d.sent.len(), 1);
+
+    let other_url = Request::new("POST", "/api/other", TICKET, Encoding::Json).unwrap();
+    assert!(matches!(
+        s.begin(T0, other_url, bytes(4)),
+        Err(BeginError::PendingMismatch { differs: "url", .. })
+    ));
+
+    // Unsure, the same body again counts as Try again.
+    s.handle_answer(
+        T0,
+        d.last_sent().id,
+        &Answer::from_response(503, [("x-should-retry", "false")], "", "k"),
+        0,
+    );
+    d.drain(&mut s);
+    assert_eq!(s.state(), State::Unsure);
+    assert_eq!(
+        d.settled.last().unwrap().gave_up,
+        Some(GiveUp::ServerSaidStop)
+    );
+    assert_eq!(
+        s.begin(T0, request(TICKET), bytes(5)).unwrap(),
+        Begun::Resumed
+    );
+    d.drain(&mut s);
+    assert_eq!(d.sent.len(), 2);
+    assert_eq!(d.sent[0].key, d.sent[1].key);
+}
+
+#[test]
+fn discard_forgets_and_a_late_answer_is_ignored() {
+    let mut d = Driver::default();
+    let mut s = started(&mut d);
+    let a = d.last_sent().clone();
+    s.discard();
+    d.drain(&mut s);
+    assert_eq!(s.state(), State::Idle);
+    assert!(d.stored.is_none());
+    s.begin(T0, request(TICKET), bytes(2)).unwrap();
+    d.drain(&mut s);
+    let b = d.last_sent().clone();
+    assert_ne!(a.key, b.key, "a discard means a new key next time");
+    // The abandoned attempt's answer arrives: ignored.
+    s.handle_answer(T0, a.id, &Answer::status(201), 0);
+    d.drain(&mut s);
+    assert_eq!(s.state(), State::Sending);
+    assert!(d.stored.is_some());
+    assert!(s.try_again(T0).is_ok());
+    let mut idle = Submission::new("x", RetryPolicy::default());
+    assert_eq!(idle.try_again(T0), Err(StateError::NothingPending));
+}
+
+#[test]
+fn restore_checks_the_record_belongs_here() {
+    let mut d = Driver::default();
+    let s = started(&mut d);
+    let record = s.pending().unwrap().clone();
+    let mut other = Submission::new("feedback", RetryPolicy::default());
+    assert!(matches!(
+        other.restore(T0, record.clone(), true),
+        Err(StateError::OtherName(_))
+    ));
+    let mut busy = Submission::new("new-ticket", RetryPolicy::default());
+    busy.begin(T0, request("{}"), bytes(7)).unwrap();
+    assert!(matches!(
+        busy.restore(T0, record, true),
+        Err(StateError::AlreadyPending(_))
+    ));
+}
+
+#[test]
+fn a_caller_key_is_used_as_given() {
+    let ns = uuid::Uuid::from_u128(7);
+    let key = Key::derive(&ns, "withdrawal-77");
+    let mut d = Driver::default();
+    let mut s = Submission::new("payout-77", RetryPolicy::default());
+    s.begin(T0, request("{}"), NewKey::Given(key.clone()))
+        .unwrap();
+    d.drain(&mut s);
+    assert_eq!(d.last_sent().key, key);
+}
+
+#[test]
+fn many_lossy_submissions_make_one_ticket_each() {
+    // 200 intended submissions through a network that loses half the replies and fails a third
+    // of the requests before the work: each ends with exactly one ticket.
+    let mut server = Server::default();
+    let mut step = 0u32;
+    let mut unsure_rounds = 0;
+    let mut rng = 0x9E37_79B9_7F4A_7C15u64;
+    for n in 0..200u32 {
+        let body = format!(r#"{{"subject":"ticket {n}"}}"#);
+        let mut d = Driver::default();
+        let mut s = Submission::new("t", RetryPolicy::default());
+        let mut seed = [0u8; 16];
+        seed[..4].copy_from_slice(&n.to_le_bytes());
+        s.begin(T0, request(&body), NewKey::Random(seed)).unwrap();
+        d.drain(&mut s);
+        let mut now = T0;
+        while s.state().is_pending() {
+            step += 1;
+            if s.state() == State::Unsure {
+                // Retries ran out: the person presses "Try again" a minute later.
+                now = now + secs(60);
+                s.try_again(now).unwrap();
+                unsure_rounds += 1;
+            } else if let Some(t) = s.poll_timeout() {
+                now = t;
+                s.handle_timeout(now);
+            } else {
+                let a = d.last_sent().clone();
+                rng ^= rng << 13;
+                rng ^= rng >> 7;
+                rng ^= rng << 17;
+                if rng % 3 == 0 {
+                    s.handle_answer(
+                        now,
+                        a.id,
+                        &Answer::status(503),
+                        step.wrapping_mul(2654435761),
+                    );
+                } else {
+                    let answer = server.handle(&a);
+                    if (rng >> 8) % 2 == 0 {
+                        s.handle_failure(now, a.id, Failure::Network, step.wrapping_mul(40503));
+                    } else {
+                        s.handle_answer(now, a.id, &answer, 0);
+                    }
+                }
+            }
+            d.drain(&mut s);
+            assert!(step < 100_000, "no livelock");
+        }
+        assert_eq!(s.state(), State::Succeeded, "submission {n}");
+    }
+    assert_eq!(server.tickets.len(), 200);
+    assert!(unsure_rounds > 0, "the schedule also exercised Try again");
+    let mut bodies: Vec<_> = server.tickets.iter().map(|t| t.1.clone()).collect();
+    bodies.sort();
+    bodies.dedup();
+    assert_eq!(bodies.len(), 200, "no ticket twice");
+}
