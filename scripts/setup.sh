@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# Installs what oncekey's build and tests need, idempotently: a second run does nothing.
+# Where it cannot install (not root, no network), it says what is missing and how to get it.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+say() { printf '[setup] %s\n' "$*"; }
+missing=()
+
+# The wasm32 target.
+if ! rustup target list --installed | grep -qx wasm32-unknown-unknown; then
+    say "adding the wasm32-unknown-unknown target"
+    rustup target add wasm32-unknown-unknown
+fi
+
+# wasm-pack, pinned so every machine builds the package the same way.
+WASM_PACK_VERSION=0.15.1
+if ! wasm-pack --version 2>/dev/null | grep -q "$WASM_PACK_VERSION"; then
+    say "installing wasm-pack $WASM_PACK_VERSION (about 4 minutes)"
+    cargo install wasm-pack --version "$WASM_PACK_VERSION"
+fi
+
+# wasm-bindgen-cli at exactly the wasm-bindgen version in Cargo.lock, or wasm-pack tries to
+# download one (and fails without network). Not --locked: one of its pinned dependencies is
+# missing from the registry here.
+if [ ! -f Cargo.lock ]; then
+    cargo generate-lockfile
+fi
+WB_VERSION=$(awk '/^name = "wasm-bindgen"$/ { getline; gsub(/version = |"/, ""); print; exit }' Cargo.lock)
+if [ -z "$WB_VERSION" ]; then
+    say "no wasm-bindgen in Cargo.lock; resolving the wasm32 dependencies"
+    cargo fetch --target wasm32-unknown-unknown
+    WB_VERSION=$(awk '/^name = "wasm-bindgen"$/ { getline; gsub(/version = |"/, ""); print; exit }' Cargo.lock)
+fi
+if ! wasm-bindgen --version 2>/dev/null | grep -q " $WB_VERSION\b"; then
+    say "installing wasm-bindgen-cli $WB_VERSION (to match Cargo.lock)"
+    cargo install wasm-bindgen-cli --version "$WB_VERSION" --force
+fi
+
+# Debian's Chromium and ChromeDriver for the headless browser tests. Never a browser download.
+if [ ! -x /usr/bin/chromium ] || [ ! -x /usr/bin/chromedriver ]; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+        say "installing Debian's chromium and chromium-driver"
+        apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null
+    else
+        missing+=("chromium and chromedriver at /usr/bin (as root: apt-get install chromium chromium-driver)")
+    fi
+fi
+
+# npm tools: binaryen 132's wasm-opt (Debian's binaryen breaks this rustc's modules) and
+# playwright-core (drives /usr/bin/chromium; never downloads a browser).
+if ! command -v npm >/dev/null; then
+    missing+=("Node.js 20 and npm (apt-get install nodejs npm)")
+else
+    if [ ! -d tools/node_modules/binaryen ] || [ ! -d tools/node_modules/playwright-core ]; then
+        say "installing npm tools (binaryen, playwright-core)"
+        npm ci --prefix tools --no-audit --no-fund --loglevel=error
+    fi
+fi
+
+if [ ${#missing[@]} -gt 0 ]; then
+    say "cannot install these here; please install them and run again:"
+    for m in "${missing[@]}"; do say "  - $m"; done
+    exit 1
+fi
+say "ready: wasm32 target, wasm-pack $WASM_PACK_VERSION, wasm-bindgen-cli $WB_VERSION, chromium, npm tools"
