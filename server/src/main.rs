@@ -1,1 +1,133 @@
-fn main() {}
+//! The command line of the reference server. See `--help`.
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Parser;
+use oncekey_server::Config;
+
+/// The oncekey reference server: a small help desk whose `POST /api/tickets` honours
+/// `Idempotency-Key` (CONTRACT.md section 6).
+#[derive(Debug, Parser)]
+#[command(version)]
+struct Args {
+    /// Address to listen on; port 0 picks a free one (printed as `listening on http://IP:PORT`).
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    addr: SocketAddr,
+    /// SQLite database file, or `:memory:`.
+    #[arg(long, default_value = "helpdesk.db")]
+    db: String,
+    /// Folder served at `/` (the demo's build output).
+    #[arg(long)]
+    www: Option<PathBuf>,
+    /// Folder served at `/pkg/` (the browser package).
+    #[arg(long)]
+    pkg: Option<PathBuf>,
+    /// Another static folder, as `/prefix=DIR` (repeatable).
+    #[arg(long = "mount", value_parser = parse_mount)]
+    mounts: Vec<(String, PathBuf)>,
+    /// Obey the `X-Fault` request header (drop-reply, fail-before, delay=MS, crash-before-commit).
+    #[arg(long)]
+    faults: bool,
+    /// Apply random faults to this fraction (0 to 1) of requests; implies --faults.
+    #[arg(long, default_value_t = 0.0)]
+    fault_rate: f64,
+    /// Seed of the random faults.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// How long completed receipts are kept (e.g. `24h`, `90m`).
+    #[arg(long, default_value = "24h", value_parser = humantime::parse_duration)]
+    receipt_ttl: Duration,
+    /// How long a claim on a key holds before another request may take it over (e.g. `10s`,
+    /// `500ms`).
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    lease: Duration,
+    /// An origin allowed by CORS (repeatable); by default any `http://127.0.0.1:*` or
+    /// `http://localhost:*` origin.
+    #[arg(long = "cors-origin")]
+    cors_origins: Vec<String>,
+    /// Serve `POST /api/tickets` without the key check (the benchmark's baseline only).
+    #[arg(long)]
+    no_key_check: bool,
+}
+
+fn parse_mount(s: &str) -> Result<(String, PathBuf), String> {
+    let (prefix, dir) = s
+        .split_once('=')
+        .ok_or_else(|| format!("expected /prefix=DIR, got {s:?}"))?;
+    if !prefix.starts_with('/') || prefix.len() < 2 || prefix.ends_with('/') {
+        return Err(format!(
+            "the prefix must start with / and not end with one, got {prefix:?}"
+        ));
+    }
+    Ok((prefix.to_owned(), PathBuf::from(dir)))
+}
+
+#[tokio::main]
+async fn main() {
+    let args = Args::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "info,tower_http=warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let config = Config {
+        addr: args.addr,
+        db: args.db,
+        www: args.www,
+        pkg: args.pkg,
+        mounts: args.mounts,
+        faults: args.faults,
+        fault_rate: args.fault_rate,
+        seed: args.seed,
+        receipt_ttl: args.receipt_ttl,
+        lease: args.lease,
+        cors_origins: args.cors_origins,
+        key_check: !args.no_key_check,
+        ..Config::default()
+    };
+    let server = match oncekey_server::start(config).await {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("oncekey-server: {e}");
+            std::process::exit(1);
+        }
+    };
+    // The one line on stdout: scripts and tests read the port from it.
+    let mut out = std::io::stdout();
+    let _ = writeln!(out, "listening on {}", server.url());
+    let _ = out.flush();
+    let stop = server.shutdown_handle();
+    tokio::spawn(async move {
+        shutdown_signal().await;
+        tracing::info!("signal received");
+        stop.cancel();
+    });
+    server.wait().await;
+}
+
+async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        let mut term = match signal(SignalKind::terminate()) {
+            Ok(s) => s,
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+                return;
+            }
+        };
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}

@@ -1,0 +1,120 @@
+//! # Faults, for the demo and the tests
+//!
+//! Off unless the server is started with `--faults` (or `--fault-rate`). A request asks for one
+//! with an `X-Fault` header; with a fault rate, requests that ask for none get one at random from
+//! a seeded generator, so a chaos run can be repeated.
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+/// The longest `delay=MS` honoured.
+pub const MAX_DELAY: Duration = Duration::from_secs(60);
+
+/// A fault a request suffers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// Commit, then close the connection without an answer: the lost acknowledgement.
+    DropReply,
+    /// `503` before any work.
+    FailBefore,
+    /// Hold the answer this long while holding the key's claim (a second request with the same
+    /// key meanwhile gets `409`).
+    Delay(Duration),
+    /// Do the work, roll it back, and close the connection: a process that died mid-request.
+    /// Its claim stays until its lease ends, as a dead process's would.
+    CrashBeforeCommit,
+}
+
+impl Fault {
+    /// Reads an `X-Fault` value: `drop-reply`, `fail-before`, `delay=MS`, `crash-before-commit`.
+    pub fn parse(value: &str) -> Result<Fault, String> {
+        match value.trim() {
+            "drop-reply" => Ok(Fault::DropReply),
+            "fail-before" => Ok(Fault::FailBefore),
+            "crash-before-commit" => Ok(Fault::CrashBeforeCommit),
+            other => {
+                let ms = other
+                    .strip_prefix("delay=")
+                    .and_then(|ms| ms.parse::<u64>().ok())
+                    .ok_or_else(|| {
+                        format!(
+                            "unknown fault {other:?}; known: drop-reply, fail-before, delay=MS, crash-before-commit"
+                        )
+                    })?;
+                Ok(Fault::Delay(Duration::from_millis(ms).min(MAX_DELAY)))
+            }
+        }
+    }
+}
+
+/// Random faults at a rate, from a seeded generator.
+#[derive(Debug)]
+pub struct RandomFaults {
+    rate: f64,
+    state: Mutex<u64>,
+}
+
+impl RandomFaults {
+    /// Faults for a fraction `rate` (0 to 1) of requests, drawn from `seed`.
+    pub fn new(rate: f64, seed: u64) -> RandomFaults {
+        RandomFaults {
+            rate: rate.clamp(0.0, 1.0),
+            state: Mutex::new(seed),
+        }
+    }
+
+    /// The next request's fault, if any.
+    pub fn draw(&self) -> Option<Fault> {
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let mut next = || splitmix64(&mut state);
+        let roll = (next() >> 11) as f64 / (1u64 << 53) as f64;
+        if roll >= self.rate {
+            return None;
+        }
+        Some(match next() % 4 {
+            0 => Fault::DropReply,
+            1 => Fault::FailBefore,
+            2 => Fault::CrashBeforeCommit,
+            _ => Fault::Delay(Duration::from_millis(50 + next() % 950)),
+        })
+    }
+}
+
+/// SplitMix64: small, fast, and the same sequence on every platform for a seed.
+fn splitmix64(state: &mut u64) -> u64 {
+    *state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    let mut z = *state;
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fault_names_parse() {
+        assert_eq!(Fault::parse("drop-reply"), Ok(Fault::DropReply));
+        assert_eq!(Fault::parse(" fail-before "), Ok(Fault::FailBefore));
+        assert_eq!(
+            Fault::parse("delay=250"),
+            Ok(Fault::Delay(Duration::from_millis(250)))
+        );
+        assert_eq!(Fault::parse("delay=99999999"), Ok(Fault::Delay(MAX_DELAY)));
+        assert!(Fault::parse("delay=x").is_err());
+        assert!(Fault::parse("explode").unwrap_err().contains("drop-reply"));
+    }
+
+    #[test]
+    fn random_faults_repeat_for_a_seed_and_follow_the_rate() {
+        let a = RandomFaults::new(0.3, 42);
+        let b = RandomFaults::new(0.3, 42);
+        let draws: Vec<_> = (0..1000).map(|_| a.draw()).collect();
+        assert_eq!(draws, (0..1000).map(|_| b.draw()).collect::<Vec<_>>());
+        let faulted = draws.iter().filter(|d| d.is_some()).count();
+        assert!((200..400).contains(&faulted), "{faulted}");
+        assert!(RandomFaults::new(0.0, 1).draw().is_none());
+        assert!((0..100).all(|_| RandomFaults::new(1.0, 7).draw().is_some()));
+    }
+}

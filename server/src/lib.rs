@@ -1,0 +1,369 @@
+//! # oncekey-server: the reference server
+//!
+//! A small help desk that follows the server side of the oncekey contract (CONTRACT.md section
+//! 6): people open support tickets with `POST /api/tickets` and an `Idempotency-Key`, and a
+//! repeat of a request gets the first answer back instead of a second ticket. It is the demo's
+//! backend and the real peer of the SDK's tests.
+//!
+//! [`start`] binds, serves and returns a [`Server`] with its bound address, so tests can run it
+//! in-process on port 0; `main.rs` is the command line around it.
+//!
+//! The accept loop is our own (hyper's HTTP/1 connections, not `axum::serve`) for one reason:
+//! the `drop-reply` and `crash-before-commit` faults must close a connection with no answer at
+//! all, so every request carries a [`api::ConnectionAbort`] that its connection's task obeys.
+#![deny(missing_docs, missing_debug_implementations)]
+
+pub mod api;
+pub mod faults;
+pub mod store;
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::AtomicI64;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use axum::http::{HeaderName, HeaderValue, Method, Request};
+use axum::routing::{get, post};
+use axum::Router;
+use hyper::body::Incoming;
+use hyper_util::rt::TokioIo;
+use hyper_util::server::graceful::GracefulShutdown;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+use tower::ServiceExt;
+use tower_http::cors::{AllowOrigin, CorsLayer};
+use tower_http::services::ServeDir;
+use tower_http::trace::TraceLayer;
+
+use crate::api::{App, ConnectionAbort};
+use crate::faults::RandomFaults;
+use crate::store::Store;
+
+/// How the server runs.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Where to listen; port 0 picks a free port.
+    pub addr: SocketAddr,
+    /// The SQLite database file, or `:memory:`.
+    pub db: String,
+    /// Served at `/` (the demo's build output).
+    pub www: Option<PathBuf>,
+    /// Served at `/pkg/` (the browser package).
+    pub pkg: Option<PathBuf>,
+    /// More static folders: (URL prefix, folder).
+    pub mounts: Vec<(String, PathBuf)>,
+    /// Whether `X-Fault` is obeyed.
+    pub faults: bool,
+    /// Random faults for this fraction of requests (implies `faults`).
+    pub fault_rate: f64,
+    /// The seed of the random faults.
+    pub seed: u64,
+    /// How long a completed receipt is kept.
+    pub receipt_ttl: Duration,
+    /// How long a claim on a key holds before another request may take it over.
+    pub lease: Duration,
+    /// Origins allowed by CORS; empty means any loopback origin (`http://127.0.0.1:*`,
+    /// `http://localhost:*`).
+    pub cors_origins: Vec<String>,
+    /// Whether `POST /api/tickets` checks keys (off only for the benchmark's baseline).
+    pub key_check: bool,
+    /// How often expired receipts are removed.
+    pub sweep_every: Duration,
+}
+
+impl Default for Config {
+    fn default() -> Config {
+        Config {
+            addr: SocketAddr::from(([127, 0, 0, 1], 0)),
+            db: ":memory:".to_owned(),
+            www: None,
+            pkg: None,
+            mounts: Vec::new(),
+            faults: false,
+            fault_rate: 0.0,
+            seed: 0,
+            receipt_ttl: Duration::from_secs(24 * 60 * 60),
+            lease: Duration::from_secs(10),
+            cors_origins: Vec::new(),
+            key_check: true,
+            sweep_every: Duration::from_secs(60),
+        }
+    }
+}
+
+/// Why the server could not start.
+#[derive(Debug)]
+pub enum StartError {
+    /// The address could not be bound.
+    Bind(std::io::Error),
+    /// The database could not be opened.
+    Store(store::Failure),
+    /// A configuration value is not usable.
+    Config(String),
+}
+
+impl std::fmt::Display for StartError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StartError::Bind(e) => write!(f, "cannot listen: {e}"),
+            StartError::Store(e) => write!(f, "cannot open the database: {e}"),
+            StartError::Config(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+impl std::error::Error for StartError {}
+
+/// A running server.
+#[derive(Debug)]
+pub struct Server {
+    addr: SocketAddr,
+    stop: CancellationToken,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Server {
+    /// The address it listens on.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// `http://IP:PORT`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// A handle that asks the server to shut down when cancelled.
+    pub fn shutdown_handle(&self) -> CancellationToken {
+        self.stop.clone()
+    }
+
+    /// Stops accepting, lets open requests finish (10 s at most), and closes the database after
+    /// its last commit.
+    pub async fn shutdown(self) {
+        self.stop.cancel();
+        let _ = self.task.await;
+    }
+
+    /// Runs until the shutdown handle is cancelled.
+    pub async fn wait(self) {
+        let _ = self.task.await;
+    }
+}
+
+/// Builds the routes around an [`App`].
+fn router(app: Arc<App>, config: &Config) -> Router {
+    let mut router = Router::new()
+        .route(
+            "/api/tickets",
+            post(api::create_ticket).get(api::list_tickets),
+        )
+        .route("/api/plain/tickets", post(api::create_plain_ticket))
+        .route("/api/stats", get(api::stats))
+        .with_state(app);
+    for (prefix, dir) in &config.mounts {
+        router = router.nest_service(prefix, ServeDir::new(dir));
+    }
+    if let Some(pkg) = &config.pkg {
+        router = router.nest_service("/pkg", ServeDir::new(pkg));
+    }
+    if let Some(www) = &config.www {
+        router = router.fallback_service(ServeDir::new(www));
+    }
+    router
+        .layer(cors(&config.cors_origins))
+        .layer(TraceLayer::new_for_http())
+}
+
+fn cors(origins: &[String]) -> CorsLayer {
+    let origins: Vec<String> = origins.to_vec();
+    let allow = AllowOrigin::predicate(move |origin: &HeaderValue, _| {
+        let Ok(origin) = origin.to_str() else {
+            return false;
+        };
+        if origins.is_empty() {
+            is_loopback_origin(origin)
+        } else {
+            origins.iter().any(|o| o == origin)
+        }
+    });
+    CorsLayer::new()
+        .allow_origin(allow)
+        .allow_methods([Method::GET, Method::POST])
+        .allow_headers([
+            HeaderName::from_static("idempotency-key"),
+            HeaderName::from_static("content-type"),
+            HeaderName::from_static("x-tenant"),
+            HeaderName::from_static("x-fault"),
+        ])
+        .expose_headers([
+            HeaderName::from_static("idempotent-replayed"),
+            HeaderName::from_static("retry-after"),
+        ])
+        .max_age(Duration::from_secs(600))
+}
+
+/// `http://127.0.0.1`, `http://localhost` and `http://[::1]`, with any port or none.
+fn is_loopback_origin(origin: &str) -> bool {
+    let Some(rest) = origin.strip_prefix("http://") else {
+        return false;
+    };
+    let host = ["127.0.0.1", "localhost", "[::1]"]
+        .into_iter()
+        .find_map(|h| rest.strip_prefix(h));
+    match host {
+        Some("") => true,
+        Some(port) => port
+            .strip_prefix(':')
+            .is_some_and(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit())),
+        None => false,
+    }
+}
+
+/// Binds, opens the database and serves until shut down.
+pub async fn start(config: Config) -> Result<Server, StartError> {
+    if !(0.0..=1.0).contains(&config.fault_rate) {
+        return Err(StartError::Config(format!(
+            "--fault-rate must be between 0 and 1, not {}",
+            config.fault_rate
+        )));
+    }
+    if config.lease.is_zero() {
+        return Err(StartError::Config("--lease must be positive".into()));
+    }
+    let (store, writer) = Store::open(&config.db).map_err(StartError::Store)?;
+    let listener = TcpListener::bind(config.addr)
+        .await
+        .map_err(StartError::Bind)?;
+    let addr = listener.local_addr().map_err(StartError::Bind)?;
+    let random_faults =
+        (config.fault_rate > 0.0).then(|| RandomFaults::new(config.fault_rate, config.seed));
+    let first_token = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos() as i64)
+        .unwrap_or(1);
+    let app = Arc::new(App {
+        store: store.clone(),
+        faults: config.faults || random_faults.is_some(),
+        random_faults,
+        lease: config.lease,
+        receipt_ttl: config.receipt_ttl,
+        key_check: config.key_check,
+        counters: Mutex::new(HashMap::new()),
+        // Unique across restarts, so a dead process's token never matches a live request's.
+        next_token: AtomicI64::new(first_token),
+    });
+    let router = router(app, &config);
+    let stop = CancellationToken::new();
+    let sweeper = tokio::spawn(sweep(store.clone(), config.receipt_ttl, config.sweep_every));
+    let task = tokio::spawn(serve(listener, router, stop.clone(), async move {
+        sweeper.abort();
+        store.stop();
+        let _ = tokio::task::spawn_blocking(move || writer.join()).await;
+        tracing::info!("database closed");
+    }));
+    tracing::info!(%addr, db = %config.db, faults = config.faults, "serving");
+    Ok(Server { addr, stop, task })
+}
+
+async fn serve(
+    listener: TcpListener,
+    router: Router,
+    stop: CancellationToken,
+    close: impl std::future::Future<Output = ()>,
+) {
+    let graceful = GracefulShutdown::new();
+    loop {
+        let (stream, _peer) = tokio::select! {
+            _ = stop.cancelled() => break,
+            accepted = listener.accept() => match accepted {
+                Ok(a) => a,
+                Err(e) => {
+                    // Out of file descriptors and the like: wait a moment rather than spin.
+                    tracing::warn!("accept failed: {e}");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+        };
+        let _ = stream.set_nodelay(true);
+        let abort = ConnectionAbort::default();
+        let router = router.clone();
+        let token = abort.clone();
+        let service = hyper::service::service_fn(move |mut request: Request<Incoming>| {
+            request.extensions_mut().insert(token.clone());
+            router.clone().oneshot(request)
+        });
+        let connection = hyper::server::conn::http1::Builder::new()
+            .serve_connection(TokioIo::new(stream), service);
+        let connection = graceful.watch(connection);
+        tokio::spawn(async move {
+            tokio::select! {
+                result = connection => {
+                    if let Err(e) = result {
+                        tracing::debug!("connection ended: {e}");
+                    }
+                }
+                // Dropping the connection closes the socket with no answer written.
+                _ = abort.0.cancelled() => {}
+            }
+        });
+    }
+    drop(listener);
+    tracing::info!("shutting down: letting open requests finish");
+    tokio::select! {
+        _ = graceful.shutdown() => {}
+        _ = tokio::time::sleep(Duration::from_secs(10)) => {
+            tracing::warn!("open connections did not finish within 10 s");
+        }
+    }
+    close.await;
+}
+
+/// Removes receipts older than the TTL, now and then.
+async fn sweep(store: Store, ttl: Duration, every: Duration) {
+    let mut ticker = tokio::time::interval(every.max(Duration::from_millis(10)));
+    loop {
+        ticker.tick().await;
+        let before = SystemTime::now()
+            .checked_sub(ttl)
+            .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+            .map(|d| d.as_millis() as i64)
+            .unwrap_or(0);
+        match store.run(move |conn| store::sweep(conn, before)).await {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(removed = n, "swept expired receipts"),
+            Err(store::Failure::Closed) => return,
+            Err(e) => tracing::warn!("sweeping receipts failed: {e}"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn loopback_origins_only_by_default() {
+        for ok in [
+            "http://127.0.0.1:8080",
+            "http://localhost:3000",
+            "http://localhost",
+            "http://[::1]:9",
+        ] {
+            assert!(is_loopback_origin(ok), "{ok}");
+        }
+        for bad in [
+            "https://localhost:3000",
+            "http://localhost.evil.com",
+            "http://127.0.0.1.evil:80",
+            "http://127.0.0.1:",
+            "http://evil.com",
+            "null",
+        ] {
+            assert!(!is_loopback_origin(bad), "{bad}");
+        }
+    }
+}
