@@ -1,0 +1,211 @@
+//! Starts the server in-process on a free port and talks to it over real HTTP.
+#![allow(dead_code)]
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use oncekey_server::{Config, Server};
+use serde_json::Value;
+
+/// A server for one test, and a tenant of its own.
+pub struct Desk {
+    pub server: Server,
+    pub client: reqwest::Client,
+    pub tenant: String,
+}
+
+pub const TICKET: &str =
+    r#"{"subject":"Printer on fire","body":"Third floor, again.","email":"ada@example.com"}"#;
+
+static NEXT_TENANT: AtomicUsize = AtomicUsize::new(0);
+
+pub fn tenant_name(test: &str) -> String {
+    format!("{test}-{}", NEXT_TENANT.fetch_add(1, Ordering::Relaxed))
+}
+
+pub fn client() -> reqwest::Client {
+    // The workspace builds reqwest with `rustls-no-provider` (the native driver picks its
+    // provider), so a client needs one installed even for plain http.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    reqwest::Client::builder()
+        .timeout(Duration::from_secs(30))
+        .build()
+        .unwrap()
+}
+
+impl Desk {
+    /// A server with faults on and a short lease.
+    pub async fn start(test: &str) -> Desk {
+        Desk::with(
+            test,
+            Config {
+                faults: true,
+                lease: Duration::from_millis(300),
+                ..Config::default()
+            },
+        )
+        .await
+    }
+
+    pub async fn with(test: &str, config: Config) -> Desk {
+        let server = oncekey_server::start(config).await.expect("server starts");
+        Desk {
+            server,
+            client: client(),
+            tenant: tenant_name(test),
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.server.url())
+    }
+
+    /// A keyed JSON ticket request, not yet sent.
+    pub fn post(&self, key: Option<&str>, body: &str) -> reqwest::RequestBuilder {
+        self.request("/api/tickets", &self.tenant, key, "application/json", body)
+    }
+
+    /// A keyed form ticket request, not yet sent.
+    pub fn post_form(&self, key: Option<&str>, body: &str) -> reqwest::RequestBuilder {
+        let form = "application/x-www-form-urlencoded";
+        self.request("/api/tickets", &self.tenant, key, form, body)
+    }
+
+    pub fn post_to(&self, path: &str, key: Option<&str>, body: &str) -> reqwest::RequestBuilder {
+        self.request(path, &self.tenant, key, "application/json", body)
+    }
+
+    /// Any request; reqwest's `header` adds a value rather than replacing one, so every
+    /// header that a test may vary is set here once.
+    pub fn request(
+        &self,
+        path: &str,
+        tenant: &str,
+        key: Option<&str>,
+        content_type: &str,
+        body: &str,
+    ) -> reqwest::RequestBuilder {
+        let mut request = self
+            .client
+            .post(self.url(path))
+            .header("X-Tenant", tenant)
+            .header("Content-Type", content_type)
+            .body(body.to_owned());
+        if let Some(key) = key {
+            request = request.header("Idempotency-Key", key);
+        }
+        request
+    }
+
+    pub async fn stats(&self) -> Value {
+        self.client
+            .get(self.url("/api/stats"))
+            .header("X-Tenant", &self.tenant)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap()
+    }
+
+    pub async fn stat(&self, name: &str) -> i64 {
+        self.stats().await[name]
+            .as_i64()
+            .unwrap_or_else(|| panic!("no stat {name}"))
+    }
+
+    pub async fn tickets(&self) -> Vec<Value> {
+        self.client
+            .get(self.url("/api/tickets?limit=10000"))
+            .header("X-Tenant", &self.tenant)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap()
+    }
+
+    /// Polls the stats until `name` reaches `value` (bounded: 2000 polls).
+    pub async fn wait_for_stat(&self, name: &str, value: i64) {
+        for _ in 0..2000 {
+            if self.stat(name).await == value {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        panic!("{name} never reached {value}: {}", self.stats().await);
+    }
+}
+
+/// An answer read whole.
+#[derive(Debug)]
+pub struct Answer {
+    pub status: u16,
+    pub replayed: bool,
+    pub content_type: String,
+    pub retry_after: Option<String>,
+    pub body: Vec<u8>,
+}
+
+impl Answer {
+    pub async fn read(response: reqwest::Response) -> Answer {
+        let header = |name: &str| {
+            response
+                .headers()
+                .get(name)
+                .map(|v| v.to_str().unwrap().to_owned())
+        };
+        let replayed = header("idempotent-replayed").as_deref() == Some("true");
+        let content_type = header("content-type").unwrap_or_default();
+        let retry_after = header("retry-after");
+        let status = response.status().as_u16();
+        let body = response.bytes().await.unwrap().to_vec();
+        Answer {
+            status,
+            replayed,
+            content_type,
+            retry_after,
+            body,
+        }
+    }
+
+    pub fn json(&self) -> Value {
+        serde_json::from_slice(&self.body).unwrap()
+    }
+
+    /// The names in a problem document's `invalid-params`.
+    pub fn invalid_names(&self) -> Vec<String> {
+        self.json()["invalid-params"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .map(|p| p["name"].as_str().unwrap().to_owned())
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+}
+
+pub async fn send(request: reqwest::RequestBuilder) -> Answer {
+    Answer::read(request.send().await.expect("an answer")).await
+}
+
+/// Sends until the answer is definite (not 409, not 5xx, not a transport error), as a client
+/// following the contract would, with the same key and body every time (bounded: 500 tries).
+pub async fn send_until_definite(make: impl Fn() -> reqwest::RequestBuilder) -> Answer {
+    for _ in 0..500 {
+        match make().send().await {
+            Ok(response) => {
+                let answer = Answer::read(response).await;
+                if answer.status != 409 && answer.status < 500 {
+                    return answer;
+                }
+            }
+            Err(_) => {}
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("no definite answer after 500 tries");
+}
