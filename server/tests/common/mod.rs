@@ -196,14 +196,12 @@ pub async fn send(request: reqwest::RequestBuilder) -> Answer {
 /// following the contract would, with the same key and body every time (bounded: 500 tries).
 pub async fn send_until_definite(make: impl Fn() -> reqwest::RequestBuilder) -> Answer {
     for _ in 0..500 {
-        match make().send().await {
-            Ok(response) => {
-                let answer = Answer::read(response).await;
-                if answer.status != 409 && answer.status < 500 {
-                    return answer;
-                }
+        // A transport error is "unknown": retry, like a 409 or a 5xx.
+        if let Ok(response) = make().send().await {
+            let answer = Answer::read(response).await;
+            if answer.status != 409 && answer.status < 500 {
+                return answer;
             }
-            Err(_) => {}
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }

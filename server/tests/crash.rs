@@ -1,0 +1,208 @@
+//! The real binary, killed with SIGKILL in the middle of many keyed requests and restarted on
+//! the same database file: no receipt without its ticket, no ticket without its receipt, and
+//! retrying every key afterwards makes exactly one ticket per key.
+
+mod common;
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use common::{send_until_definite, Answer};
+
+const KEYS: usize = 200;
+
+/// The server process; killed (SIGKILL) when dropped, so a failing test leaves nothing behind.
+struct Process {
+    child: Child,
+    url: String,
+}
+
+impl Process {
+    fn start(db: &Path) -> Process {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_oncekey-server"))
+            .args([
+                "--addr",
+                "127.0.0.1:0",
+                "--faults",
+                "--lease",
+                "300ms",
+                "--db",
+            ])
+            .arg(db)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("the server binary starts");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let url = line
+            .trim()
+            .strip_prefix("listening on ")
+            .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
+            .to_owned();
+        Process { child, url }
+    }
+
+    fn kill(&mut self) {
+        let _ = self.child.kill(); // SIGKILL on Unix
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+fn body(i: usize) -> String {
+    format!(r#"{{"subject":"Crash {i}","body":"b","email":"k{i}@example.com"}}"#)
+}
+
+fn request(client: &reqwest::Client, url: &str, i: usize) -> reqwest::RequestBuilder {
+    client
+        .post(format!("{url}/api/tickets"))
+        .header("X-Tenant", "crash")
+        .header("Content-Type", "application/json")
+        .header("Idempotency-Key", format!("crash-key-{i}"))
+        // Spread the work over time, so the kill finds requests at every stage.
+        .header("X-Fault", format!("delay={}", (i % 20) * 10))
+        .body(body(i))
+}
+
+/// The invariants, read straight from the file.
+fn check_database(db: &Path) -> (i64, i64) {
+    let conn = rusqlite::Connection::open(db).unwrap();
+    let integrity: String = conn
+        .query_row("PRAGMA integrity_check", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(integrity, "ok");
+    let count = |sql: &str| -> i64 { conn.query_row(sql, [], |r| r.get(0)).unwrap() };
+    assert_eq!(
+        count(
+            "SELECT count(*) FROM receipts r WHERE r.state = 'done' AND r.status = 201
+             AND NOT EXISTS (SELECT 1 FROM tickets t WHERE t.id = r.ticket_id)"
+        ),
+        0,
+        "a completed receipt lacks its ticket"
+    );
+    assert_eq!(
+        count(
+            "SELECT count(*) FROM tickets t WHERE NOT EXISTS (
+                 SELECT 1 FROM receipts r WHERE r.tenant = t.tenant AND r.key = t.idempotency_key
+                 AND r.state = 'done' AND r.ticket_id = t.id)"
+        ),
+        0,
+        "a ticket lacks its receipt"
+    );
+    assert_eq!(
+        count(
+            "SELECT count(*) FROM (SELECT idempotency_key FROM tickets
+             GROUP BY tenant, idempotency_key HAVING count(*) > 1)"
+        ),
+        0,
+        "a key made two tickets"
+    );
+    (
+        count("SELECT count(*) FROM tickets"),
+        count("SELECT count(*) FROM receipts WHERE state = 'processing'"),
+    )
+}
+
+#[tokio::test]
+async fn a_killed_server_leaves_no_receipt_without_its_ticket_and_retries_make_one_each() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("crash.db");
+    let client = common::client();
+
+    let mut server = Process::start(&db);
+    let answered = Arc::new(AtomicUsize::new(0));
+    let (kill_now, mut kill_signal) = tokio::sync::mpsc::channel::<()>(1);
+    let mut tasks = Vec::new();
+    for i in 0..KEYS {
+        let request = request(&client, &server.url, i);
+        let answered = answered.clone();
+        let kill_now = kill_now.clone();
+        tasks.push(tokio::spawn(async move {
+            let answer = match request.send().await {
+                Ok(response) => Some(Answer::read(response).await),
+                Err(_) => None,
+            };
+            if answer.is_some() && answered.fetch_add(1, Ordering::SeqCst) + 1 == KEYS / 4 {
+                let _ = kill_now.try_send(());
+            }
+            answer
+        }));
+    }
+    drop(kill_now);
+    // Kill as soon as a quarter of the requests have their answer: the rest are in flight.
+    kill_signal.recv().await;
+    server.kill();
+    let mut before = HashMap::new();
+    for (i, task) in tasks.into_iter().enumerate() {
+        if let Some(answer) = task.await.unwrap() {
+            before.insert(i, answer);
+        }
+    }
+    assert!(before.len() >= KEYS / 4);
+    assert!(before.len() < KEYS, "the kill came after every answer");
+
+    let (tickets, processing) = check_database(&db);
+    eprintln!(
+        "killed with {} of {KEYS} answered, {tickets} tickets committed, {processing} claims held",
+        before.len()
+    );
+    // Every answered ticket was committed before its answer was sent.
+    assert!(tickets as usize >= before.values().filter(|a| a.status == 201).count());
+    assert!(
+        tickets < KEYS as i64,
+        "some work was cut off ({processing} claims held)"
+    );
+
+    let server = Process::start(&db);
+    let mut retries = Vec::new();
+    for i in 0..KEYS {
+        let client = client.clone();
+        let url = server.url.clone();
+        retries.push(tokio::spawn(async move {
+            let request = move || {
+                client
+                    .post(format!("{url}/api/tickets"))
+                    .header("X-Tenant", "crash")
+                    .header("Content-Type", "application/json")
+                    .header("Idempotency-Key", format!("crash-key-{i}"))
+                    .body(body(i))
+            };
+            send_until_definite(request).await
+        }));
+    }
+    for (i, task) in retries.into_iter().enumerate() {
+        let answer = task.await.unwrap();
+        assert_eq!(answer.status, 201, "key {i}");
+        assert_eq!(answer.json()["subject"], format!("Crash {i}"));
+        if let Some(first) = before.get(&i) {
+            assert!(answer.replayed);
+            assert_eq!(answer.body, first.body, "key {i} replays its first answer");
+        }
+    }
+    let stats: serde_json::Value = client
+        .get(format!("{}/api/stats", server.url))
+        .header("X-Tenant", "crash")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(stats["tickets"], KEYS as i64, "{stats}");
+    assert_eq!(stats["receipts"], KEYS as i64, "{stats}");
+    drop(server);
+    let (tickets, processing) = check_database(&db);
+    assert_eq!((tickets, processing), (KEYS as i64, 0));
+}
