@@ -1,0 +1,239 @@
+// The form kit and the demo, end to end: headless Chromium against the built demo and the
+// reference server, each test checking the server's ticket count for its own tenant.
+import assert from 'node:assert/strict'
+import { after, before, test } from 'node:test'
+
+import {
+  eventually,
+  launchBrowser,
+  screenshot,
+  startServer,
+  stats,
+  tickets,
+  uniqueTenant,
+  watchConsole,
+} from './harness.mjs'
+
+let server
+let browser
+
+before(async () => {
+  server = await startServer()
+  browser = await launchBrowser()
+})
+
+after(async () => {
+  await browser?.close()
+  await server?.stop()
+})
+
+const KIT = '#ticket-form'
+const PLAIN = '#plain-form'
+
+// Chromium reports a failed fetch (a lost reply, offline) on the console by itself; that is the
+// network, not the page. Anything else on the console is a bug.
+const pageErrors = (errors) => errors.filter((e) => !/Failed to load resource|net::ERR_/.test(e))
+
+async function openDemo(label, params = '') {
+  const tenant = uniqueTenant(label)
+  const context = await browser.newContext()
+  const page = await context.newPage()
+  const errors = watchConsole(page)
+  await page.goto(`${server.url}/?tenant=${tenant}${params}`)
+  await page.waitForSelector(`${KIT}[data-oncekey-state]`)
+  return { tenant, context, page, errors }
+}
+
+async function fill(page, form, { subject, email = 'ana@example.com', body = 'Third floor.' }) {
+  await page.fill(`${form} [name=subject]`, subject)
+  await page.fill(`${form} [name=email]`, email)
+  await page.fill(`${form} [name=body]`, body)
+}
+
+async function condition(page, value) {
+  await page.check(`input[name=condition][value="${value}"]`)
+}
+
+const state = (page) => page.getAttribute(KIT, 'data-oncekey-state')
+const statusText = (page, form = KIT) => page.textContent(`${form} [role=status]`)
+const liveKey = (page) => page.textContent('#live-key')
+
+async function settled(page, outcome) {
+  await page.waitForSelector(`${KIT}[data-oncekey-state="${outcome}"]`, { timeout: 30000 })
+}
+
+test('a double-click on Send makes one ticket', async () => {
+  const { tenant, page, context, errors } = await openDemo('double')
+  await fill(page, KIT, { subject: 'Double click' })
+  await page.dblclick(`${KIT} button[type=submit]`)
+  await settled(page, 'succeeded')
+  await screenshot(page, '01-succeeded')
+  assert.equal((await tickets(server.url, tenant)).length, 1)
+  assert.match(await statusText(page), /#\d+/)
+  // Cleared after success, unlocked, not busy.
+  assert.equal(await page.inputValue(`${KIT} [name=subject]`), '')
+  assert.equal(await page.isEnabled(`${KIT} [name=subject]`), true)
+  assert.equal(await page.getAttribute(KIT, 'aria-busy'), null)
+  assert.deepEqual(pageErrors(errors), [])
+  await context.close()
+})
+
+test('a lost reply is retried with the same key, makes one ticket, and the page shows its id', async () => {
+  const { tenant, page, context, errors } = await openDemo('lost')
+  await condition(page, 'drop-reply')
+  await fill(page, KIT, { subject: 'Lost reply' })
+  await page.click(`${KIT} button[type=submit]`)
+  await settled(page, 'succeeded')
+  const list = await tickets(server.url, tenant)
+  assert.equal(list.length, 1)
+  assert.match(await statusText(page), new RegExp(`#${list[0].id}\\b`))
+  assert.equal((await stats(server.url, tenant)).replays, 1, 'the retry was answered by a replay')
+  assert.equal(await page.textContent('#live-attempts'), '2')
+  assert.deepEqual(pageErrors(errors), [])
+  await context.close()
+})
+
+test('a reload in the middle of a slow request restores the locked form and finishes with one ticket', async () => {
+  const { tenant, page, context, errors } = await openDemo('reload')
+  await condition(page, 'delay=3000')
+  await fill(page, KIT, { subject: 'Reloaded mid-request', body: 'Keep me' })
+  await page.click(`${KIT} button[type=submit]`)
+  await page.waitForSelector(`${KIT}[aria-busy="true"]`)
+  const key = await liveKey(page)
+  await screenshot(page, '02-sending')
+  await page.reload()
+  await page.waitForSelector(`${KIT}[data-oncekey-state]`)
+  // The stored body is back in the fields, and they stay locked until the outcome is definite.
+  assert.equal(await page.inputValue(`${KIT} [name=subject]`), 'Reloaded mid-request')
+  assert.equal(await page.inputValue(`${KIT} [name=body]`), 'Keep me')
+  if ((await state(page)) !== 'succeeded') {
+    assert.equal(await page.getAttribute(KIT, 'aria-busy'), 'true')
+    assert.equal(await page.isEditable(`${KIT} [name=subject]`), false)
+    await screenshot(page, '03-restored-locked')
+  }
+  await settled(page, 'succeeded')
+  assert.equal(await liveKey(page), key, 'the same key after the reload')
+  assert.equal((await tickets(server.url, tenant)).length, 1)
+  assert.deepEqual(pageErrors(errors), [])
+  await context.close()
+})
+
+test('offline until the budget is spent shows Try again; back online, Try again makes one ticket', async () => {
+  const { tenant, page, context } = await openDemo('offline', '&attempts=3&base=50&budget=4000')
+  await fill(page, KIT, { subject: 'Offline' })
+  await context.setOffline(true)
+  await page.click(`${KIT} button[type=submit]`)
+  await page.waitForSelector(`${KIT} button:has-text("Try again")`, { timeout: 30000 })
+  assert.equal(await state(page), 'unsure')
+  assert.equal(await page.isEditable(`${KIT} [name=subject]`), false, 'still locked while unsure')
+  assert.equal(await page.getAttribute(KIT, 'aria-busy'), 'true')
+  const key = await liveKey(page)
+  await screenshot(page, '04-unsure')
+  assert.equal((await tickets(server.url, tenant)).length, 0)
+  await context.setOffline(false)
+  await page.click(`${KIT} button:has-text("Try again")`)
+  await settled(page, 'succeeded')
+  assert.equal(await liveKey(page), key, 'Try again resends the same key')
+  assert.equal((await tickets(server.url, tenant)).length, 1)
+  await context.close()
+})
+
+test('a refusal unlocks the form with the fields kept; the corrected request gets a new key', async () => {
+  const { tenant, page, context, errors } = await openDemo('refused')
+  await fill(page, KIT, { subject: 'Bad email', email: 'not-an-email' })
+  await page.click(`${KIT} button[type=submit]`)
+  await settled(page, 'refused')
+  await screenshot(page, '05-refused')
+  const firstKey = await liveKey(page)
+  assert.equal(await page.inputValue(`${KIT} [name=subject]`), 'Bad email', 'fields kept')
+  assert.equal(await page.isEditable(`${KIT} [name=email]`), true, 'unlocked')
+  assert.equal(await page.getAttribute(`${KIT} [name=email]`, 'aria-invalid'), 'true')
+  assert.match(await page.textContent(`${KIT} .oncekey-field-error`), /email/i)
+  assert.equal((await tickets(server.url, tenant)).length, 0)
+  await page.fill(`${KIT} [name=email]`, 'ana@example.com')
+  await page.click(`${KIT} button[type=submit]`)
+  await settled(page, 'succeeded')
+  assert.notEqual(await liveKey(page), firstKey, 'a corrected request is a new submission')
+  assert.equal((await tickets(server.url, tenant)).length, 1)
+  assert.equal(await page.locator(`${KIT} .oncekey-field-error`).count(), 0, 'old errors cleared')
+  assert.deepEqual(pageErrors(errors), [])
+  await context.close()
+})
+
+test('a password field never reaches sessionStorage; after a reload the kit asks for it and resends', async () => {
+  const tenant = uniqueTenant('secret')
+  const context = await browser.newContext()
+  const page = await context.newPage()
+  const errors = watchConsole(page)
+  const url = `${server.url}/e2e/secret.html?tenant=${tenant}`
+  await page.goto(url)
+  await page.waitForSelector('form[data-oncekey-state]')
+  await page.evaluate(() => (window.nextFault = 'delay=2500'))
+  await page.fill('[name=subject]', 'Change my password')
+  await page.fill('[name=password]', 'hunter2-very-secret')
+  await page.fill('[name=card]', '4242424242424242')
+  await page.fill('[name=pin]', '9876')
+  await page.click('button[type=submit]')
+  await page.waitForSelector('form[aria-busy="true"]')
+  const stored = await page.evaluate(() => JSON.stringify({ ...sessionStorage }))
+  assert.ok(stored.includes('Change my password'), 'the body is stored')
+  for (const secret of ['hunter2', '4242424242424242', '9876']) {
+    assert.ok(!stored.includes(secret), `${secret} must never be stored`)
+  }
+  await page.reload()
+  await page.waitForSelector('form[data-oncekey-state]')
+  // The reload lost the secrets: the kit asks for them, with only those fields unlocked.
+  await page.waitForSelector('[name=password]:not([disabled])')
+  assert.equal(await page.inputValue('[name=subject]'), 'Change my password')
+  assert.equal(await page.isEditable('[name=subject]'), false)
+  assert.match(await page.textContent('[role=status]'), /password/i)
+  await screenshot(page, '06-asks-for-secret')
+  await page.fill('[name=password]', 'hunter2-very-secret')
+  await page.fill('[name=card]', '4242424242424242')
+  await page.fill('[name=pin]', '9876')
+  await page.press('[name=pin]', 'Enter')
+  await page.waitForSelector('form[data-oncekey-state="succeeded"]', { timeout: 30000 })
+  const list = await tickets(server.url, tenant)
+  assert.equal(list.length, 1, 'one ticket, sent again with the same key')
+  assert.equal((await stats(server.url, tenant)).receipts, 1)
+  assert.deepEqual(pageErrors(errors), [])
+  await context.close()
+})
+
+test('keyboard-only use works and focus moves to the status', async () => {
+  const { tenant, page, context } = await openDemo('keyboard')
+  // Tab from the top: the conditions radio group, then the kit's subject field.
+  await page.keyboard.press('Tab')
+  await page.keyboard.press('Tab')
+  assert.equal(await page.evaluate(() => document.activeElement.name), 'subject')
+  await page.keyboard.type('Typed without a mouse')
+  await page.keyboard.press('Tab')
+  await page.keyboard.type('kb@example.com')
+  await page.keyboard.press('Tab')
+  await page.keyboard.type('All by keyboard.')
+  await page.keyboard.press('Tab')
+  await page.keyboard.press('Enter')
+  await settled(page, 'succeeded')
+  assert.equal(await page.evaluate(() => document.activeElement.getAttribute('role')), 'status')
+  assert.equal((await tickets(server.url, tenant)).length, 1)
+  await screenshot(page, '07-keyboard')
+  await context.close()
+})
+
+test('the plain form really makes two tickets where the kit makes one', async () => {
+  const { tenant, page, context } = await openDemo('side-by-side')
+  await condition(page, 'drop-reply')
+  await fill(page, PLAIN, { subject: 'Plain form' })
+  await page.click(`${PLAIN} button[type=submit]`)
+  await eventually(async () => /created/.test(await statusText(page, PLAIN)), 'the plain form to finish')
+  assert.equal((await tickets(server.url, `${tenant}-plain`)).length, 2, 'without a key: two tickets')
+
+  await condition(page, 'drop-reply')
+  await fill(page, KIT, { subject: 'Kit form' })
+  await page.click(`${KIT} button[type=submit]`)
+  await settled(page, 'succeeded')
+  assert.equal((await tickets(server.url, tenant)).length, 1, 'with oncekey: one ticket')
+  await eventually(async () => (await page.textContent('#plain-count')) === '2', 'the lists to refresh')
+  await screenshot(page, '08-side-by-side')
+  await context.close()
+})

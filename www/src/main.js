@@ -1,0 +1,124 @@
+import init, { attachForm } from 'oncekey'
+import './style.css'
+
+// Each visitor (and each end-to-end test) can have its own ticket lists: /?tenant=NAME.
+const tenant = new URLSearchParams(location.search).get('tenant') || 'demo'
+const plainTenant = `${tenant}-plain`
+
+const $ = (id) => document.getElementById(id)
+
+// The network condition applies to the next request only; "offline" lasts until switched back.
+function takeFault() {
+  const chosen = document.querySelector('input[name="condition"]:checked')
+  const fault = chosen ? chosen.value : ''
+  if (fault && fault !== 'offline') {
+    document.querySelector('input[name="condition"][value=""]').checked = true
+  }
+  return fault
+}
+
+function faultHeaders() {
+  const fault = takeFault()
+  return fault ? { 'X-Fault': fault } : {}
+}
+
+function renderTickets(list, count, tickets) {
+  count.textContent = String(tickets.length)
+  list.replaceChildren(
+    ...tickets.map((t) => {
+      const li = document.createElement('li')
+      const subject = document.createElement('strong')
+      subject.textContent = `#${t.id} ${t.subject}`
+      const who = document.createElement('span')
+      who.textContent = ` ${t.email}`
+      li.append(subject, who)
+      return li
+    }),
+  )
+}
+
+async function refreshTickets() {
+  for (const [t, list, count] of [
+    [tenant, $('kit-tickets'), $('kit-count')],
+    [plainTenant, $('plain-tickets'), $('plain-count')],
+  ]) {
+    try {
+      const res = await fetch('/api/tickets', { headers: { 'X-Tenant': t } })
+      if (res.ok) renderTickets(list, count, await res.json())
+    } catch {
+      // The list catches up on the next refresh.
+    }
+  }
+}
+
+function describeWait(detail) {
+  if (detail.state === 'waiting' && detail.nextAttemptAt) {
+    const secs = Math.max(0, (detail.nextAttemptAt - Date.now()) / 1000)
+    return `next attempt in ${secs.toFixed(1)} s`
+  }
+  if (detail.state === 'sending') return 'the server’s answer'
+  if (detail.state === 'unsure') return 'you: Try again or Discard'
+  return 'nothing'
+}
+
+let lastDetail = { state: 'idle' }
+
+function showLive(detail) {
+  lastDetail = detail
+  $('live-state').textContent = detail.state
+  $('live-key').textContent = detail.key || 'none yet'
+  $('live-attempts').textContent = String(detail.attempts ?? 0)
+  $('live-waiting').textContent = describeWait(detail)
+  if (detail.outcome) refreshTickets()
+}
+
+// The form without a key: posts, and retries once when the connection drops, as most clients do.
+function wirePlainForm(form) {
+  const status = form.querySelector('[role="status"]')
+  const button = form.querySelector('button')
+  form.addEventListener('submit', async (event) => {
+    event.preventDefault()
+    const body = Object.fromEntries(new FormData(form))
+    const send = () =>
+      fetch(form.action, {
+        method: 'POST',
+        headers: { 'Content-Type': 'application/json', 'X-Tenant': plainTenant, ...faultHeaders() },
+        body: JSON.stringify(body),
+      })
+    button.disabled = true
+    status.textContent = 'Sending…'
+    try {
+      let res
+      try {
+        res = await send()
+      } catch {
+        status.textContent = 'Connection lost; sending again…'
+        res = await send()
+      }
+      const answer = await res.json().catch(() => ({}))
+      status.textContent = res.ok ? `Ticket #${answer.id} created.` : `Refused: ${answer.title || res.status}`
+    } catch {
+      status.textContent = 'Could not reach the server. Press Send again?'
+    } finally {
+      button.disabled = false
+      refreshTickets()
+    }
+  })
+}
+
+await init()
+const form = $('ticket-form')
+form.addEventListener('oncekey:change', (e) => showLive(e.detail))
+attachForm(form, {
+  headers: { 'X-Tenant': tenant },
+  // Called for every attempt and never stored: the demo's fault goes on the next request only.
+  attemptHeaders: faultHeaders,
+  successMessage: (ticket) => `Ticket #${ticket.id} created: “${ticket.subject}”.`,
+})
+wirePlainForm($('plain-form'))
+refreshTickets()
+setInterval(refreshTickets, 2000)
+// The countdown to the next attempt.
+setInterval(() => {
+  if (lastDetail.state === 'waiting') $('live-waiting').textContent = describeWait(lastDetail)
+}, 250)
