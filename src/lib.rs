@@ -12,6 +12,13 @@
 
 pub mod core;
 
+#[cfg(all(target_arch = "wasm32", any(target_os = "unknown", target_os = "none")))]
+mod web;
+#[cfg(all(target_arch = "wasm32", any(target_os = "unknown", target_os = "none")))]
+pub use crate::web::{
+    Credentials, Error, Event, ListenerId, Options, Settling, StorageKind, Submitted, Submitter,
+};
+
 pub use crate::core::{
     Encoding, Key, KeyError, KeyFormat, Outcome, Request, RetryPolicy, State, Timestamp,
 };

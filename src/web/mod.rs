@@ -1,0 +1,43 @@
+//! # The browser driver
+//!
+//! The loop that carries out the [`core`](crate::core)'s actions in a browser (window or worker),
+//! and the JavaScript API that wasm-pack publishes as the npm package `oncekey`:
+//!
+//! ```js
+//! import init, { Submitter } from 'oncekey'
+//! await init()
+//! const tickets = new Submitter('new-ticket', { url: '/api/tickets' })
+//! tickets.pending()            // { key, body, attempts, startedAt } or null, read from storage
+//! await tickets.submit(body)   // { outcome, status, key, body, replayed, attempts, gaveUp }
+//! await tickets.tryAgain()     // resend the pending submission: same key, same body
+//! tickets.discard()            // drop an unconfirmed submission; the next one gets a new key
+//! tickets.onChange(fn)         // idle, sending, waiting, unsure, the outcome, and warnings
+//! ```
+//!
+//! # What it promises
+//!
+//! Key and body are written to storage before the first byte is sent (the core's `Persist`
+//! comes before its `Send`, and web storage writes are synchronous), and removed only after a
+//! definite answer. A new [`Submitter`] of the same name, after a reload, finds them. Retries
+//! keep the key; when and whether to retry is the core's call, never this driver's. A second
+//! `submit` of the same body joins the one under way; across tabs, a Web Lock named after the
+//! key lets one attempt out at a time. A body JSON cannot carry is refused before anything is
+//! stored or sent. Storage that cannot be used degrades to memory with a warning; an unreadable
+//! record is removed with a warning. Keys and jitter come from `crypto.getRandomValues`.
+//!
+//! # For Rust callers
+//!
+//! [`Submitter::open`] with [`Options`], [`Submitter::submit`] with JSON text, and the
+//! [`Settling`] future it returns; [`Submitter::on_change`] for [`Event`]s.
+
+mod api;
+mod error;
+mod js;
+mod options;
+mod storage;
+mod submitter;
+
+pub use error::{Error, Result};
+pub use options::{Credentials, Options};
+pub use storage::StorageKind;
+pub use submitter::{Event, ListenerId, Settling, Submitted, Submitter};

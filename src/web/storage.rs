@@ -1,0 +1,220 @@
+//! # Where pending submissions are kept
+//!
+//! CONTRACT.md section 5, in the browser: one record per name, under `oncekey:<name>`, in
+//! `sessionStorage` by default, `localStorage` or memory on request. gloo-storage gives access to
+//! the storage (`raw()`); values stay strings, written with `JSON.stringify` and read with
+//! `JSON.parse`, and serde-wasm-bindgen turns them into the core's [`Record`], so no JSON library
+//! lands in the wasm.
+//!
+//! Storage that cannot be used (blocked in a sandboxed frame, disabled, quota exceeded) degrades
+//! to memory with a warning; the submission still happens once. A record that cannot be read is
+//! removed with a warning.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+
+use gloo_storage::Storage as _;
+use wasm_bindgen::{JsCast, JsValue};
+
+use crate::core::Record;
+
+use super::error::describe;
+
+/// Where a [`Submitter`](super::Submitter) keeps its pending record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum StorageKind {
+    /// `sessionStorage`: per tab, survives reloads, gone when the tab closes.
+    #[default]
+    Session,
+    /// `localStorage`: shared by the origin's tabs, survives restarts.
+    Local,
+    /// This page's memory: survives nothing, but a new submitter of the same name on the same
+    /// page finds the record.
+    Memory,
+}
+
+impl StorageKind {
+    /// Reads `session`, `local` or `memory`.
+    pub fn parse(s: &str) -> Option<StorageKind> {
+        match s {
+            "session" => Some(StorageKind::Session),
+            "local" => Some(StorageKind::Local),
+            "memory" => Some(StorageKind::Memory),
+            _ => None,
+        }
+    }
+
+    fn global_name(self) -> &'static str {
+        match self {
+            StorageKind::Session => "sessionStorage",
+            StorageKind::Local => "localStorage",
+            StorageKind::Memory => "memory",
+        }
+    }
+}
+
+thread_local! {
+    // The memory store is one per page, like the web storages it stands in for.
+    static MEMORY: RefCell<HashMap<String, String>> = RefCell::new(HashMap::new());
+}
+
+const PROBE: &str = "oncekey:probe";
+
+/// What a read found.
+pub(crate) enum Found {
+    Nothing,
+    Record(Record),
+    /// The record was unreadable and has been removed; the text says why.
+    Removed(String),
+}
+
+/// The store one submitter uses.
+#[derive(Debug)]
+pub(crate) struct Store {
+    web: Option<web_sys::Storage>,
+    kind: StorageKind,
+}
+
+impl Store {
+    /// Opens the storage asked for, or memory with a warning when it cannot be used.
+    pub(crate) fn open(kind: StorageKind) -> (Store, Option<String>) {
+        if kind == StorageKind::Memory {
+            return (Store { web: None, kind }, None);
+        }
+        match probe(kind) {
+            Ok(storage) => (
+                Store {
+                    web: Some(storage),
+                    kind,
+                },
+                None,
+            ),
+            Err(why) => (
+                Store { web: None, kind },
+                Some(format!(
+                    "{} cannot be used ({why}); pending submissions are kept in memory and will not survive a reload",
+                    kind.global_name()
+                )),
+            ),
+        }
+    }
+
+    /// Whether records live in memory only (asked for, or degraded).
+    pub(crate) fn is_memory(&self) -> bool {
+        self.web.is_none()
+    }
+
+    /// The record stored under `name`. An unreadable one is removed.
+    pub(crate) fn read(&mut self, name: &str) -> Found {
+        let slot = slot(name);
+        let text = match &self.web {
+            Some(web) => match web.get_item(&slot) {
+                Ok(text) => text,
+                Err(e) => {
+                    let warning = self.degrade(&e);
+                    return match self.read(name) {
+                        Found::Nothing => Found::Removed(warning),
+                        other => other,
+                    };
+                }
+            },
+            None => MEMORY.with(|m| m.borrow().get(&slot).cloned()),
+        };
+        let Some(text) = text else {
+            return Found::Nothing;
+        };
+        match decode(&text, name) {
+            Ok(record) => Found::Record(record),
+            Err(why) => {
+                self.remove(name);
+                Found::Removed(format!("the stored submission {slot:?} was removed: {why}"))
+            }
+        }
+    }
+
+    /// Writes `record`, durably before the next action (web storage writes are synchronous).
+    /// A failure degrades to memory and returns a warning; the record is then kept there.
+    pub(crate) fn write(&mut self, record: &Record) -> Option<String> {
+        let slot = slot(&record.name);
+        let text = encode(record);
+        if let Some(web) = &self.web {
+            match web.set_item(&slot, &text) {
+                Ok(()) => return None,
+                Err(e) => {
+                    let warning = self.degrade(&e);
+                    MEMORY.with(|m| m.borrow_mut().insert(slot, text));
+                    return Some(warning);
+                }
+            }
+        }
+        MEMORY.with(|m| m.borrow_mut().insert(slot, text));
+        None
+    }
+
+    /// Removes the record stored under `name`.
+    pub(crate) fn remove(&mut self, name: &str) {
+        let slot = slot(name);
+        if let Some(web) = &self.web {
+            // A storage that fails to remove fails to read too; nothing more can be done here.
+            let _ = web.remove_item(&slot);
+        }
+        MEMORY.with(|m| m.borrow_mut().remove(&slot));
+    }
+
+    fn degrade(&mut self, error: &JsValue) -> String {
+        self.web = None;
+        format!(
+            "{} failed ({}); pending submissions are kept in memory and will not survive a reload",
+            self.kind.global_name(),
+            describe(error)
+        )
+    }
+}
+
+/// Where the record of `name` is kept.
+pub(crate) fn slot(name: &str) -> String {
+    format!("oncekey:{name}")
+}
+
+/// Gets the storage from the global scope (a getter that throws when storage is blocked),
+/// then writes and removes a probe (which throws when it is disabled or full).
+fn probe(kind: StorageKind) -> Result<web_sys::Storage, String> {
+    let global = js_sys::global();
+    let value =
+        js_sys::Reflect::get(&global, &kind.global_name().into()).map_err(|e| describe(&e))?;
+    if value.is_undefined() || value.is_null() {
+        return Err(format!("this context has no {}", kind.global_name()));
+    }
+    // gloo-storage's `raw()` needs a window; a worker has none (and no web storage either).
+    let in_window = js_sys::Reflect::get(&global, &"window".into()).is_ok_and(|w| w == *global);
+    let storage: web_sys::Storage = if in_window {
+        match kind {
+            StorageKind::Local => gloo_storage::LocalStorage::raw(),
+            _ => gloo_storage::SessionStorage::raw(),
+        }
+    } else {
+        value.unchecked_into()
+    };
+    storage.set_item(PROBE, "1").map_err(|e| describe(&e))?;
+    storage.remove_item(PROBE).map_err(|e| describe(&e))?;
+    Ok(storage)
+}
+
+fn encode(record: &Record) -> String {
+    // A Record always serializes: strings, integers below 2^53 and a list of pairs.
+    serde_wasm_bindgen::to_value(record)
+        .ok()
+        .and_then(|v| js_sys::JSON::stringify(&v).ok())
+        .and_then(|s| s.as_string())
+        .unwrap_or_default()
+}
+
+fn decode(text: &str, name: &str) -> Result<Record, String> {
+    let value =
+        js_sys::JSON::parse(text).map_err(|e| format!("it is not JSON ({})", describe(&e)))?;
+    let record: Record = serde_wasm_bindgen::from_value(value).map_err(|e| e.to_string())?;
+    if record.name != name {
+        return Err(format!("it belongs to {:?}", record.name));
+    }
+    Ok(record)
+}

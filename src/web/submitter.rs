@@ -1,0 +1,593 @@
+//! # The submitter: the driver loop
+//!
+//! A [`Submitter`] owns one core [`Submission`] and carries out its actions in order: `Persist`
+//! writes to storage (synchronously, so before the `Send` that follows it), `Send` starts an
+//! attempt with `fetch` under a Web Lock named after the key, `Forget` removes the record,
+//! `Changed` goes to the listeners and `Settled` answers every caller waiting on the submission.
+//! After each round of actions the core's `poll_timeout` is armed as a timer.
+//!
+//! Effects run with no `RefCell` borrow held, so a listener may call back into the submitter.
+
+use std::cell::RefCell;
+use std::future::Future;
+use std::pin::Pin;
+use std::rc::{Rc, Weak};
+use std::task::{Context, Poll, Waker};
+
+use js_sys::Function;
+use wasm_bindgen::{JsCast, JsValue};
+use wasm_bindgen_futures::JsFuture;
+
+use crate::core::{
+    Action, Answer, Attempt, BeginError, Begun, Change, Encoding, Failure, GiveUp, Key, NewKey,
+    Outcome, Record, Request, RequestError, Settled, State, Submission, Timestamp,
+};
+
+use super::error::{Error, Result};
+use super::js::{self, AbortGuard, Timer};
+use super::options::Options;
+use super::storage::{self, Found, Store};
+
+/// The answer a submission settled with, or why its retries stopped.
+#[derive(Debug, Clone)]
+pub struct Submitted {
+    /// The outcome (CONTRACT.md section 2).
+    pub outcome: Outcome,
+    /// The last status received, if any.
+    pub status: Option<u16>,
+    /// The key the submission was sent with.
+    pub key: Key,
+    /// The last answer's body: its JSON parsed, or its text; `null` when there was none.
+    pub body: JsValue,
+    /// The server replayed a stored answer.
+    pub replayed: bool,
+    /// Attempts made, all rounds.
+    pub attempts: u32,
+    /// For [`Outcome::Unsure`]: why retries stopped.
+    pub gave_up: Option<GiveUp>,
+}
+
+/// What listeners hear: every change of state, and warnings (storage degraded to memory, an
+/// unreadable record removed) with the state unchanged.
+#[derive(Debug, Clone)]
+pub struct Event {
+    /// The state, the key and the attempts.
+    pub change: Change,
+    /// A warning, when the event is one.
+    pub warning: Option<String>,
+}
+
+/// Tells listeners apart, to remove one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ListenerId(u32);
+
+/// One named submission in the browser: see the module docs of [`crate::web`](super).
+#[wasm_bindgen::prelude::wasm_bindgen]
+pub struct Submitter {
+    inner: Rc<RefCell<Inner>>,
+}
+
+type Listener = Rc<dyn Fn(&Event)>;
+
+pub(crate) struct Inner {
+    core: Submission,
+    options: Options,
+    store: Store,
+    listeners: Vec<(ListenerId, Listener)>,
+    next_listener: u32,
+    waiters: Vec<Rc<RefCell<Waiter>>>,
+    timer: Option<(Timestamp, Timer)>,
+    abort: Option<web_sys::AbortController>,
+    last_body: JsValue,
+    /// Warnings raised before anyone could listen (at construction), told to each new listener.
+    early_warnings: Vec<String>,
+}
+
+#[derive(Default)]
+struct Waiter {
+    result: Option<Result<Submitted>>,
+    waker: Option<Waker>,
+}
+
+impl Waiter {
+    fn complete(&mut self, result: Result<Submitted>) {
+        self.result = Some(result);
+        if let Some(waker) = self.waker.take() {
+            waker.wake();
+        }
+    }
+}
+
+/// Resolves when the submission it waits on settles (definite or unsure), or is discarded.
+#[must_use = "a submission is sent whether or not this is awaited; await it for the outcome"]
+pub struct Settling(Rc<RefCell<Waiter>>);
+
+impl Future for Settling {
+    type Output = Result<Submitted>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<Submitted>> {
+        let mut waiter = self.0.borrow_mut();
+        match waiter.result.take() {
+            Some(result) => Poll::Ready(result),
+            None => {
+                waiter.waker = Some(cx.waker().clone());
+                Poll::Pending
+            }
+        }
+    }
+}
+
+impl std::fmt::Debug for Settling {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Settling")
+            .field("ready", &self.0.borrow().result.is_some())
+            .finish()
+    }
+}
+
+impl std::fmt::Debug for Submitter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let inner = self.inner.borrow();
+        f.debug_struct("Submitter")
+            .field("name", &inner.core.name())
+            .field("state", &inner.core.state())
+            .field("memory", &inner.store.is_memory())
+            .finish()
+    }
+}
+
+impl Submitter {
+    /// A submitter named `name`. A pending submission stored under that name (before a reload)
+    /// is taken up: [`State::Unsure`], or resent at once with [`Options::resume`]. Storage that
+    /// cannot be used, or an unreadable record, is a warning, never an error.
+    pub fn open(name: &str, options: Options) -> Result<Submitter> {
+        if name.is_empty() {
+            return Err(Error::option(
+                "the submitter's name must be a non-empty string",
+            ));
+        }
+        options.check()?;
+        let (mut store, warning) = Store::open(options.storage);
+        let mut warnings: Vec<String> = warning.into_iter().collect();
+        let mut core = Submission::new(name, options.retry);
+        match store.read(name) {
+            Found::Nothing => {}
+            Found::Removed(why) => warnings.push(why),
+            Found::Record(record) => {
+                if let Err(e) = core.restore(js::now(), record, options.resume) {
+                    store.remove(name);
+                    warnings.push(format!(
+                        "the stored submission {:?} was removed: {e}",
+                        storage::slot(name)
+                    ));
+                }
+            }
+        }
+        for w in &warnings {
+            js::warn(&format!("oncekey: {w}"));
+        }
+        let inner = Rc::new(RefCell::new(Inner {
+            core,
+            options,
+            store,
+            listeners: Vec::new(),
+            next_listener: 0,
+            waiters: Vec::new(),
+            timer: None,
+            abort: None,
+            last_body: JsValue::NULL,
+            early_warnings: warnings,
+        }));
+        drive(&inner);
+        Ok(Submitter { inner })
+    }
+
+    /// Begins the intended submission of `body` (JSON text). A new key is made, key and body
+    /// are stored, then sent. The same body while one is pending joins it (or, when unsure,
+    /// counts as "Try again"); another body is refused with [`Error::is_pending`] and nothing
+    /// changes.
+    pub fn submit(&self, body: &str) -> Result<Settling> {
+        let request = {
+            let inner = self.inner.borrow();
+            let o = &inner.options;
+            Request::new(&o.method, &o.url, body, o.encoding).map_err(|e| match e {
+                RequestError::Body(b) => Error::body(match o.encoding {
+                    Encoding::Json => format!("the body cannot be sent: {b}"),
+                    Encoding::Form => format!("the body cannot be sent as a form: {b}"),
+                }),
+                other => Error::option(other.to_string()),
+            })?
+        };
+        let key = NewKey::Random(js::random_bytes());
+        let waiter = Rc::new(RefCell::new(Waiter::default()));
+        {
+            let mut inner = self.inner.borrow_mut();
+            let begun = inner
+                .core
+                .begin(js::now(), request, key)
+                .map_err(|e| match e {
+                    BeginError::PendingMismatch { .. } => Error::pending(e.to_string()),
+                    BeginError::Body(b) => Error::body(format!("the body cannot be sent: {b}")),
+                })?;
+            if begun == Begun::Started {
+                inner.last_body = JsValue::NULL;
+            }
+            inner.waiters.push(waiter.clone());
+        }
+        drive(&self.inner);
+        Ok(Settling(waiter))
+    }
+
+    /// "Try again": resends the pending submission with the same key and body, in a new round
+    /// of retries. While an attempt is under way, waits for it.
+    pub fn try_again(&self) -> Result<Settling> {
+        let waiter = Rc::new(RefCell::new(Waiter::default()));
+        {
+            let mut inner = self.inner.borrow_mut();
+            inner
+                .core
+                .try_again(js::now())
+                .map_err(|e| Error::state(e.to_string()))?;
+            inner.waiters.push(waiter.clone());
+        }
+        drive(&self.inner);
+        Ok(Settling(waiter))
+    }
+
+    /// The pending record (as stored), if a submission is pending.
+    pub fn pending_record(&self) -> Option<Record> {
+        self.inner.borrow().core.pending().cloned()
+    }
+
+    /// The current state.
+    pub fn current_state(&self) -> State {
+        self.inner.borrow().core.state()
+    }
+
+    /// Whether records are kept in memory only (asked for, or because storage failed).
+    pub fn is_memory(&self) -> bool {
+        self.inner.borrow().store.is_memory()
+    }
+
+    /// Calls `listener` with every event from now on, starting at once with the current state
+    /// and any warning raised when the submitter was made.
+    pub fn on_change(&self, listener: impl Fn(&Event) + 'static) -> ListenerId {
+        let listener: Listener = Rc::new(listener);
+        let (id, events) = {
+            let mut inner = self.inner.borrow_mut();
+            inner.next_listener += 1;
+            let id = ListenerId(inner.next_listener);
+            inner.listeners.push((id, listener.clone()));
+            let now = inner.snapshot();
+            let mut events = vec![Event {
+                change: now.clone(),
+                warning: None,
+            }];
+            events.extend(inner.early_warnings.iter().map(|w| Event {
+                change: now.clone(),
+                warning: Some(w.clone()),
+            }));
+            (id, events)
+        };
+        for event in &events {
+            listener(event);
+        }
+        id
+    }
+
+    /// Stops calling a listener.
+    pub fn off(&self, id: ListenerId) {
+        self.inner.borrow_mut().listeners.retain(|(i, _)| *i != id);
+    }
+}
+
+impl Inner {
+    fn snapshot(&self) -> Change {
+        let pending = self.core.pending();
+        Change {
+            state: self.core.state(),
+            key: pending.map(|r| r.key.clone()),
+            attempts: pending.map_or(0, |r| r.attempts),
+            next_attempt_at: self.core.poll_timeout(),
+        }
+    }
+}
+
+#[wasm_bindgen::prelude::wasm_bindgen]
+impl Submitter {
+    /// The person chose to drop the unconfirmed submission: the record is removed, an attempt
+    /// under way is aborted, callers waiting on it get an error, and the next submission gets a
+    /// new key.
+    pub fn discard(&self) {
+        let (waiters, abort) = {
+            let mut inner = self.inner.borrow_mut();
+            inner.core.discard();
+            (std::mem::take(&mut inner.waiters), inner.abort.take())
+        };
+        drive(&self.inner);
+        if let Some(abort) = abort {
+            abort.abort();
+        }
+        for w in waiters {
+            w.borrow_mut().complete(Err(Error::discarded()));
+        }
+    }
+}
+
+/// Carries out the core's actions in order, then arms its timer.
+pub(crate) fn drive(inner: &Rc<RefCell<Inner>>) {
+    loop {
+        let action = inner.borrow_mut().core.poll_action();
+        let Some(action) = action else { break };
+        match action {
+            Action::Persist(record) => {
+                let warning = inner.borrow_mut().store.write(&record);
+                if let Some(w) = warning {
+                    warn(inner, w);
+                }
+            }
+            Action::Send(attempt) => {
+                wasm_bindgen_futures::spawn_local(run_attempt(inner.clone(), attempt));
+            }
+            Action::Forget => {
+                let mut i = inner.borrow_mut();
+                let name = i.core.name().to_owned();
+                i.store.remove(&name);
+            }
+            Action::Changed(change) => emit(
+                inner,
+                &Event {
+                    change,
+                    warning: None,
+                },
+            ),
+            Action::Settled(settled) => settle(inner, settled),
+        }
+    }
+    arm_timer(inner);
+}
+
+fn emit(inner: &Rc<RefCell<Inner>>, event: &Event) {
+    let listeners: Vec<Listener> = inner
+        .borrow()
+        .listeners
+        .iter()
+        .map(|(_, l)| l.clone())
+        .collect();
+    for listener in listeners {
+        listener(event);
+    }
+}
+
+fn warn(inner: &Rc<RefCell<Inner>>, warning: String) {
+    js::warn(&format!("oncekey: {warning}"));
+    let change = inner.borrow().snapshot();
+    emit(
+        inner,
+        &Event {
+            change,
+            warning: Some(warning),
+        },
+    );
+}
+
+fn settle(inner: &Rc<RefCell<Inner>>, settled: Settled) {
+    let (waiters, body) = {
+        let mut i = inner.borrow_mut();
+        (std::mem::take(&mut i.waiters), i.last_body.clone())
+    };
+    let result = Submitted {
+        outcome: settled.outcome,
+        status: settled.status,
+        key: settled.key,
+        body,
+        replayed: settled.replayed,
+        attempts: settled.attempts,
+        gave_up: settled.gave_up,
+    };
+    for w in waiters {
+        w.borrow_mut().complete(Ok(result.clone()));
+    }
+}
+
+fn arm_timer(inner: &Rc<RefCell<Inner>>) {
+    let mut i = inner.borrow_mut();
+    let Some(at) = i.core.poll_timeout() else {
+        i.timer = None;
+        return;
+    };
+    if i.timer.as_ref().is_some_and(|(armed, _)| *armed == at) {
+        return;
+    }
+    let delay = at.saturating_since(js::now()).as_millis() as u64;
+    let weak: Weak<RefCell<Inner>> = Rc::downgrade(inner);
+    let timer = Timer::once(delay, move || {
+        let Some(inner) = weak.upgrade() else { return };
+        // Taken out first so that drive() arms a new one, also when this fired a little early
+        // and the core is still waiting.
+        let fired = inner.borrow_mut().timer.take();
+        inner.borrow_mut().core.handle_timeout(js::now());
+        drive(&inner);
+        drop(fired);
+    });
+    i.timer = Some((at, timer));
+}
+
+enum Exchange {
+    Answer(Answer, JsValue),
+    Failure(Failure),
+}
+
+async fn run_attempt(inner: Rc<RefCell<Inner>>, attempt: Attempt) {
+    let lock = format!("oncekey:{}", attempt.key);
+    let id = attempt.id;
+    let exchange = js::with_lock(&lock, exchange(inner.clone(), attempt)).await;
+    {
+        let mut i = inner.borrow_mut();
+        i.abort = None;
+        if i.core.in_flight() != Some(id) {
+            return; // discarded meanwhile: the answer is ignored
+        }
+        let (now, jitter) = (js::now(), js::jitter());
+        match exchange {
+            Exchange::Answer(answer, body) => {
+                i.last_body = body;
+                i.core.handle_answer(now, id, &answer, jitter);
+            }
+            Exchange::Failure(failure) => i.core.handle_failure(now, id, failure, jitter),
+        }
+    }
+    drive(&inner);
+}
+
+/// The headers an answer is read by (see [`Answer::from_response`]).
+const ANSWER_HEADERS: [&str; 6] = [
+    "retry-after",
+    "retry-after-ms",
+    "stripe-should-retry",
+    "x-should-retry",
+    "idempotent-replayed",
+    "x-idempotency-status",
+];
+
+async fn exchange(inner: Rc<RefCell<Inner>>, attempt: Attempt) -> Exchange {
+    let (options, discarded) = {
+        let i = inner.borrow();
+        (i.options.clone(), i.core.in_flight() != Some(attempt.id))
+    };
+    if discarded {
+        return Exchange::Failure(Failure::Network);
+    }
+    let timeout = options.timeout.map(|t| t.as_millis() as u64);
+    let Ok(guard) = AbortGuard::new(timeout) else {
+        return Exchange::Failure(Failure::Network);
+    };
+    inner.borrow_mut().abort = Some(guard.controller());
+    let Ok(request) = build_request(&options, &attempt, &guard.signal()) else {
+        return Exchange::Failure(Failure::Network);
+    };
+    let response = match js::fetch(&request).await {
+        Ok(response) => response,
+        Err(_) if guard.timed_out() => return Exchange::Failure(Failure::Timeout),
+        Err(_) => return Exchange::Failure(Failure::Network),
+    };
+    let headers = response.headers();
+    let found: Vec<(&str, String)> = ANSWER_HEADERS
+        .iter()
+        .filter_map(|name| headers.get(name).ok().flatten().map(|v| (*name, v)))
+        .collect();
+    // The status is the answer; a body cut off (by the timeout) only loses the details.
+    let text = match response.text() {
+        Ok(promise) => JsFuture::from(promise)
+            .await
+            .ok()
+            .and_then(|t| t.as_string())
+            .unwrap_or_default(),
+        Err(_) => String::new(),
+    };
+    let answer = Answer::from_response(
+        response.status(),
+        found.iter().map(|(n, v)| (*n, v.as_str())),
+        &text,
+        &options.key_header,
+    );
+    Exchange::Answer(answer, parse_body(&text))
+}
+
+fn build_request(
+    options: &Options,
+    attempt: &Attempt,
+    signal: &web_sys::AbortSignal,
+) -> std::result::Result<web_sys::Request, JsValue> {
+    let request = &attempt.request;
+    let headers = web_sys::Headers::new()?;
+    headers.set("Content-Type", request.encoding.content_type())?;
+    for (name, value) in request.headers.iter().chain(&options.headers) {
+        headers.set(name, value)?;
+    }
+    headers.set(
+        &options.key_header,
+        &attempt.key.header_value(options.key_format),
+    )?;
+    let init = web_sys::RequestInit::new();
+    init.set_method(&request.method);
+    init.set_headers(&headers);
+    init.set_credentials(options.credentials.to_web());
+    init.set_signal(Some(signal));
+    if !matches!(request.method.as_str(), "GET" | "HEAD") {
+        let body = request
+            .wire_body()
+            .map_err(|e| JsValue::from_str(&e.to_string()))?;
+        init.set_body(&JsValue::from_str(&body));
+    }
+    web_sys::Request::new_with_str_and_init(&request.url, &init)
+}
+
+/// An answer's body: its JSON parsed, or its text; `null` when empty.
+pub(crate) fn parse_body(text: &str) -> JsValue {
+    if text.is_empty() {
+        return JsValue::NULL;
+    }
+    js_sys::JSON::parse(text).unwrap_or_else(|_| JsValue::from_str(text))
+}
+
+/// The body as JSON text, refusing what JSON cannot carry (a cycle, a BigInt, a function, a
+/// symbol, NaN or Infinity) instead of letting `JSON.stringify` drop or mangle it.
+pub(crate) fn to_json(body: &JsValue) -> Result<String> {
+    let replacer = wasm_bindgen::closure::Closure::<
+        dyn FnMut(JsValue, JsValue) -> std::result::Result<JsValue, JsValue>,
+    >::new(|key: JsValue, value: JsValue| {
+        let what = if value.is_function() {
+            "a function"
+        } else if value.is_bigint() {
+            "a BigInt"
+        } else if value.is_symbol() {
+            "a symbol"
+        } else if value.as_f64().is_some_and(|n| !n.is_finite()) {
+            "NaN or Infinity"
+        } else {
+            return Ok(value);
+        };
+        let at = match key.as_string() {
+            Some(k) if !k.is_empty() => format!(" at {k:?}"),
+            _ => String::new(),
+        };
+        Err(Error::body(format!("the body has {what}{at}, which JSON cannot carry")).into())
+    });
+    let text: JsValue = js_sys::JSON::stringify_with_replacer(body, replacer.as_ref())
+        .map_err(|e| {
+            Error::from_js(
+                |m| Error::body(format!("the body cannot be sent as JSON: {m}")),
+                &e,
+            )
+        })?
+        .into();
+    text.as_string()
+        .ok_or_else(|| Error::body("the body cannot be sent as JSON: it is undefined"))
+}
+
+/// For the JavaScript API: the listener as a Rust closure.
+pub(crate) fn js_listener(listener: Function) -> impl Fn(&Event) + 'static {
+    move |event: &Event| {
+        if let Err(e) = listener.call1(&JsValue::UNDEFINED, &super::api::event_to_js(event)) {
+            web_sys::console::error_2(&"oncekey: an onChange listener threw".into(), &e);
+        }
+    }
+}
+
+/// For the JavaScript API: a cast kept here so that `api` stays declarative.
+pub(crate) fn as_function(value: JsValue) -> Option<Function> {
+    value.dyn_into().ok()
+}
+
+impl Submitter {
+    pub(crate) fn weak(&self) -> Weak<RefCell<Inner>> {
+        Rc::downgrade(&self.inner)
+    }
+
+    pub(crate) fn off_weak(weak: &Weak<RefCell<Inner>>, id: ListenerId) {
+        if let Some(inner) = weak.upgrade() {
+            inner.borrow_mut().listeners.retain(|(i, _)| *i != id);
+        }
+    }
+}

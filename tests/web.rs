@@ -1,0 +1,613 @@
+//! The browser SDK in headless Chromium, against the reference server with faults on.
+//!
+//! Run by `scripts/test-web.sh`, which starts `oncekey-server --faults` and passes its address
+//! in `ONCEKEY_TEST_SERVER` at compile time. Each test uses its own tenant (the server counts per
+//! `X-Tenant`) and its own submission name, so tests do not see each other's tickets or records.
+//! A spy around the global `fetch` records the key of every attempt, its status, and adds the
+//! `X-Fault` a test planned for it; the server's `/api/stats` says how many tickets it made.
+#![cfg(target_arch = "wasm32")]
+
+use js_sys::{Promise, Reflect, JSON};
+use oncekey::Submitter;
+use wasm_bindgen::prelude::*;
+use wasm_bindgen_futures::JsFuture;
+use wasm_bindgen_test::{wasm_bindgen_test as test, wasm_bindgen_test_configure};
+
+wasm_bindgen_test_configure!(run_in_browser);
+
+#[wasm_bindgen(inline_js = r#"
+export function spy_install() {
+  if (globalThis.__oncekeySpy) return;
+  const real = globalThis.fetch.bind(globalThis);
+  const spy = { plans: new Map(), seen: [] };
+  globalThis.__oncekeySpy = spy;
+  globalThis.fetch = async (input, init) => {
+    let req = new Request(input, init);
+    const tenant = req.headers.get('x-tenant');
+    const entry = { tenant, key: req.headers.get('idempotency-key'), at: Date.now(),
+                    status: null, answeredAt: null, retryAfter: null, body: null };
+    if (entry.key !== null) {
+      entry.body = await req.clone().text();
+      spy.seen.push(entry);
+      const plan = spy.plans.get(tenant);
+      const fault = plan && plan.length ? plan.shift() : null;
+      if (fault) {
+        const headers = new Headers(req.headers);
+        headers.set('x-fault', fault);
+        req = new Request(req, { headers });
+      }
+    }
+    try {
+      const res = await real(req);
+      entry.status = res.status;
+      entry.retryAfter = res.headers.get('retry-after');
+      entry.answeredAt = Date.now();
+      return res;
+    } catch (e) {
+      entry.status = 'error';
+      entry.answeredAt = Date.now();
+      throw e;
+    }
+  };
+}
+export function spy_plan(tenant, faults) { globalThis.__oncekeySpy.plans.set(tenant, faults); }
+export function spy_seen(tenant) {
+  return globalThis.__oncekeySpy.seen.filter((e) => e.tenant === tenant);
+}
+export function sleep(ms) { return new Promise((r) => setTimeout(r, ms)); }
+export function block_session_storage() {
+  const desc = Object.getOwnPropertyDescriptor(globalThis, 'sessionStorage');
+  Object.defineProperty(globalThis, 'sessionStorage', {
+    configurable: true,
+    get() { throw new DOMException("The document is sandboxed and lacks the 'allow-same-origin' flag.", 'SecurityError'); },
+  });
+  return () => Object.defineProperty(globalThis, 'sessionStorage', desc);
+}
+export function fill_storage() {
+  const real = Storage.prototype.setItem;
+  Storage.prototype.setItem = function (k, v) {
+    if (String(k).startsWith('oncekey:') && k !== 'oncekey:probe') {
+      throw new DOMException('The quota has been exceeded.', 'QuotaExceededError');
+    }
+    return real.call(this, k, v);
+  };
+  return () => { Storage.prototype.setItem = real; };
+}
+export function cycle() { const a = { subject: 'loop' }; a.self = a; return a; }
+export function with_bigint() { return { subject: 'big', amount: 10n }; }
+export function with_function() { return { subject: 'fn', onClick() {} }; }
+"#)]
+extern "C" {
+    fn spy_install();
+    fn spy_plan(tenant: &str, faults: Vec<JsValue>);
+    fn spy_seen(tenant: &str) -> js_sys::Array;
+    fn sleep(ms: u32) -> Promise;
+    fn block_session_storage() -> js_sys::Function;
+    fn fill_storage() -> js_sys::Function;
+    fn cycle() -> JsValue;
+    fn with_bigint() -> JsValue;
+    fn with_function() -> JsValue;
+}
+
+fn server() -> &'static str {
+    option_env!("ONCEKEY_TEST_SERVER")
+        .expect("ONCEKEY_TEST_SERVER is not set: run the browser tests with scripts/test-web.sh")
+}
+
+const TICKET: &str =
+    r#"{"subject":"Printer on fire","body":"3rd floor","email":"ana@example.com"}"#;
+
+/// A name unique to this run, for a tenant or a submission.
+fn unique(what: &str) -> String {
+    let n = (js_sys::Math::random() * 2f64.powi(48)) as u64;
+    format!("{what}-{n:012x}")
+}
+
+/// Every event the submitter emits from now on (the first is its current state).
+fn listen(s: &Submitter) -> js_sys::Array {
+    let events = js_sys::Array::new();
+    let sink = events.clone();
+    let f = Closure::<dyn FnMut(JsValue)>::new(move |e: JsValue| {
+        sink.push(&e);
+    });
+    s.on_change_js(f.into_js_value()).unwrap();
+    events
+}
+
+fn state(s: &Submitter) -> String {
+    s.state_js().as_string().unwrap()
+}
+
+struct Case {
+    tenant: String,
+    name: String,
+}
+
+impl Case {
+    fn new(what: &str) -> Case {
+        spy_install();
+        Case {
+            tenant: unique(what),
+            name: unique(what),
+        }
+    }
+
+    /// Options sending to the test server as this tenant, with `extra` JSON members.
+    fn options(&self, extra: &str) -> JsValue {
+        let sep = if extra.is_empty() { "" } else { "," };
+        json(&format!(
+            r#"{{"url":"{}/api/tickets","headers":{{"X-Tenant":"{}"}},"retry":{{"base":20,"cap":2000}}{sep}{extra}}}"#,
+            server(),
+            self.tenant
+        ))
+    }
+
+    fn submitter(&self, extra: &str) -> Submitter {
+        Submitter::new(&self.name, self.options(extra)).expect("valid options")
+    }
+
+    fn plan(&self, faults: &[&str]) {
+        spy_plan(
+            &self.tenant,
+            faults.iter().map(|f| JsValue::from_str(f)).collect(),
+        );
+    }
+
+    /// The attempts the server was sent, in order.
+    fn seen(&self) -> Vec<JsValue> {
+        spy_seen(&self.tenant).iter().collect()
+    }
+
+    fn keys(&self) -> Vec<String> {
+        self.seen().iter().map(|e| text(e, "key")).collect()
+    }
+
+    async fn stats(&self) -> JsValue {
+        let init = web_sys::RequestInit::new();
+        let headers = web_sys::Headers::new().unwrap();
+        headers.set("X-Tenant", &self.tenant).unwrap();
+        init.set_headers(&headers);
+        let request =
+            web_sys::Request::new_with_str_and_init(&format!("{}/api/stats", server()), &init)
+                .unwrap();
+        let window = web_sys::window().unwrap();
+        let response: web_sys::Response = JsFuture::from(window.fetch_with_request(&request))
+            .await
+            .unwrap()
+            .unchecked_into();
+        JsFuture::from(response.json().unwrap()).await.unwrap()
+    }
+
+    async fn tickets(&self) -> f64 {
+        number(&self.stats().await, "tickets")
+    }
+
+    fn stored(&self) -> Option<String> {
+        session()
+            .get_item(&format!("oncekey:{}", self.name))
+            .unwrap()
+    }
+}
+
+fn session() -> web_sys::Storage {
+    web_sys::window()
+        .unwrap()
+        .session_storage()
+        .unwrap()
+        .unwrap()
+}
+
+fn json(text: &str) -> JsValue {
+    JSON::parse(text).unwrap()
+}
+
+fn get(v: &JsValue, field: &str) -> JsValue {
+    Reflect::get(v, &field.into()).unwrap()
+}
+
+fn text(v: &JsValue, field: &str) -> String {
+    get(v, field).as_string().unwrap_or_default()
+}
+
+fn number(v: &JsValue, field: &str) -> f64 {
+    get(v, field).as_f64().unwrap_or(f64::NAN)
+}
+
+async fn settle(p: Promise) -> Result<JsValue, JsValue> {
+    JsFuture::from(p).await
+}
+
+async fn submit(s: &Submitter, body: &str) -> JsValue {
+    settle(s.submit_js(json(body)))
+        .await
+        .expect("submit resolves")
+}
+
+fn error_message(e: &JsValue) -> String {
+    e.dyn_ref::<js_sys::Error>()
+        .map(|e| String::from(e.message()))
+        .unwrap_or_default()
+}
+
+fn statuses(case: &Case) -> Vec<String> {
+    case.seen()
+        .iter()
+        .map(|e| {
+            let s = get(e, "status");
+            s.as_f64()
+                .map(|n| n.to_string())
+                .or_else(|| s.as_string())
+                .unwrap_or_default()
+        })
+        .collect()
+}
+
+fn all_equal(keys: &[String]) -> bool {
+    !keys.is_empty() && keys.iter().all(|k| *k == keys[0])
+}
+
+#[test]
+async fn a_503_is_retried_with_the_same_key_and_makes_one_ticket() {
+    let case = Case::new("503");
+    case.plan(&["fail-before", "fail-before"]);
+    let s = case.submitter("");
+    let result = submit(&s, TICKET).await;
+    assert_eq!(text(&result, "outcome"), "succeeded");
+    assert_eq!(number(&result, "status"), 201.0);
+    assert_eq!(number(&result, "attempts"), 3.0);
+    assert_eq!(statuses(&case), ["503", "503", "201"]);
+    let keys = case.keys();
+    assert!(all_equal(&keys), "{keys:?}");
+    assert_eq!(text(&result, "key"), keys[0]);
+    assert_eq!(text(&get(&result, "body"), "subject"), "Printer on fire");
+    assert_eq!(case.tickets().await, 1.0);
+    assert_eq!(case.stored(), None, "removed after the definite answer");
+}
+
+#[test]
+async fn a_dropped_reply_is_retried_with_the_same_key_and_replayed() {
+    let case = Case::new("drop");
+    case.plan(&["drop-reply"]);
+    let s = case.submitter("");
+    let result = submit(&s, TICKET).await;
+    assert_eq!(text(&result, "outcome"), "succeeded");
+    assert_eq!(get(&result, "replayed"), JsValue::TRUE);
+    assert_eq!(statuses(&case), ["error", "201"]);
+    assert!(all_equal(&case.keys()));
+    assert_eq!(case.tickets().await, 1.0);
+}
+
+#[test]
+async fn a_timeout_is_retried_with_the_same_key() {
+    let case = Case::new("timeout");
+    case.plan(&["delay=1500"]);
+    let s = case.submitter(r#""timeoutMs":300"#);
+    let result = submit(&s, TICKET).await;
+    assert_eq!(text(&result, "outcome"), "succeeded");
+    let seen = statuses(&case);
+    assert_eq!(
+        seen[0], "error",
+        "the first attempt was abandoned: {seen:?}"
+    );
+    assert_eq!(seen.last().unwrap(), "201");
+    assert!(all_equal(&case.keys()), "{:?}", case.keys());
+    assert_eq!(case.tickets().await, 1.0);
+}
+
+#[test]
+async fn a_409_is_retried_with_the_same_key_not_before_its_retry_after() {
+    // The first attempt is held by the server for 2.5 s and abandoned here after 300 ms; the
+    // next one finds the key in progress: 409 with Retry-After.
+    let case = Case::new("409");
+    case.plan(&["delay=2500"]);
+    let s = case.submitter(r#""timeoutMs":300"#);
+    let result = submit(&s, TICKET).await;
+    assert_eq!(text(&result, "outcome"), "succeeded");
+    let seen = case.seen();
+    let conflict = seen
+        .iter()
+        .position(|e| number(e, "status") == 409.0)
+        .unwrap_or_else(|| panic!("no 409 among {:?}", statuses(&case)));
+    let retry_after: f64 = text(&seen[conflict], "retryAfter").parse().unwrap();
+    let next = &seen[conflict + 1];
+    assert!(
+        number(next, "at") >= number(&seen[conflict], "answeredAt") + retry_after * 1000.0,
+        "the attempt after the 409 came before its Retry-After of {retry_after} s"
+    );
+    assert!(all_equal(&case.keys()), "{:?}", case.keys());
+    assert_eq!(case.tickets().await, 1.0);
+}
+
+#[test]
+async fn a_new_key_after_a_201_and_after_a_400() {
+    let case = Case::new("newkey");
+    let s = case.submitter("");
+    let first = submit(&s, TICKET).await;
+    let second = submit(&s, TICKET).await;
+    assert_eq!(text(&first, "outcome"), "succeeded");
+    assert_eq!(text(&second, "outcome"), "succeeded");
+    assert_ne!(text(&first, "key"), text(&second, "key"));
+    let bad = r#"{"subject":"","body":"no subject","email":"ana@example.com"}"#;
+    let refused = submit(&s, bad).await;
+    assert_eq!(text(&refused, "outcome"), "refused");
+    assert_eq!(number(&refused, "status"), 400.0);
+    let again = submit(&s, bad).await;
+    assert_eq!(text(&again, "outcome"), "refused");
+    assert_ne!(text(&refused, "key"), text(&again, "key"));
+    let keys = case.keys();
+    assert_eq!(keys.len(), 4);
+    assert_eq!(
+        keys.iter().collect::<std::collections::BTreeSet<_>>().len(),
+        4
+    );
+    assert_eq!(case.tickets().await, 2.0);
+    assert_eq!(case.stored(), None);
+}
+
+/// Leaves a submission pending (unsure) under the case's name, as a page that was closed or
+/// reloaded while the server failed. Returns its key.
+async fn leave_pending(case: &Case) -> String {
+    case.plan(&["fail-before"]);
+    let s = case.submitter(r#""retry":{"attempts":1}"#);
+    let result = submit(&s, TICKET).await;
+    assert_eq!(text(&result, "outcome"), "unsure");
+    assert_eq!(number(&result, "status"), 503.0);
+    assert_eq!(text(&result, "gaveUp"), "attempts spent");
+    text(&result, "key")
+}
+
+#[test]
+async fn a_fresh_submitter_with_the_same_name_finishes_the_pending_one() {
+    let case = Case::new("reload");
+    let key = leave_pending(&case).await;
+    assert!(case.stored().unwrap().contains(&key));
+    // The "reloaded page": a new submitter of the same name, storage as it was left.
+    let s = case.submitter("");
+    assert_eq!(state(&s), "unsure");
+    let pending = s.pending_js();
+    assert_eq!(text(&pending, "key"), key);
+    assert_eq!(text(&get(&pending, "body"), "subject"), "Printer on fire");
+    assert_eq!(number(&pending, "attempts"), 1.0);
+    let result = settle(s.try_again_js()).await.unwrap();
+    assert_eq!(text(&result, "outcome"), "succeeded");
+    assert_eq!(text(&result, "key"), key);
+    assert_eq!(number(&result, "attempts"), 2.0);
+    assert_eq!(case.keys(), [key.clone(), key]);
+    assert_eq!(case.tickets().await, 1.0);
+    assert_eq!(case.stored(), None);
+    assert!(s.pending_js().is_null());
+}
+
+#[test]
+async fn a_different_body_is_refused_and_leaves_the_pending_record_untouched() {
+    let case = Case::new("differs");
+    let key = leave_pending(&case).await;
+    let before = case.stored().unwrap();
+    let s = case.submitter("");
+    let other = r#"{"subject":"Another","body":"x","email":"ana@example.com"}"#;
+    let err = settle(s.submit_js(json(other))).await.unwrap_err();
+    assert_eq!(text(&err, "code"), "pending");
+    let message = error_message(&err);
+    assert!(
+        message.contains("another body") && message.contains(&key[..8]),
+        "{message}"
+    );
+    assert_eq!(
+        case.stored().unwrap(),
+        before,
+        "the pending record is untouched"
+    );
+    assert_eq!(case.keys().len(), 1, "nothing was sent");
+    // The same body, in another key order, is the same submission: it goes on with its key.
+    let same = r#"{"email":"ana@example.com","subject":"Printer on fire","body":"3rd floor"}"#;
+    let result = submit(&s, same).await;
+    assert_eq!(text(&result, "outcome"), "succeeded");
+    assert_eq!(text(&result, "key"), key);
+    assert_eq!(case.tickets().await, 1.0);
+}
+
+#[test]
+async fn a_double_submit_sends_one_request() {
+    let case = Case::new("double");
+    let s = case.submitter("");
+    let first = s.submit_js(json(TICKET));
+    let second = s.submit_js(json(TICKET));
+    let (first, second) = (settle(first).await.unwrap(), settle(second).await.unwrap());
+    assert_eq!(text(&first, "outcome"), "succeeded");
+    assert_eq!(text(&first, "key"), text(&second, "key"));
+    assert_eq!(case.keys().len(), 1, "one request");
+    assert_eq!(case.tickets().await, 1.0);
+}
+
+#[test]
+async fn blocked_storage_degrades_to_memory_and_still_submits_once() {
+    let case = Case::new("blocked");
+    let restore = block_session_storage();
+    let s = case.submitter("");
+    let events = listen(&s);
+    restore.call0(&JsValue::UNDEFINED).unwrap();
+    let warnings: Vec<String> = events
+        .iter()
+        .filter_map(|e| get(&e, "warning").as_string())
+        .collect();
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert!(
+        warnings[0].contains("sessionStorage cannot be used"),
+        "{}",
+        warnings[0]
+    );
+    assert!(warnings[0].contains("SecurityError"), "{}", warnings[0]);
+    assert!(s.is_memory());
+    let result = submit(&s, TICKET).await;
+    assert_eq!(text(&result, "outcome"), "succeeded");
+    assert_eq!(case.keys().len(), 1);
+    assert_eq!(case.tickets().await, 1.0);
+}
+
+#[test]
+async fn full_storage_degrades_to_memory_and_still_submits_once() {
+    let case = Case::new("full");
+    let restore = fill_storage();
+    let s = case.submitter("");
+    let events = listen(&s);
+    let result = submit(&s, TICKET).await;
+    restore.call0(&JsValue::UNDEFINED).unwrap();
+    assert_eq!(text(&result, "outcome"), "succeeded");
+    let warnings: Vec<String> = events
+        .iter()
+        .filter_map(|e| get(&e, "warning").as_string())
+        .collect();
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert!(
+        warnings[0].contains("QuotaExceededError"),
+        "{}",
+        warnings[0]
+    );
+    assert_eq!(case.keys().len(), 1);
+    assert_eq!(case.tickets().await, 1.0);
+}
+
+#[test]
+async fn corrupt_and_foreign_records_are_removed_with_a_warning() {
+    for stored in [
+        "{not json",
+        r#"{"v":2,"name":"x","key":"k"}"#,
+        r#"[1,2,3]"#,
+        r#"{"v":1,"name":"someone-else","key":"k","method":"POST","url":"/x","body":"{}","startedAt":1,"attempts":1}"#,
+    ] {
+        let case = Case::new("corrupt");
+        session()
+            .set_item(&format!("oncekey:{}", case.name), stored)
+            .unwrap();
+        let s = case.submitter("");
+        let events = listen(&s);
+        let warnings: Vec<String> = events
+            .iter()
+            .filter_map(|e| get(&e, "warning").as_string())
+            .collect();
+        assert_eq!(warnings.len(), 1, "{stored}: {warnings:?}");
+        assert!(warnings[0].contains("was removed"), "{}", warnings[0]);
+        assert_eq!(case.stored(), None, "{stored}");
+        assert!(s.pending_js().is_null());
+        assert_eq!(state(&s), "idle");
+    }
+    // And the submitter still works.
+    let case = Case::new("corrupt");
+    session()
+        .set_item(&format!("oncekey:{}", case.name), "{not json")
+        .unwrap();
+    let s = case.submitter("");
+    assert_eq!(text(&submit(&s, TICKET).await, "outcome"), "succeeded");
+    assert_eq!(case.tickets().await, 1.0);
+}
+
+#[test]
+async fn unsure_after_the_budget_then_try_again_succeeds_with_the_same_key() {
+    let case = Case::new("budget");
+    case.plan(&["fail-before"; 64]);
+    let s = case.submitter(r#""retry":{"attempts":64,"base":40,"cap":80,"budget":400}"#);
+    let events = listen(&s);
+    let result = submit(&s, TICKET).await;
+    assert_eq!(text(&result, "outcome"), "unsure");
+    assert_eq!(text(&result, "gaveUp"), "time budget spent");
+    assert_eq!(number(&result, "status"), 503.0);
+    let states: Vec<String> = events.iter().map(|e| text(&e, "state")).collect();
+    assert!(states.contains(&"waiting".to_owned()), "{states:?}");
+    assert_eq!(states.last().unwrap(), "unsure");
+    assert!(case.stored().is_some(), "still stored while unsure");
+    assert_eq!(case.tickets().await, 0.0);
+    case.plan(&[]);
+    let again = settle(s.try_again_js()).await.unwrap();
+    assert_eq!(text(&again, "outcome"), "succeeded");
+    assert_eq!(text(&again, "key"), text(&result, "key"));
+    assert!(all_equal(&case.keys()));
+    assert_eq!(case.tickets().await, 1.0);
+    assert_eq!(case.stored(), None);
+}
+
+#[test]
+async fn bodies_json_cannot_carry_are_refused_before_anything_is_stored_or_sent() {
+    let case = Case::new("nojson");
+    let s = case.submitter("");
+    for (body, expected) in [
+        (cycle(), "circular"),
+        (with_bigint(), "BigInt"),
+        (with_function(), "a function at \"onClick\""),
+        (JsValue::UNDEFINED, "undefined"),
+    ] {
+        let err = settle(s.submit_js(body)).await.unwrap_err();
+        assert_eq!(text(&err, "code"), "body");
+        let message = error_message(&err);
+        assert!(message.contains(expected), "{message}");
+    }
+    assert_eq!(case.stored(), None);
+    assert!(case.keys().is_empty());
+    assert_eq!(state(&s), "idle");
+}
+
+#[test]
+async fn form_encoding_and_sf_string_keys_reach_the_server() {
+    let case = Case::new("form");
+    let s = case.submitter(r#""encoding":"form","keyFormat":"sf-string""#);
+    let result = submit(&s, TICKET).await;
+    assert_eq!(text(&result, "outcome"), "succeeded");
+    let seen = case.seen();
+    assert!(text(&seen[0], "key").starts_with('"'));
+    assert!(text(&seen[0], "body").contains("subject=Printer+on+fire"));
+    assert_eq!(case.tickets().await, 1.0);
+}
+
+#[test]
+async fn a_discard_forgets_the_pending_submission_and_the_next_gets_a_new_key() {
+    let case = Case::new("discard");
+    let key = leave_pending(&case).await;
+    let s = case.submitter("");
+    s.discard();
+    assert_eq!(case.stored(), None);
+    assert!(s.pending_js().is_null());
+    let result = submit(&s, TICKET).await;
+    assert_eq!(text(&result, "outcome"), "succeeded");
+    assert_ne!(text(&result, "key"), key);
+    assert_eq!(case.tickets().await, 1.0);
+}
+
+#[test]
+async fn wrong_options_are_errors_that_name_the_option() {
+    let cases = [
+        (r#"{}"#, "options.url"),
+        (r#"{"url":5}"#, "options.url"),
+        (
+            r#"{"url":"/x","storag":"local"}"#,
+            "options.storag is not an option",
+        ),
+        (r#"{"url":"/x","timeoutMs":-1}"#, "options.timeoutMs"),
+        (
+            r#"{"url":"/x","retry":{"attempts":0}}"#,
+            "options.retry.attempts",
+        ),
+        (
+            r#"{"url":"/x","retry":{"base":500,"cap":10}}"#,
+            "options.retry.cap",
+        ),
+        (r#"{"url":"/x","retry":{"tries":3}}"#, "options.retry.tries"),
+        (r#"{"url":"/x","keyFormat":"quoted"}"#, "options.keyFormat"),
+        (r#"{"url":"/x","storage":"cookie"}"#, "options.storage"),
+        (r#"{"url":"/x","encoding":"xml"}"#, "options.encoding"),
+        (r#"{"url":"/x","credentials":"all"}"#, "options.credentials"),
+        (r#"{"url":"/x","method":"PO ST"}"#, "options.method"),
+        (
+            r#"{"url":"/x","keyHeader":"Idempotency Key"}"#,
+            "options.keyHeader",
+        ),
+        (r#"{"url":"/x","headers":{"X-A":1}}"#, "options.headers"),
+        (r#"{"url":"/x","resume":"yes"}"#, "options.resume"),
+    ];
+    for (options, expected) in cases {
+        let err = Submitter::new("opts", json(options)).unwrap_err();
+        assert_eq!(text(&err, "code"), "option", "{options}");
+        let message = error_message(&err);
+        assert!(message.contains(expected), "{options}: {message}");
+    }
+    assert!(Submitter::new("opts", JsValue::NULL).is_err());
+    let _ = JsFuture::from(sleep(0)).await;
+}
