@@ -22,3 +22,12 @@ pub use crate::web::{
 pub use crate::core::{
     Encoding, Key, KeyError, KeyFormat, Outcome, Request, RetryPolicy, State, Timestamp,
 };
+
+#[cfg(not(all(target_arch = "wasm32", any(target_os = "unknown", target_os = "none"))))]
+mod native;
+
+#[cfg(not(all(target_arch = "wasm32", any(target_os = "unknown", target_os = "none"))))]
+pub use crate::native::{
+    BoxError, Claim, Client, ClientBuilder, Error, HeaderProvider, Lease, Listed, MemoryStore,
+    Outgoing, Pending, Result, Resumed, Settlement, SqliteStore, Store, SubmissionBuilder,
+};

@@ -1,0 +1,414 @@
+//! `oncekey`: send a request once, from a shell script or by hand, with the native client's
+//! guarantees (stored key and body, retries with the same key, resume after a crash).
+
+#[cfg(not(all(target_arch = "wasm32", any(target_os = "unknown", target_os = "none"))))]
+mod cli {
+    use std::path::PathBuf;
+    use std::process::ExitCode;
+    use std::time::Duration;
+
+    use clap::{Args, Parser, Subcommand};
+    use oncekey::{Client, Key, Outcome, RetryPolicy, Settlement, SqliteStore};
+
+    const AFTER_HELP: &str = "\
+Outcomes and exit codes:
+  0  succeeded      a 2xx: done (replayed if the server had already done it). The record is removed.
+  3  refused        a 4xx: the server did not carry the request out. Fix it and send again (new key).
+  4  conflict       a 422: the server holds this key for another body. A bug; nothing is retried.
+  5  misconfigured  a 400 naming the idempotency key: the setup is wrong; nothing was done.
+  6  unsure         no definite answer before the retries stopped. The record is KEPT with its key:
+                    run `oncekey resume` (or the same send again) to go on; never send it under a new name.
+  7  busy           another process holds the lease on this submission and is sending it.
+  8  mismatch       another request is pending under this name; resume or discard it first.
+  1  any other failure (store, usage, unreadable record), with a message on stderr.
+
+The answer's body goes to stdout; a one-line summary to stderr.";
+
+    #[derive(Parser, Debug)]
+    #[command(
+        name = "oncekey",
+        version,
+        about = "Send an HTTP request once: one idempotency key per intended submission, stored before the first byte is sent, kept across retries and restarts.",
+        after_help = AFTER_HELP
+    )]
+    struct Cli {
+        #[command(subcommand)]
+        command: Command,
+        /// Log every attempt (name, key's short form, attempt, outcome) to stderr.
+        #[arg(short, long, global = true)]
+        verbose: bool,
+    }
+
+    #[derive(Subcommand, Debug)]
+    enum Command {
+        /// Store and send one submission until a definite answer or until its retries stop.
+        #[command(after_help = AFTER_HELP)]
+        Send(Box<Send>),
+        /// Finish every submission stored in the store (after a crash or an unsure outcome).
+        #[command(after_help = AFTER_HELP)]
+        Resume(Resume),
+        /// List the stored (pending) submissions.
+        List(StoreArg),
+        /// Deliberately drop a stored submission; the next send under its name gets a new key.
+        Discard(Discard),
+    }
+
+    #[derive(Args, Debug)]
+    struct StoreArg {
+        /// The SQLite store file (created with mode 0600 if missing).
+        #[arg(long, value_name = "PATH")]
+        store: PathBuf,
+    }
+
+    #[derive(Args, Debug)]
+    struct Options {
+        #[command(flatten)]
+        store: StoreArg,
+        /// Secret header sent on every attempt and never stored, its value read from an
+        /// environment variable: NAME=ENV_VAR (e.g. Authorization=API_AUTH). Repeatable.
+        #[arg(long = "secret-header", value_name = "NAME=ENV_VAR")]
+        secret_headers: Vec<String>,
+        /// Per-attempt timeout (e.g. 30s, 500ms).
+        #[arg(long, default_value = "30s", value_parser = duration)]
+        timeout: Duration,
+        /// How long a lease outlives the step it covers; a crashed process's work is taken over
+        /// after it.
+        #[arg(long, default_value = "30s", value_parser = duration)]
+        lease: Duration,
+        /// Attempts per round.
+        #[arg(long, default_value_t = RetryPolicy::default().attempts)]
+        attempts: u32,
+        /// Backoff base (the first retry waits up to this).
+        #[arg(long, default_value = "500ms", value_parser = duration)]
+        base: Duration,
+        /// Longest wait between attempts.
+        #[arg(long, default_value = "30s", value_parser = duration)]
+        cap: Duration,
+        /// Time budget of a round, counted from its first attempt across restarts.
+        #[arg(long, default_value = "15m", value_parser = duration)]
+        budget: Duration,
+    }
+
+    #[derive(Args, Debug)]
+    struct Send {
+        #[command(flatten)]
+        options: Options,
+        /// The submission's name: one per intended submission (e.g. payout-77).
+        #[arg(long)]
+        name: String,
+        /// The idempotency key to use (default: a new random UUID v4).
+        #[arg(long, conflicts_with = "derive_key")]
+        key: Option<String>,
+        /// Derive the key from a durable id you own (UUID v5 in --namespace), so a rerun after a
+        /// crash computes the same key.
+        #[arg(long, value_name = "ID")]
+        derive_key: Option<String>,
+        /// The namespace UUID for --derive-key.
+        #[arg(long, default_value = "6f6e6365-6b65-7900-8000-000000000001")]
+        namespace: String,
+        /// A header stored and sent on every attempt, "Name: value". Secrets are refused here:
+        /// use --secret-header.
+        #[arg(short = 'H', long = "header", value_name = "NAME: VALUE")]
+        headers: Vec<String>,
+        /// The JSON body: text, or @FILE, or @- for stdin.
+        #[arg(long, conflicts_with = "form")]
+        json: Option<String>,
+        /// A flat JSON object sent form-encoded: text, or @FILE, or @- for stdin.
+        #[arg(long)]
+        form: Option<String>,
+        /// The HTTP method (POST, PUT, ...).
+        method: String,
+        /// The URL (http or https).
+        url: String,
+    }
+
+    #[derive(Args, Debug)]
+    struct Resume {
+        #[command(flatten)]
+        options: Options,
+        /// Start a new round of retries even for submissions whose round is spent.
+        #[arg(long)]
+        again: bool,
+    }
+
+    #[derive(Args, Debug)]
+    struct Discard {
+        #[command(flatten)]
+        store: StoreArg,
+        /// The submission's name.
+        #[arg(long)]
+        name: String,
+    }
+
+    fn duration(s: &str) -> Result<Duration, String> {
+        let s = s.trim();
+        let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+        let (n, unit) = s.split_at(split);
+        let n: u64 = n
+            .parse()
+            .map_err(|_| format!("{s:?} is not a duration like 500ms, 30s or 15m"))?;
+        Ok(match unit {
+            "ms" => Duration::from_millis(n),
+            "s" | "" => Duration::from_secs(n),
+            "m" => Duration::from_secs(n * 60),
+            "h" => Duration::from_secs(n * 3600),
+            _ => return Err(format!("{s:?} is not a duration like 500ms, 30s or 15m")),
+        })
+    }
+
+    fn read_body(arg: &str) -> Result<String, String> {
+        match arg.strip_prefix('@') {
+            Some("-") => std::io::read_to_string(std::io::stdin())
+                .map_err(|e| format!("the body could not be read from stdin: {e}")),
+            Some(path) => std::fs::read_to_string(path)
+                .map_err(|e| format!("the body file {path:?} could not be read: {e}")),
+            None => Ok(arg.to_owned()),
+        }
+    }
+
+    fn client(o: &Options) -> Result<Client, String> {
+        let store = SqliteStore::open(&o.store.store).map_err(|e| e.to_string())?;
+        let mut b = Client::builder()
+            .store(store)
+            .timeout(o.timeout)
+            .lease(o.lease)
+            .retry(RetryPolicy {
+                attempts: o.attempts,
+                base: o.base,
+                cap: o.cap,
+                budget: o.budget,
+            });
+        for spec in &o.secret_headers {
+            let (name, var) = spec
+                .split_once('=')
+                .ok_or_else(|| format!("--secret-header {spec:?}: expected NAME=ENV_VAR"))?;
+            let value = std::env::var(var).map_err(|_| {
+                format!("--secret-header {name}: the environment variable {var} is not set")
+            })?;
+            b = b.secret_header(name.trim(), &value);
+        }
+        b.build().map_err(|e| e.to_string())
+    }
+
+    const FAILED: u8 = 1;
+
+    fn code(outcome: Outcome) -> u8 {
+        match outcome {
+            Outcome::Succeeded => 0,
+            Outcome::Refused => 3,
+            Outcome::Conflict => 4,
+            Outcome::Misconfigured => 5,
+            Outcome::Unsure => 6,
+        }
+    }
+
+    fn error_code(e: &oncekey::Error) -> u8 {
+        if e.is_busy() {
+            7
+        } else if e.is_pending_mismatch() {
+            8
+        } else {
+            FAILED
+        }
+    }
+
+    fn report(s: &Settlement) -> u8 {
+        eprintln!("oncekey: {s}");
+        let advice = match s.outcome() {
+            Outcome::Succeeded => None,
+            Outcome::Refused => Some("the server refused the request; fix it and send it again"),
+            Outcome::Conflict => Some("the server holds this key for another body: a bug, not retried"),
+            Outcome::Misconfigured => Some("the server says the idempotency key is missing or malformed: check the setup"),
+            Outcome::Unsure => Some("no definite answer: the record is kept; run `oncekey resume` to go on with the same key"),
+        };
+        if let Some(advice) = advice {
+            eprintln!("oncekey: {advice}");
+        }
+        code(s.outcome())
+    }
+
+    async fn send(args: Send) -> Result<u8, (String, u8)> {
+        let plain = |e: String| (e, FAILED);
+        let client = client(&args.options).map_err(plain)?;
+        let mut b = client
+            .submission(&args.name)
+            .request(&args.method, &args.url);
+        if let Some(k) = &args.key {
+            b = b.key(Key::parse(k).map_err(|e| plain(format!("--key: {e}")))?);
+        }
+        if let Some(id) = &args.derive_key {
+            let ns = uuid::Uuid::parse_str(&args.namespace)
+                .map_err(|e| plain(format!("--namespace: {e}")))?;
+            b = b.key(Key::derive(&ns, id));
+        }
+        for h in &args.headers {
+            let (name, value) = h
+                .split_once(':')
+                .ok_or_else(|| plain(format!("--header {h:?}: expected \"Name: value\"")))?;
+            b = b.header(name.trim(), value.trim());
+        }
+        if let Some(json) = &args.json {
+            b = b.json_text(&read_body(json).map_err(plain)?);
+        }
+        if let Some(form) = &args.form {
+            let text = read_body(form).map_err(plain)?;
+            let value: serde_json::Value = serde_json::from_str(&text)
+                .map_err(|e| plain(format!("--form is not JSON: {e}")))?;
+            b = b.form(&value).map_err(|e| plain(e.to_string()))?;
+        }
+        match b.send().await {
+            Ok(s) => {
+                use std::io::Write;
+                let mut out = std::io::stdout().lock();
+                let _ = out.write_all(s.body());
+                if !s.body().is_empty() && !s.body().ends_with(b"\n") {
+                    let _ = out.write_all(b"\n");
+                }
+                Ok(report(&s))
+            }
+            Err(e) => Err((e.to_string(), error_code(&e))),
+        }
+    }
+
+    async fn resume(args: Resume) -> Result<u8, (String, u8)> {
+        let client = client(&args.options).map_err(|e| (e, FAILED))?;
+        let mut worst = 0u8;
+        if args.again {
+            let pending = client
+                .pending()
+                .await
+                .map_err(|e| (e.to_string(), FAILED))?;
+            for p in pending {
+                let c = match client.try_again(&p.name).await {
+                    Ok(s) => report(&s),
+                    Err(e) => {
+                        eprintln!("oncekey: {}: {e}", p.name);
+                        error_code(&e)
+                    }
+                };
+                worst = worst.max(c);
+            }
+        } else {
+            let resumed = client
+                .resume_pending()
+                .await
+                .map_err(|e| (e.to_string(), FAILED))?;
+            if resumed.is_empty() {
+                eprintln!("oncekey: nothing pending");
+            }
+            for r in resumed {
+                let c = match &r.result {
+                    Ok(s) => report(s),
+                    Err(e) => {
+                        eprintln!("oncekey: {}: {e}", r.name);
+                        error_code(e)
+                    }
+                };
+                worst = worst.max(c);
+            }
+        }
+        Ok(worst)
+    }
+
+    async fn list(args: StoreArg) -> Result<u8, (String, u8)> {
+        let store = SqliteStore::open(&args.store).map_err(|e| (e.to_string(), FAILED))?;
+        let client = Client::builder()
+            .store(store)
+            .build()
+            .map_err(|e| (e.to_string(), FAILED))?;
+        let pending = client
+            .pending()
+            .await
+            .map_err(|e| (e.to_string(), FAILED))?;
+        for p in pending {
+            match &p.record {
+                Ok(r) => println!(
+                    "{}\t{}\t{} {}\t{} attempts\t{}",
+                    p.name,
+                    r.key,
+                    r.request.method,
+                    r.request.url,
+                    r.attempts,
+                    match &p.lease {
+                        Some(l) => format!("leased by {}", l.owner),
+                        None => "not leased".to_owned(),
+                    }
+                ),
+                Err(e) => println!("{}\tUNREADABLE: {e}", p.name),
+            }
+        }
+        Ok(0)
+    }
+
+    async fn discard(args: Discard) -> Result<u8, (String, u8)> {
+        let store = SqliteStore::open(&args.store.store).map_err(|e| (e.to_string(), FAILED))?;
+        let client = Client::builder()
+            .store(store)
+            .build()
+            .map_err(|e| (e.to_string(), FAILED))?;
+        match client.discard(&args.name).await {
+            Ok(true) => {
+                eprintln!(
+                    "oncekey: discarded {:?}; the next send under it gets a new key",
+                    args.name
+                );
+                Ok(0)
+            }
+            Ok(false) => {
+                eprintln!("oncekey: nothing was stored under {:?}", args.name);
+                Ok(0)
+            }
+            Err(e) => Err((e.to_string(), error_code(&e))),
+        }
+    }
+
+    pub fn main() -> ExitCode {
+        let cli = Cli::parse();
+        let filter =
+            tracing_subscriber::EnvFilter::try_from_env("ONCEKEY_LOG").unwrap_or_else(|_| {
+                tracing_subscriber::EnvFilter::new(if cli.verbose {
+                    "oncekey=info"
+                } else {
+                    "oncekey=warn"
+                })
+            });
+        tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .with_writer(std::io::stderr)
+            .init();
+        let runtime = match tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+        {
+            Ok(r) => r,
+            Err(e) => {
+                eprintln!("oncekey: the runtime could not start: {e}");
+                return ExitCode::from(FAILED);
+            }
+        };
+        let result = runtime.block_on(async {
+            match cli.command {
+                Command::Send(a) => send(*a).await,
+                Command::Resume(a) => resume(a).await,
+                Command::List(a) => list(a).await,
+                Command::Discard(a) => discard(a).await,
+            }
+        });
+        match result {
+            Ok(code) => ExitCode::from(code),
+            Err((message, code)) => {
+                eprintln!("oncekey: error: {message}");
+                ExitCode::from(code)
+            }
+        }
+    }
+}
+
+#[cfg(not(all(target_arch = "wasm32", any(target_os = "unknown", target_os = "none"))))]
+fn main() -> std::process::ExitCode {
+    cli::main()
+}
+
+/// The command line is for servers; the browser build has none.
+#[cfg(all(target_arch = "wasm32", any(target_os = "unknown", target_os = "none")))]
+fn main() {}

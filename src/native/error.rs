@@ -1,0 +1,280 @@
+//! # Errors
+//!
+//! One opaque [`Error`] for everything the native client can refuse or fail at, with questions
+//! (`is_pending_mismatch()`, `is_busy()`, ...) in place of a public enum, as reqwest does. An
+//! answer from the server is never an error: refused, conflict, misconfigured and unsure are
+//! [`Outcome`](crate::Outcome)s of a [`Settlement`](crate::Settlement).
+
+use std::fmt;
+
+use crate::core::{Key, Timestamp};
+
+/// What can go wrong in the native client.
+pub struct Error {
+    inner: Box<Inner>,
+}
+
+/// `Result` with the native client's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// A boxed error from a [`Store`](crate::Store) implementation.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+struct Inner {
+    kind: Kind,
+    name: Option<String>,
+    key: Option<Key>,
+    message: String,
+    source: Option<BoxError>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Kind {
+    Builder,
+    Request,
+    PendingMismatch,
+    Busy { owner: String, until: Timestamp },
+    LeaseLost,
+    Store,
+    Corrupt,
+    UnreadableRecord,
+    Cancelled,
+}
+
+impl Error {
+    fn new(kind: Kind, message: impl Into<String>) -> Error {
+        Error {
+            inner: Box::new(Inner {
+                kind,
+                name: None,
+                key: None,
+                message: message.into(),
+                source: None,
+            }),
+        }
+    }
+
+    pub(crate) fn builder(message: impl Into<String>) -> Error {
+        Error::new(Kind::Builder, message)
+    }
+
+    pub(crate) fn request(message: impl Into<String>) -> Error {
+        Error::new(Kind::Request, message)
+    }
+
+    pub(crate) fn pending_mismatch(name: &str, key: Option<Key>, differs: &str) -> Error {
+        let shown = key.as_ref().map(|k| k.short().to_owned());
+        let mut e = Error::new(
+            Kind::PendingMismatch,
+            match shown {
+                Some(k) => format!(
+                    "submission {name:?} is still pending under key {k} with another {differs}; nothing was sent. Resume it (resume_pending, or send the same request again) or discard it before sending a new one"
+                ),
+                None => format!(
+                    "submission {name:?} is being sent with another {differs}; nothing was sent. Wait for it, then send again"
+                ),
+            },
+        );
+        e.inner.name = Some(name.to_owned());
+        e.inner.key = key;
+        e
+    }
+
+    pub(crate) fn busy(name: &str, owner: &str, until: Timestamp) -> Error {
+        let mut e = Error::new(
+            Kind::Busy {
+                owner: owner.to_owned(),
+                until,
+            },
+            format!(
+                "submission {name:?} is being sent by another client ({owner}); its lease runs until {} ms after the epoch; nothing was sent",
+                until.as_millis()
+            ),
+        );
+        e.inner.name = Some(name.to_owned());
+        e
+    }
+
+    pub(crate) fn lease_lost(name: &str) -> Error {
+        let mut e = Error::new(
+            Kind::LeaseLost,
+            format!("the lease on submission {name:?} was taken over by another client, which goes on with it; this client stopped"),
+        );
+        e.inner.name = Some(name.to_owned());
+        e
+    }
+
+    pub(crate) fn store(message: impl Into<String>, source: impl Into<BoxError>) -> Error {
+        Error::new(Kind::Store, message).with_source(source)
+    }
+
+    pub(crate) fn corrupt(message: impl Into<String>, source: impl Into<BoxError>) -> Error {
+        Error::new(Kind::Corrupt, message).with_source(source)
+    }
+
+    pub(crate) fn unreadable_record(name: &str, why: impl fmt::Display) -> Error {
+        let mut e = Error::new(
+            Kind::UnreadableRecord,
+            format!("the stored record of submission {name:?} cannot be read ({why}); it is kept for inspection: discard it (oncekey discard) to go on"),
+        );
+        e.inner.name = Some(name.to_owned());
+        e
+    }
+
+    pub(crate) fn cancelled(name: &str) -> Error {
+        let mut e = Error::new(
+            Kind::Cancelled,
+            format!("the send of submission {name:?} that this call joined was cancelled before it settled; its record, if any, stays stored"),
+        );
+        e.inner.name = Some(name.to_owned());
+        e
+    }
+
+    pub(crate) fn with_source(mut self, source: impl Into<BoxError>) -> Error {
+        self.inner.source = Some(source.into());
+        self
+    }
+
+    pub(crate) fn with_name(mut self, name: &str) -> Error {
+        self.inner.name.get_or_insert_with(|| name.to_owned());
+        self
+    }
+
+    /// The same error again, for a second caller that joined the first one's submission (the
+    /// source is kept as text).
+    pub(crate) fn duplicate(&self) -> Error {
+        Error {
+            inner: Box::new(Inner {
+                kind: self.inner.kind.clone(),
+                name: self.inner.name.clone(),
+                key: self.inner.key.clone(),
+                message: self.inner.message.clone(),
+                source: self
+                    .inner
+                    .source
+                    .as_ref()
+                    .map(|s| BoxError::from(s.to_string())),
+            }),
+        }
+    }
+
+    /// The client could not be built: a missing store, a policy that cannot work, a bad header.
+    pub fn is_builder(&self) -> bool {
+        self.inner.kind == Kind::Builder
+    }
+
+    /// The request cannot be made: a bad method or URL, a body that is not JSON, a secret header
+    /// given where it would be stored. Nothing was stored or sent.
+    pub fn is_request(&self) -> bool {
+        self.inner.kind == Kind::Request
+    }
+
+    /// Another request is pending under this submission's name (another body, method, URL or
+    /// key). Nothing was stored or sent: resume or discard the pending one first.
+    pub fn is_pending_mismatch(&self) -> bool {
+        self.inner.kind == Kind::PendingMismatch
+    }
+
+    /// Another client (usually another process sharing the store) holds the lease on this
+    /// submission and is sending it. Nothing was sent.
+    pub fn is_busy(&self) -> bool {
+        matches!(self.inner.kind, Kind::Busy { .. })
+    }
+
+    /// This client's lease ran out and another client took the submission over.
+    pub fn is_lease_lost(&self) -> bool {
+        self.inner.kind == Kind::LeaseLost
+    }
+
+    /// The store failed (I/O, locking, a full disk).
+    pub fn is_store(&self) -> bool {
+        self.inner.kind == Kind::Store
+    }
+
+    /// The store file is not a store this oncekey can read: damaged, not a database, or made by
+    /// a newer version.
+    pub fn is_corrupt(&self) -> bool {
+        self.inner.kind == Kind::Corrupt
+    }
+
+    /// One stored record cannot be read. The other records are still usable.
+    pub fn is_unreadable_record(&self) -> bool {
+        self.inner.kind == Kind::UnreadableRecord
+    }
+
+    /// The send this call joined (the same submission, in the same client) was cancelled.
+    pub fn is_cancelled(&self) -> bool {
+        self.inner.kind == Kind::Cancelled
+    }
+
+    /// The submission the error is about, if it is about one.
+    pub fn name(&self) -> Option<&str> {
+        self.inner.name.as_deref()
+    }
+
+    /// The pending key, for [`Error::is_pending_mismatch`].
+    pub fn key(&self) -> Option<&Key> {
+        self.inner.key.as_ref()
+    }
+
+    /// Who holds the lease and until when, for [`Error::is_busy`].
+    pub fn lease_holder(&self) -> Option<(&str, Timestamp)> {
+        match &self.inner.kind {
+            Kind::Busy { owner, until } => Some((owner, *until)),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Debug for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut d = f.debug_struct("oncekey::Error");
+        d.field("kind", &self.inner.kind);
+        if let Some(name) = &self.inner.name {
+            d.field("name", name);
+        }
+        d.field("message", &self.inner.message);
+        if let Some(source) = &self.inner.source {
+            d.field("source", source);
+        }
+        d.finish()
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.inner.message)?;
+        if let Some(source) = &self.inner.source {
+            write!(f, ": {source}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.inner
+            .source
+            .as_ref()
+            .map(|s| &**s as &(dyn std::error::Error + 'static))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn questions_answer_by_kind_and_messages_say_what_to_do() {
+        let e = Error::pending_mismatch("payout-77", Key::parse("abcdefghij").ok(), "body");
+        assert!(e.is_pending_mismatch() && !e.is_busy());
+        assert_eq!(e.name(), Some("payout-77"));
+        assert!(e.to_string().contains("abcdefgh"), "{e}");
+        assert!(e.to_string().contains("nothing was sent"), "{e}");
+        let b = Error::busy("n", "pid1", Timestamp::from_millis(5));
+        assert_eq!(b.lease_holder(), Some(("pid1", Timestamp::from_millis(5))));
+        let d = Error::store("writing failed", "disk full").duplicate();
+        assert!(d.is_store());
+        assert!(d.to_string().ends_with("disk full"), "{d}");
+    }
+}

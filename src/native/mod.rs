@@ -1,0 +1,45 @@
+//! # The native client for servers
+//!
+//! The core, driven by tokio and reqwest (rustls), for a server process that calls an API taking
+//! idempotency keys: a payment provider, a ticketing system, another team's service. Pay once,
+//! even across a crash:
+//!
+//! - The record (key, method, URL, body, safe headers, attempts, start time) is written and
+//!   synced to a [`Store`] before the first attempt, and removed after a definite answer. An
+//!   [`Outcome::Unsure`](crate::Outcome::Unsure) keeps it; [`Client::resume_pending`] finishes it
+//!   after a restart, with the same key.
+//! - Secrets (`Authorization`, `Cookie`, headers marked secret) are never stored; the client adds
+//!   them to every attempt ([`ClientBuilder::secret_header`], [`HeaderProvider`]).
+//! - Clients sharing a store take a lease on a submission before sending it (see [`Store`]), so
+//!   two processes never send the same one at once, and a dead one's work is taken over.
+//! - Each attempt is a `tracing` span `oncekey.attempt` with the submission's name, the key's
+//!   short form, the attempt's number and its outcome.
+//!
+//! ```no_run
+//! # async fn pay() -> oncekey::Result<()> {
+//! use oncekey::{Client, Key, Outcome, SqliteStore};
+//! const PAYOUTS: uuid::Uuid = uuid::Uuid::from_u128(0x6f6e_6365_6b65_7900_0000_0000_0000_0001);
+//! let client = Client::builder().store(SqliteStore::open("oncekey.db")?).build()?;
+//! let settled = client
+//!     .submission("payout-77")
+//!     .key(Key::derive(&PAYOUTS, "withdrawal-77"))
+//!     .post("https://api.example.com/payouts")
+//!     .json(&serde_json::json!({ "amount": 1200, "currency": "EUR" }))?
+//!     .send()
+//!     .await?;
+//! assert_eq!(settled.outcome(), Outcome::Succeeded);
+//! # Ok(()) }
+//! ```
+
+mod client;
+mod error;
+mod sqlite;
+mod store;
+
+pub use client::{
+    Client, ClientBuilder, HeaderProvider, Outgoing, Pending, Resumed, Settlement,
+    SubmissionBuilder,
+};
+pub use error::{BoxError, Error, Result};
+pub use sqlite::SqliteStore;
+pub use store::{Claim, Lease, Listed, MemoryStore, Store};

@@ -1,0 +1,276 @@
+//! # Stores
+//!
+//! Where pending submissions live between the first attempt and a definite answer
+//! (CONTRACT.md section 5): one row per submission name, holding the record (the core's
+//! [`Record`](crate::core::Record) as JSON text, written before the first byte is sent) and a
+//! lease.
+//!
+//! # Leases
+//!
+//! Two clients sharing a store (two processes, or two hosts on one database) never send the same
+//! pending submission at the same time: a client sends only while it holds the name's lease, an
+//! owner and an expiry taken in the store's own transaction by [`Store::claim`]. A live client
+//! renews its lease before every attempt and every wait; a client that died stops renewing, its
+//! lease runs out, and the next claim takes the submission over, record and key included.
+//!
+//! # Bringing another store
+//!
+//! [`Store`] is public: implement its methods with the semantics written on each, each one
+//! atomic, and [`Store::save`] durable before it returns. [`MemoryStore`] is the reference.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::Mutex;
+
+use super::error::BoxError;
+use crate::core::Timestamp;
+
+/// A lease on a submission name: who may send it, and until when.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lease {
+    /// The holder's id (one per [`Client`](crate::Client)).
+    pub owner: String,
+    /// When the lease runs out unless renewed.
+    pub until: Timestamp,
+}
+
+/// What [`Store::claim`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Claim {
+    /// The lease is ours now. The record stored under the name, if any, as its text.
+    Taken(Option<String>),
+    /// Another owner holds a lease that has not run out.
+    Busy(Lease),
+}
+
+/// A stored submission, as [`Store::list`] shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Listed {
+    /// The submission's name.
+    pub name: String,
+    /// Its record's text.
+    pub record: String,
+    /// Its lease, if one was taken and not released (it may have run out).
+    pub lease: Option<Lease>,
+}
+
+/// Durable storage for pending submissions, shared by every client that opens it.
+///
+/// Each method is one atomic step. Methods block; the client calls them on tokio's blocking
+/// pool unless [`Store::blocks`] says they return at once.
+pub trait Store: Send + Sync + fmt::Debug + 'static {
+    /// In one transaction: when no other owner holds an unexpired lease on `name` (at `now`),
+    /// set the name's lease to `lease` (creating the row if there is none) and answer
+    /// [`Claim::Taken`] with the stored record; otherwise change nothing and answer
+    /// [`Claim::Busy`] with the holder's lease.
+    fn claim(&self, name: &str, lease: &Lease, now: Timestamp) -> Result<Claim, BoxError>;
+
+    /// Writes `record` under `name` and extends the lease to `lease.until`, durably (synced)
+    /// before returning, if `lease.owner` still holds the name's lease. Answers `false`, writing
+    /// nothing, when it does not.
+    fn save(&self, name: &str, record: &str, lease: &Lease) -> Result<bool, BoxError>;
+
+    /// Extends the lease to `lease.until` if `lease.owner` still holds it; `false` otherwise.
+    fn renew(&self, name: &str, lease: &Lease) -> Result<bool, BoxError>;
+
+    /// Removes the name's record and lease if `owner` holds the lease; `false` otherwise.
+    fn remove(&self, name: &str, owner: &str) -> Result<bool, BoxError>;
+
+    /// Gives the lease up if `owner` holds it, keeping the record (or removing the row when it
+    /// has none).
+    fn release(&self, name: &str, owner: &str) -> Result<(), BoxError>;
+
+    /// Every stored record, by name.
+    fn list(&self) -> Result<Vec<Listed>, BoxError>;
+
+    /// Whether the methods may block (disk, network). `false` lets the client call them
+    /// directly on the async task.
+    fn blocks(&self) -> bool {
+        true
+    }
+}
+
+#[derive(Debug, Default, Clone)]
+struct Row {
+    record: Option<String>,
+    lease: Option<Lease>,
+}
+
+/// A store in memory, for tests and for processes that need no restart safety. Clones of one
+/// `MemoryStore` share its records (so two clients on it behave like two processes on a file).
+#[derive(Debug, Default, Clone)]
+pub struct MemoryStore {
+    rows: std::sync::Arc<Mutex<HashMap<String, Row>>>,
+}
+
+impl MemoryStore {
+    /// An empty store.
+    pub fn new() -> MemoryStore {
+        MemoryStore::default()
+    }
+
+    fn rows(&self) -> std::sync::MutexGuard<'_, HashMap<String, Row>> {
+        // A panic elsewhere leaves the map consistent: every change below is one insert or
+        // remove.
+        self.rows.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+fn holds(row: &Row, owner: &str) -> bool {
+    row.lease.as_ref().is_some_and(|l| l.owner == owner)
+}
+
+impl Store for MemoryStore {
+    fn claim(&self, name: &str, lease: &Lease, now: Timestamp) -> Result<Claim, BoxError> {
+        let mut rows = self.rows();
+        let row = rows.entry(name.to_owned()).or_default();
+        if let Some(held) = &row.lease {
+            if held.owner != lease.owner && held.until > now {
+                return Ok(Claim::Busy(held.clone()));
+            }
+        }
+        row.lease = Some(lease.clone());
+        Ok(Claim::Taken(row.record.clone()))
+    }
+
+    fn save(&self, name: &str, record: &str, lease: &Lease) -> Result<bool, BoxError> {
+        let mut rows = self.rows();
+        match rows.get_mut(name) {
+            Some(row) if holds(row, &lease.owner) => {
+                row.record = Some(record.to_owned());
+                row.lease = Some(lease.clone());
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
+    }
+
+    fn renew(&self, name: &str, lease: &Lease) -> Result<bool, BoxError> {
+        let mut rows = self.rows();
+        match rows.get_mut(name) {
+            Some(row) if holds(row, &lease.owner) => {
+                row.lease = Some(lease.clone());
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
+    }
+
+    fn remove(&self, name: &str, owner: &str) -> Result<bool, BoxError> {
+        let mut rows = self.rows();
+        match rows.get(name) {
+            Some(row) if holds(row, owner) => {
+                rows.remove(name);
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
+    }
+
+    fn release(&self, name: &str, owner: &str) -> Result<(), BoxError> {
+        let mut rows = self.rows();
+        if let Some(row) = rows.get_mut(name) {
+            if holds(row, owner) {
+                if row.record.is_none() {
+                    rows.remove(name);
+                } else {
+                    row.lease = None;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn list(&self) -> Result<Vec<Listed>, BoxError> {
+        let mut out: Vec<Listed> = self
+            .rows()
+            .iter()
+            .filter_map(|(name, row)| {
+                Some(Listed {
+                    name: name.clone(),
+                    record: row.record.clone()?,
+                    lease: row.lease.clone(),
+                })
+            })
+            .collect();
+        out.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(out)
+    }
+
+    fn blocks(&self) -> bool {
+        false
+    }
+}
+
+/// The semantics every [`Store`] must have, run against one: used by this crate's tests for
+/// [`MemoryStore`] and `SqliteStore`.
+#[cfg(test)]
+pub(crate) fn check_semantics(store: &dyn Store, other: &dyn Store) {
+    let t = Timestamp::from_millis;
+    let a = |until| Lease {
+        owner: "a".into(),
+        until: t(until),
+    };
+    let b = |until| Lease {
+        owner: "b".into(),
+        until: t(until),
+    };
+    assert_eq!(store.claim("n", &a(100), t(0)).unwrap(), Claim::Taken(None));
+    assert!(
+        store.list().unwrap().is_empty(),
+        "a lease alone is no record"
+    );
+    assert!(store.save("n", "{r1}", &a(100)).unwrap());
+    // The other handle sees the lease and the record.
+    assert_eq!(
+        other.claim("n", &b(200), t(50)).unwrap(),
+        Claim::Busy(a(100))
+    );
+    assert!(!other.save("n", "{evil}", &b(200)).unwrap());
+    assert!(!other.remove("n", "b").unwrap());
+    assert!(store.renew("n", &a(150)).unwrap());
+    assert_eq!(
+        other.claim("n", &b(300), t(120)).unwrap(),
+        Claim::Busy(a(150))
+    );
+    // Expired: taken over, record included.
+    assert_eq!(
+        other.claim("n", &b(300), t(151)).unwrap(),
+        Claim::Taken(Some("{r1}".into()))
+    );
+    assert!(
+        !store.save("n", "{late}", &a(400)).unwrap(),
+        "a lost lease writes nothing"
+    );
+    assert!(!store.renew("n", &a(400)).unwrap());
+    let listed = other.list().unwrap();
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0].record, "{r1}");
+    assert_eq!(listed[0].lease, Some(b(300)));
+    // Released: the record stays, anyone may claim.
+    other.release("n", "b").unwrap();
+    assert_eq!(store.list().unwrap()[0].lease, None);
+    assert_eq!(
+        store.claim("n", &a(500), t(160)).unwrap(),
+        Claim::Taken(Some("{r1}".into()))
+    );
+    assert!(store.remove("n", "a").unwrap());
+    assert!(store.list().unwrap().is_empty());
+    // A claim released without a record leaves nothing behind.
+    assert_eq!(store.claim("m", &a(10), t(0)).unwrap(), Claim::Taken(None));
+    store.release("m", "a").unwrap();
+    assert_eq!(other.claim("m", &b(10), t(1)).unwrap(), Claim::Taken(None));
+    other.release("m", "b").unwrap();
+    assert!(store.list().unwrap().is_empty());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn memory_store_has_the_semantics() {
+        let store = MemoryStore::new();
+        check_semantics(&store, &store.clone());
+    }
+}
