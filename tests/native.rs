@@ -1,0 +1,680 @@
+//! The native client against the reference server over loopback, with faults: what a user
+//! checks is the server's ticket count for the tenant and the keys it was sent.
+#![cfg(not(all(target_arch = "wasm32", any(target_os = "unknown", target_os = "none"))))]
+
+mod support;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use oncekey::{Client, Key, MemoryStore, Outcome, RetryPolicy, SqliteStore, Store};
+use support::*;
+
+const NS: uuid::Uuid = uuid::Uuid::from_u128(0x6f6e_6365_6b65_7900_8000_0000_0000_00aa);
+
+async fn send(
+    client: &Client,
+    server: &Server,
+    tenant: &str,
+    name: &str,
+) -> oncekey::Result<oncekey::Settlement> {
+    client
+        .submission(name)
+        .post(&server.tickets_url())
+        .header("X-Tenant", tenant)
+        .json(&ticket(name))?
+        .send()
+        .await
+}
+
+fn all_same(keys: &[Key]) -> bool {
+    keys.windows(2).all(|w| w[0] == w[1])
+}
+
+#[tokio::test]
+async fn a_503_is_retried_with_the_same_key_and_makes_one_ticket() {
+    let server = Server::start();
+    let tenant = tenant("503");
+    let plan = Plan::new();
+    plan.fault("t", 1, "fail-before");
+    plan.fault("t", 2, "fail-before");
+    let client = client(&plan);
+    let s = send(&client, &server, &tenant, "t").await.unwrap();
+    assert_eq!(s.outcome(), Outcome::Succeeded, "{s}");
+    assert_eq!(s.status(), Some(201));
+    assert_eq!(s.attempts(), 3);
+    let keys = plan.keys("t");
+    assert_eq!(keys.len(), 3);
+    assert!(all_same(&keys), "{keys:?}");
+    assert_eq!(&keys[0], s.key());
+    assert_eq!(server.tickets(&tenant).await, 1);
+    assert_eq!(server.stats(&tenant).await["faults"], 2);
+    let ticket: serde_json::Value = s.json().unwrap();
+    assert_eq!(ticket["subject"], "t");
+    assert!(
+        client.pending().await.unwrap().is_empty(),
+        "removed after a definite answer"
+    );
+}
+
+#[tokio::test]
+async fn a_dropped_reply_is_retried_and_the_server_replays() {
+    let server = Server::start();
+    let tenant = tenant("drop");
+    let plan = Plan::new();
+    plan.fault("t", 1, "drop-reply");
+    let client = client(&plan);
+    let s = send(&client, &server, &tenant, "t").await.unwrap();
+    assert_eq!(s.outcome(), Outcome::Succeeded, "{s}");
+    assert!(
+        s.replayed(),
+        "the second attempt is answered from the receipt"
+    );
+    assert_eq!(s.attempts(), 2);
+    assert!(all_same(&plan.keys("t")));
+    assert_eq!(server.tickets(&tenant).await, 1);
+    assert_eq!(server.stats(&tenant).await["replays"], 1);
+}
+
+#[tokio::test]
+async fn a_timeout_then_409_with_retry_after_keeps_the_key_and_waits() {
+    let server = Server::start();
+    let tenant = tenant("timeout");
+    let plan = Plan::new();
+    // The first attempt outlives the client's timeout; the server holds the key meanwhile, so
+    // the second attempt gets 409 with Retry-After: 1.
+    plan.fault("t", 1, "delay=700");
+    let client = Client::builder()
+        .store(MemoryStore::new())
+        .retry(fast())
+        .timeout(Duration::from_millis(300))
+        .header_provider(plan.provider())
+        .build()
+        .unwrap();
+    let s = send(&client, &server, &tenant, "t").await.unwrap();
+    assert_eq!(s.outcome(), Outcome::Succeeded, "{s}");
+    let sent = plan.sent.lock().unwrap().clone();
+    assert!(sent.len() >= 3, "timeout, 409, then the answer: {sent:?}");
+    assert!(all_same(&plan.keys("t")));
+    let stats = server.stats(&tenant).await;
+    assert!(stats["in_progress"].as_i64().unwrap() >= 1, "{stats}");
+    assert_eq!(server.tickets(&tenant).await, 1);
+    // Retry-After: 1 was honoured: the attempt after the 409 came at least a second later
+    // (with a 20 ms backoff base it would otherwise come within 40 ms).
+    let gap = sent[2].3 - sent[1].3;
+    assert!(gap >= Duration::from_millis(990), "{gap:?}");
+}
+
+#[tokio::test]
+async fn retry_after_on_a_503_is_honoured() {
+    // The reference server sends Retry-After only with its 409; a stub says it with a 503.
+    let stub = Stub::start(vec![(503, vec![("retry-after", "1")])]).await;
+    let plan = Plan::new();
+    let client = client(&plan);
+    let s = client
+        .submission("r")
+        .post(&format!("{}/x", stub.url))
+        .json(&ticket("r"))
+        .unwrap()
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(s.outcome(), Outcome::Succeeded);
+    let sent = plan.sent.lock().unwrap().clone();
+    assert_eq!(sent.len(), 2);
+    assert!(sent[1].3 - sent[0].3 >= Duration::from_millis(990));
+    assert!(all_same(&plan.keys("r")));
+}
+
+#[tokio::test]
+async fn a_422_is_a_conflict_and_is_not_retried() {
+    let server = Server::start();
+    let tenant = tenant("422");
+    let plan = Plan::new();
+    let client = client(&plan);
+    let key = Key::derive(&NS, "reused");
+    let first = client
+        .submission("a")
+        .key(key.clone())
+        .post(&server.tickets_url())
+        .header("X-Tenant", &tenant)
+        .json(&ticket("a"))
+        .unwrap()
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(first.outcome(), Outcome::Succeeded);
+    let second = client
+        .submission("b")
+        .key(key.clone())
+        .post(&server.tickets_url())
+        .header("X-Tenant", &tenant)
+        .json(&ticket("another body"))
+        .unwrap()
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(second.outcome(), Outcome::Conflict, "{second}");
+    assert_eq!(second.status(), Some(422));
+    assert_eq!(plan.attempts("b"), 1, "never retried");
+    assert_eq!(server.tickets(&tenant).await, 1);
+    assert!(client.pending().await.unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn refused_and_misconfigured_are_definite() {
+    let server = Server::start();
+    let tenant = tenant("4xx");
+    let plan = Plan::new();
+    let client = client(&plan);
+    let s = client
+        .submission("empty")
+        .post(&server.tickets_url())
+        .header("X-Tenant", &tenant)
+        .json(&serde_json::json!({"subject": "", "body": "", "email": "nope"}))
+        .unwrap()
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(s.outcome(), Outcome::Refused, "{s}");
+    assert_eq!(plan.attempts("empty"), 1);
+
+    // A key sent under another header name: the server says the Idempotency-Key is missing.
+    let wrong = Client::builder()
+        .store(MemoryStore::new())
+        .retry(fast())
+        .key_header("X-Request-Key")
+        .build()
+        .unwrap();
+    let s = send(&wrong, &server, &tenant, "m").await.unwrap();
+    assert_eq!(s.outcome(), Outcome::Misconfigured, "{s}");
+    assert_eq!(server.tickets(&tenant).await, 0);
+}
+
+#[tokio::test]
+async fn unsure_keeps_the_record_a_mismatch_is_refused_and_the_same_body_goes_on() {
+    let server = Server::start();
+    let tenant = tenant("mismatch");
+    let plan = Plan::new();
+    plan.always("t", "fail-before");
+    let client = Client::builder()
+        .store(MemoryStore::new())
+        .retry(RetryPolicy {
+            attempts: 2,
+            ..fast()
+        })
+        .header_provider(plan.provider())
+        .build()
+        .unwrap();
+    let s = send(&client, &server, &tenant, "t").await.unwrap();
+    assert_eq!(s.outcome(), Outcome::Unsure, "{s}");
+    assert_eq!(s.attempts(), 2);
+    let pending = client.pending().await.unwrap();
+    assert_eq!(pending.len(), 1);
+    assert_eq!(&pending[0].record.as_ref().unwrap().key, s.key());
+
+    // Another body under the same name: refused locally, nothing sent.
+    let before = plan.attempts("t");
+    let e = client
+        .submission("t")
+        .post(&server.tickets_url())
+        .header("X-Tenant", &tenant)
+        .json(&ticket("something else"))
+        .unwrap()
+        .send()
+        .await
+        .unwrap_err();
+    assert!(e.is_pending_mismatch(), "{e:?}");
+    assert_eq!(e.key(), Some(s.key()));
+    assert!(e.to_string().contains("nothing was sent"), "{e}");
+    assert_eq!(plan.attempts("t"), before, "nothing was sent");
+    // A different derived key for the pending name is a mismatch too.
+    let e = client
+        .submission("t")
+        .key(Key::derive(&NS, "other"))
+        .post(&server.tickets_url())
+        .header("X-Tenant", &tenant)
+        .json(&ticket("t"))
+        .unwrap()
+        .send()
+        .await
+        .unwrap_err();
+    assert!(e.is_pending_mismatch(), "{e:?}");
+    assert_eq!(plan.attempts("t"), before);
+
+    // The same body (keys in another order) goes on with the pending key: "Try again".
+    plan.clear();
+    let again = client
+        .submission("t")
+        .post(&server.tickets_url())
+        .header("X-Tenant", &tenant)
+        .json(&serde_json::json!({
+            "email": "ana@example.com",
+            "body": "The printer on the 3rd floor is on fire.",
+            "subject": "t",
+        }))
+        .unwrap()
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(again.outcome(), Outcome::Succeeded, "{again}");
+    assert_eq!(again.key(), s.key());
+    assert_eq!(again.attempts(), 3);
+    assert_eq!(server.tickets(&tenant).await, 1);
+}
+
+#[tokio::test]
+async fn a_spent_round_stays_unsure_on_resume_until_try_again() {
+    let server = Server::start();
+    let tenant = tenant("spent");
+    let plan = Plan::new();
+    plan.always("t", "fail-before");
+    let client = Client::builder()
+        .store(MemoryStore::new())
+        .retry(RetryPolicy {
+            attempts: 2,
+            ..fast()
+        })
+        .header_provider(plan.provider())
+        .build()
+        .unwrap();
+    let s = send(&client, &server, &tenant, "t").await.unwrap();
+    assert_eq!(s.outcome(), Outcome::Unsure);
+    plan.clear();
+    let resumed = client.resume_pending().await.unwrap();
+    assert_eq!(resumed.len(), 1);
+    let r = resumed[0].result.as_ref().unwrap();
+    assert_eq!(r.outcome(), Outcome::Unsure, "{r}");
+    assert_eq!(plan.attempts("t"), 2, "a spent round is not sent by resume");
+    let s2 = client.try_again("t").await.unwrap();
+    assert_eq!(s2.outcome(), Outcome::Succeeded, "{s2}");
+    assert_eq!(s2.key(), s.key());
+    assert_eq!(server.tickets(&tenant).await, 1);
+}
+
+#[tokio::test]
+async fn the_same_message_twice_three_times_and_concurrently_makes_one_ticket() {
+    let server = Server::start();
+    let tenant = tenant("dup");
+    let key = Key::derive(&NS, "withdrawal-77");
+    let url = server.tickets_url();
+    let go = |client: Client, name: &'static str| {
+        let (key, url, tenant) = (key.clone(), url.clone(), tenant.clone());
+        async move {
+            client
+                .submission(name)
+                .key(key)
+                .post(&url)
+                .header("X-Tenant", &tenant)
+                .json(&ticket("payout 77"))
+                .unwrap()
+                .send()
+                .await
+                .unwrap()
+        }
+    };
+    let plan = Plan::new();
+    // Twice through one client, three times through separate ones (separate processes with
+    // separate stores, the same derived key).
+    let c = client(&plan);
+    let first = go(c.clone(), "p").await;
+    let second = go(c.clone(), "p").await;
+    assert!(!first.replayed() && second.replayed());
+    for _ in 0..3 {
+        let s = go(client(&plan), "p").await;
+        assert_eq!(s.outcome(), Outcome::Succeeded);
+        assert!(s.replayed());
+    }
+    assert_eq!(server.tickets(&tenant).await, 1);
+
+    // Concurrently, a new message: three clients with their own stores at once, the first
+    // attempts slow so that the others meet the key in progress (409) and wait for it.
+    let key2 = Key::derive(&NS, "withdrawal-78");
+    let plan2 = Plan::new();
+    plan2.fault("q", 1, "delay=300");
+    let runs = (0..3).map(|_| {
+        let client = client(&plan2);
+        let (key2, url, tenant) = (key2.clone(), url.clone(), tenant.clone());
+        tokio::spawn(async move {
+            client
+                .submission("q")
+                .key(key2)
+                .post(&url)
+                .header("X-Tenant", &tenant)
+                .json(&ticket("payout 78"))
+                .unwrap()
+                .send()
+                .await
+                .unwrap()
+        })
+    });
+    let results: Vec<_> = futures_join(runs.collect()).await;
+    for s in &results {
+        assert_eq!(s.outcome(), Outcome::Succeeded, "{s}");
+        assert_eq!(s.key(), &key2);
+    }
+    assert_eq!(server.tickets(&tenant).await, 2);
+    assert!(plan2.keys("q").iter().all(|k| *k == key2));
+
+    // Concurrently within one client: the later sends join the first, one request in all.
+    let plan3 = Plan::new();
+    plan3.fault("j", 1, "delay=200");
+    let c = client(&plan3);
+    let joins: Vec<_> = (0..3)
+        .map(|_| {
+            let c = c.clone();
+            let (url, tenant) = (url.clone(), tenant.clone());
+            tokio::spawn(async move {
+                c.submission("j")
+                    .post(&url)
+                    .header("X-Tenant", &tenant)
+                    .json(&ticket("joined"))
+                    .unwrap()
+                    .send()
+                    .await
+                    .unwrap()
+            })
+        })
+        .collect();
+    let joined = futures_join(joins).await;
+    assert!(joined.iter().all(|s| s.key() == joined[0].key()));
+    assert_eq!(plan3.attempts("j"), 1, "joined, not sent again");
+    assert_eq!(server.tickets(&tenant).await, 3);
+}
+
+async fn futures_join<T: Send + 'static>(tasks: Vec<tokio::task::JoinHandle<T>>) -> Vec<T> {
+    let mut out = Vec::new();
+    for t in tasks {
+        out.push(t.await.unwrap());
+    }
+    out
+}
+
+#[tokio::test]
+async fn secrets_are_sent_on_every_attempt_and_never_stored() {
+    const TOKEN: &str = "Bearer sk_live_ThisMustNeverBeStored";
+    const SIGNATURE: &str = "sig_ThisMustNeverBeStoredEither";
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("pending.db");
+    // Two unanswered attempts (the stub hangs up with 503s), then a restart.
+    let stub = Stub::start(vec![(503, vec![]), (503, vec![])]).await;
+    let build = || {
+        Client::builder()
+            .store(SqliteStore::open(&path).unwrap())
+            .retry(RetryPolicy {
+                attempts: 2,
+                ..fast()
+            })
+            .secret_header("Authorization", TOKEN)
+            .secret_header_name("X-Signature")
+            .header_provider(|_: &oncekey::Outgoing<'_>| {
+                let mut h = reqwest::header::HeaderMap::new();
+                h.insert("x-signature", SIGNATURE.parse().unwrap());
+                h
+            })
+            .build()
+            .unwrap()
+    };
+    let client = build();
+    let s = client
+        .submission("pay")
+        .post(&format!("{}/payouts", stub.url))
+        .header("X-Tenant", "acme")
+        .json(&serde_json::json!({"amount": 1200}))
+        .unwrap()
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(s.outcome(), Outcome::Unsure);
+    // A secret given as a stored header is refused.
+    let e = client
+        .submission("other")
+        .post(&format!("{}/payouts", stub.url))
+        .header("Cookie", "session=abc")
+        .json(&serde_json::json!({}))
+        .unwrap()
+        .send()
+        .await
+        .unwrap_err();
+    assert!(e.is_request() && e.to_string().contains("secret"), "{e}");
+    drop(client);
+
+    let mut bytes = Vec::new();
+    for entry in std::fs::read_dir(dir.path()).unwrap() {
+        bytes.extend(std::fs::read(entry.unwrap().path()).unwrap());
+    }
+    let text = String::from_utf8_lossy(&bytes);
+    assert!(
+        text.contains(s.key().as_str()),
+        "the record (its key) is in the files"
+    );
+    assert!(text.contains("acme"), "safe headers are stored");
+    assert!(!text.contains("sk_live_ThisMustNeverBeStored"));
+    assert!(!text.contains("ThisMustNeverBeStoredEither"));
+
+    // After the restart the secrets are added again from the new client's configuration (its
+    // round was spent, so resume leaves it unsure and "Try again" sends it).
+    let client = build();
+    let resumed = client.resume_pending().await.unwrap();
+    assert_eq!(
+        resumed[0].result.as_ref().unwrap().outcome(),
+        Outcome::Unsure
+    );
+    let again = client.try_again("pay").await.unwrap();
+    assert_eq!(again.outcome(), Outcome::Succeeded, "{again}");
+    let seen = stub.seen.lock().unwrap().clone();
+    assert_eq!(seen.len(), 3);
+    for h in &seen {
+        assert_eq!(h["authorization"], TOKEN);
+        assert_eq!(h["x-signature"], SIGNATURE);
+        assert_eq!(h["x-tenant"], "acme");
+        assert_eq!(h["idempotency-key"], s.key().as_str());
+    }
+}
+
+#[tokio::test]
+async fn two_clients_on_one_store_never_send_one_submission_at_once() {
+    let server = Server::start();
+    let tenant = tenant("lease");
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("shared.db");
+    let plan = Plan::new();
+    plan.fault("n", 1, "delay=400");
+    let make = |plan: &Arc<Plan>| {
+        Client::builder()
+            .store(SqliteStore::open(&path).unwrap())
+            .retry(fast())
+            .header_provider(plan.provider())
+            .build()
+            .unwrap()
+    };
+    let (a, b) = (make(&plan), make(&plan));
+    let url = server.tickets_url();
+    let t = tenant.clone();
+    let first = tokio::spawn(async move {
+        a.submission("n")
+            .post(&url)
+            .header("X-Tenant", &t)
+            .json(&ticket("n"))
+            .unwrap()
+            .send()
+            .await
+    });
+    // Wait until A's attempt is on the wire.
+    while plan.attempts("n") == 0 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let e = send(&b, &server, &tenant, "n").await.unwrap_err();
+    assert!(e.is_busy(), "{e:?}");
+    let resumed = b.resume_pending().await.unwrap();
+    assert_eq!(resumed.len(), 1);
+    assert!(resumed[0].result.as_ref().unwrap_err().is_busy());
+    let s = first.await.unwrap().unwrap();
+    assert_eq!(s.outcome(), Outcome::Succeeded);
+    assert_eq!(plan.attempts("n"), 1, "B sent nothing");
+    let stats = server.stats(&tenant).await;
+    assert_eq!(
+        stats["in_progress"], 0,
+        "never two requests in flight: {stats}"
+    );
+    assert_eq!(stats["tickets"], 1);
+    assert!(b.resume_pending().await.unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn a_dead_clients_lease_runs_out_and_another_takes_its_submission_over() {
+    let server = Server::start();
+    let tenant = tenant("takeover");
+    let store = MemoryStore::new();
+    // A "process" that stored its record, took its lease and died before sending.
+    let key = Key::derive(&NS, "dead");
+    let record = oncekey::core::Record {
+        name: "d".into(),
+        key: key.clone(),
+        request: oncekey::Request::new(
+            "POST",
+            &server.tickets_url(),
+            &ticket("d").to_string(),
+            oncekey::Encoding::Json,
+        )
+        .unwrap()
+        .header("X-Tenant", &tenant)
+        .unwrap(),
+        started_at: oncekey::Timestamp::from_millis(now_ms()),
+        attempts: 1,
+        round_started_at: oncekey::Timestamp::from_millis(now_ms()),
+        round_attempts: 1,
+    };
+    let lease = oncekey::Lease {
+        owner: "dead-process".into(),
+        until: oncekey::Timestamp::from_millis(now_ms() + 300),
+    };
+    store
+        .claim("d", &lease, oncekey::Timestamp::from_millis(now_ms()))
+        .unwrap();
+    assert!(store
+        .save("d", &serde_json::to_string(&record).unwrap(), &lease)
+        .unwrap());
+    let client = Client::builder()
+        .store(store.clone())
+        .retry(fast())
+        .build()
+        .unwrap();
+    let r = client.resume_pending().await.unwrap();
+    assert!(r[0].result.as_ref().unwrap_err().is_busy());
+    tokio::time::sleep(Duration::from_millis(350)).await;
+    let r = client.resume_pending().await.unwrap();
+    let s = r[0].result.as_ref().unwrap();
+    assert_eq!(s.outcome(), Outcome::Succeeded, "{s}");
+    assert_eq!(s.key(), &key);
+    assert_eq!(s.attempts(), 2);
+    assert_eq!(server.tickets(&tenant).await, 1);
+    assert!(store.list().unwrap().is_empty());
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+}
+
+#[tokio::test]
+async fn a_corrupt_store_file_and_an_unreadable_record_are_clear_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let junk = dir.path().join("junk.db");
+    std::fs::write(
+        &junk,
+        b"this is not a database, just text that is long enough ".repeat(100),
+    )
+    .unwrap();
+    let e = SqliteStore::open(&junk).unwrap_err();
+    assert!(e.is_corrupt(), "{e:?}");
+    assert!(e.to_string().contains("junk.db"), "{e}");
+
+    let server = Server::start();
+    let tenant = tenant("unreadable");
+    let path = dir.path().join("pending.db");
+    let plan = Plan::new();
+    plan.always("good", "fail-before");
+    let client = Client::builder()
+        .store(SqliteStore::open(&path).unwrap())
+        .retry(RetryPolicy {
+            attempts: 1,
+            ..fast()
+        })
+        .header_provider(plan.provider())
+        .build()
+        .unwrap();
+    let s = send(&client, &server, &tenant, "good").await.unwrap();
+    assert_eq!(s.outcome(), Outcome::Unsure);
+    // Another record is damaged behind the store's back.
+    let raw = rusqlite::Connection::open(&path).unwrap();
+    raw.execute(
+        "INSERT INTO oncekey_pending (name, record) VALUES ('bad', '{\"v\":1,\"key\":')",
+        [],
+    )
+    .unwrap();
+    drop(raw);
+    plan.clear();
+    let client = Client::builder()
+        .store(SqliteStore::open(&path).unwrap())
+        .retry(fast())
+        .build()
+        .unwrap();
+    let mut resumed = client.resume_pending().await.unwrap();
+    resumed.sort_by(|a, b| a.name.cmp(&b.name));
+    assert_eq!(resumed.len(), 2);
+    let e = resumed[0].result.as_ref().unwrap_err();
+    assert_eq!(resumed[0].name, "bad");
+    assert!(e.is_unreadable_record(), "{e:?}");
+    assert!(e.to_string().contains("\"bad\""), "{e}");
+    // The good one was usable: resumed with its key, and done.
+    let good = resumed[1].result.as_ref().unwrap();
+    assert_eq!(good.outcome(), Outcome::Succeeded, "{good}");
+    assert_eq!(good.key(), s.key());
+    assert_eq!(server.tickets(&tenant).await, 1);
+    // The bad one is kept until discarded, and sending under its name says why.
+    let e = send(&client, &server, &tenant, "bad").await.unwrap_err();
+    assert!(e.is_unreadable_record(), "{e:?}");
+    let pending = client.pending().await.unwrap();
+    assert_eq!(pending.len(), 1);
+    assert!(pending[0].record.is_err());
+    assert!(client.discard("bad").await.unwrap());
+    assert!(client.pending().await.unwrap().is_empty());
+    assert_eq!(server.tickets(&tenant).await, 1);
+}
+
+#[tokio::test]
+async fn a_client_needs_a_store_and_a_working_policy() {
+    let e = Client::builder().build().unwrap_err();
+    assert!(e.is_builder() && e.to_string().contains("store"), "{e}");
+    let e = Client::builder()
+        .store(MemoryStore::new())
+        .retry(RetryPolicy {
+            attempts: 0,
+            ..RetryPolicy::default()
+        })
+        .build()
+        .unwrap_err();
+    assert!(
+        e.is_builder() && e.to_string().contains("retry.attempts"),
+        "{e}"
+    );
+    let c = Client::builder().store(MemoryStore::new()).build().unwrap();
+    let e = c
+        .submission("x")
+        .post("ftp://example.com/")
+        .send()
+        .await
+        .unwrap_err();
+    assert!(e.is_request(), "{e}");
+    let e = c
+        .submission("x")
+        .json_text("{oops")
+        .post("http://127.0.0.1:9/")
+        .send()
+        .await
+        .unwrap_err();
+    assert!(e.is_request(), "{e}");
+}

@@ -1,0 +1,319 @@
+//! Shared by the native tests: the reference server as a child process, and a small stub for
+//! what the real server cannot show (the headers it received).
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use oncekey::{Client, HeaderProvider, Key, MemoryStore, Outgoing, RetryPolicy};
+use reqwest::header::{HeaderMap, HeaderValue};
+
+/// Where the reference server's binary is: `ONCEKEY_SERVER_BIN`, else next to this test's
+/// target directory.
+pub fn server_bin() -> PathBuf {
+    if let Some(p) = std::env::var_os("ONCEKEY_SERVER_BIN") {
+        return PathBuf::from(p);
+    }
+    // <target>/debug/deps/<test binary>
+    let exe = std::env::current_exe().expect("current exe");
+    let profile_dir = exe.parent().and_then(|d| d.parent()).expect("target dir");
+    profile_dir.join(format!("oncekey-server{}", std::env::consts::EXE_SUFFIX))
+}
+
+/// The `oncekey` command line built with these tests.
+pub fn cli_bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_oncekey"))
+}
+
+/// The reference server, started on a free port with a temporary database and faults on;
+/// killed when dropped.
+pub struct Server {
+    child: Child,
+    pub url: String,
+    _dir: tempfile::TempDir,
+}
+
+impl Server {
+    pub fn start() -> Server {
+        Server::start_with(&["--lease", "3s"])
+    }
+
+    pub fn start_with(extra: &[&str]) -> Server {
+        let bin = server_bin();
+        assert!(
+            bin.exists(),
+            "the reference server binary is not at {}: run `cargo build -p oncekey-server` first (the Makefile does), or set ONCEKEY_SERVER_BIN",
+            bin.display()
+        );
+        let dir = tempfile::tempdir().expect("temp dir");
+        let mut child = Command::new(&bin)
+            .args(["--addr", "127.0.0.1:0", "--faults", "--db"])
+            .arg(dir.path().join("server.db"))
+            .args(extra)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("{} could not start: {e}", bin.display()));
+        let stdout = child.stdout.take().expect("stdout");
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut line = String::new();
+            let _ = BufReader::new(stdout).read_line(&mut line);
+            let _ = tx.send(line);
+        });
+        let line = match rx.recv_timeout(Duration::from_secs(30)) {
+            Ok(line) => line,
+            Err(_) => {
+                let _ = child.kill();
+                panic!("the reference server printed no `listening on` line within 30 s");
+            }
+        };
+        let url = line
+            .trim()
+            .strip_prefix("listening on ")
+            .unwrap_or_else(|| panic!("unexpected first line from the server: {line:?}"))
+            .trim_end_matches('/')
+            .to_owned();
+        Server {
+            child,
+            url,
+            _dir: dir,
+        }
+    }
+
+    pub fn tickets_url(&self) -> String {
+        format!("{}/api/tickets", self.url)
+    }
+
+    /// `GET /api/stats` for the tenant.
+    pub async fn stats(&self, tenant: &str) -> serde_json::Value {
+        plain_http()
+            .get(format!("{}/api/stats", self.url))
+            .header("X-Tenant", tenant)
+            .send()
+            .await
+            .expect("stats")
+            .bytes()
+            .await
+            .map(|b| serde_json::from_slice(&b).expect("stats json"))
+            .expect("stats body")
+    }
+
+    /// The tenant's ticket count.
+    pub async fn tickets(&self, tenant: &str) -> i64 {
+        self.stats(tenant).await["tickets"]
+            .as_i64()
+            .expect("tickets")
+    }
+
+    /// The subjects of the tenant's tickets.
+    pub async fn subjects(&self, tenant: &str) -> Vec<String> {
+        let list: Vec<serde_json::Value> = plain_http()
+            .get(format!("{}/api/tickets?limit=10000", self.url))
+            .header("X-Tenant", tenant)
+            .send()
+            .await
+            .expect("list")
+            .bytes()
+            .await
+            .map(|b| serde_json::from_slice(&b).expect("list json"))
+            .expect("list body");
+        let mut s: Vec<String> = list
+            .iter()
+            .map(|t| t["subject"].as_str().unwrap_or_default().to_owned())
+            .collect();
+        s.sort();
+        s
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A reqwest client for the tests' own look-ups (the crate is built without a bundled TLS
+/// provider; plain http needs none, but reqwest wants one installed to build).
+pub fn plain_http() -> reqwest::Client {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    reqwest::Client::new()
+}
+
+/// A tenant of its own for each test, so counts do not mix.
+pub fn tenant(test: &str) -> String {
+    static N: AtomicU64 = AtomicU64::new(0);
+    format!(
+        "{test}-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+pub fn ticket(subject: &str) -> serde_json::Value {
+    serde_json::json!({
+        "subject": subject,
+        "body": "The printer on the 3rd floor is on fire.",
+        "email": "ana@example.com",
+    })
+}
+
+/// Short retry timing for tests.
+pub fn fast() -> RetryPolicy {
+    RetryPolicy {
+        attempts: 6,
+        base: Duration::from_millis(20),
+        cap: Duration::from_secs(3),
+        budget: Duration::from_secs(60),
+    }
+}
+
+/// Faults per attempt (by the submission's name and the attempt's number), added as `X-Fault`
+/// by a header provider, and a log of every attempt the client sent.
+#[derive(Default)]
+pub struct Plan {
+    faults: Mutex<Vec<(String, u32, String)>>,
+    every: Mutex<Vec<(String, String)>>,
+    pub sent: Mutex<Vec<(String, u32, Key, tokio::time::Instant)>>,
+}
+
+impl Plan {
+    pub fn new() -> Arc<Plan> {
+        Arc::new(Plan::default())
+    }
+
+    /// Attempt `n` of `name` suffers `fault`.
+    pub fn fault(&self, name: &str, n: u32, fault: &str) {
+        self.faults
+            .lock()
+            .unwrap()
+            .push((name.into(), n, fault.into()));
+    }
+
+    /// Every attempt of `name` suffers `fault`.
+    pub fn always(&self, name: &str, fault: &str) {
+        self.every.lock().unwrap().push((name.into(), fault.into()));
+    }
+
+    pub fn clear(&self) {
+        self.faults.lock().unwrap().clear();
+        self.every.lock().unwrap().clear();
+    }
+
+    /// The keys sent for `name`, one per attempt.
+    pub fn keys(&self, name: &str) -> Vec<Key> {
+        self.sent
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|s| s.0 == name)
+            .map(|s| s.2.clone())
+            .collect()
+    }
+
+    pub fn attempts(&self, name: &str) -> usize {
+        self.keys(name).len()
+    }
+
+    pub fn provider(self: &Arc<Self>) -> impl HeaderProvider {
+        let plan = self.clone();
+        move |o: &Outgoing<'_>| {
+            plan.sent.lock().unwrap().push((
+                o.name.to_owned(),
+                o.attempt,
+                o.key.clone(),
+                tokio::time::Instant::now(),
+            ));
+            let mut h = HeaderMap::new();
+            let fault = plan
+                .faults
+                .lock()
+                .unwrap()
+                .iter()
+                .find(|f| f.0 == o.name && f.1 == o.attempt)
+                .map(|f| f.2.clone())
+                .or_else(|| {
+                    plan.every
+                        .lock()
+                        .unwrap()
+                        .iter()
+                        .find(|f| f.0 == o.name)
+                        .map(|f| f.1.clone())
+                });
+            if let Some(f) = fault {
+                h.insert("x-fault", HeaderValue::from_str(&f).unwrap());
+            }
+            h
+        }
+    }
+}
+
+/// A client on a fresh memory store with the plan's faults and short retries.
+pub fn client(plan: &Arc<Plan>) -> Client {
+    Client::builder()
+        .store(MemoryStore::new())
+        .retry(fast())
+        .timeout(Duration::from_secs(5))
+        .header_provider(plan.provider())
+        .build()
+        .expect("client")
+}
+
+/// A stub server that records the headers of each request and answers from a script (status,
+/// extra headers), then 201 forever.
+pub struct Stub {
+    pub url: String,
+    pub seen: Arc<Mutex<Vec<HeaderMap>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Stub {
+    pub async fn start(script: Vec<(u16, Vec<(&'static str, &'static str)>)>) -> Stub {
+        use axum::http::StatusCode;
+        use axum::response::IntoResponse;
+        let seen: Arc<Mutex<Vec<HeaderMap>>> = Arc::default();
+        let script = Arc::new(Mutex::new(std::collections::VecDeque::from(script)));
+        let s = seen.clone();
+        let app = axum::Router::new().fallback(move |headers: axum::http::HeaderMap| {
+            let s = s.clone();
+            let script = script.clone();
+            async move {
+                let mut copy = HeaderMap::new();
+                for (n, v) in headers.iter() {
+                    copy.append(
+                        reqwest::header::HeaderName::from_bytes(n.as_str().as_bytes()).unwrap(),
+                        HeaderValue::from_bytes(v.as_bytes()).unwrap(),
+                    );
+                }
+                s.lock().unwrap().push(copy);
+                let (status, extra) = script.lock().unwrap().pop_front().unwrap_or((201, vec![]));
+                let mut r = (
+                    StatusCode::from_u16(status).unwrap(),
+                    r#"{"id":1}"#.to_owned(),
+                )
+                    .into_response();
+                for (n, v) in extra {
+                    r.headers_mut().insert(n, v.parse().unwrap());
+                }
+                r
+            }
+        });
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let task = tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        Stub { url, seen, task }
+    }
+}
+
+impl Drop for Stub {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
