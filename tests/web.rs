@@ -90,8 +90,13 @@ extern "C" {
 }
 
 fn server() -> &'static str {
-    option_env!("ONCEKEY_TEST_SERVER")
-        .expect("ONCEKEY_TEST_SERVER is not set: run the browser tests with scripts/test-web.sh")
+    // Read at compile time, so that `cargo clippy` builds the tests without a server.
+    match option_env!("ONCEKEY_TEST_SERVER") {
+        Some(url) => url,
+        None => {
+            panic!("ONCEKEY_TEST_SERVER is not set: run the browser tests with scripts/test-web.sh")
+        }
+    }
 }
 
 const TICKET: &str =
@@ -265,16 +270,23 @@ async fn a_503_is_retried_with_the_same_key_and_makes_one_ticket() {
 }
 
 #[test]
-async fn a_dropped_reply_is_retried_with_the_same_key_and_replayed() {
+async fn a_dropped_reply_ends_in_one_ticket_and_a_replay_with_the_same_key() {
+    // The server commits, then closes the connection without an answer. Chromium itself resends
+    // a request whose reused connection closed before any answer byte (with the same headers,
+    // so the same key); otherwise fetch fails and the driver retries. Either way the server
+    // replays the stored answer for the same key, and one ticket exists.
     let case = Case::new("drop");
     case.plan(&["drop-reply"]);
     let s = case.submitter("");
     let result = submit(&s, TICKET).await;
     assert_eq!(text(&result, "outcome"), "succeeded");
+    assert_eq!(number(&result, "status"), 201.0);
     assert_eq!(get(&result, "replayed"), JsValue::TRUE);
-    assert_eq!(statuses(&case), ["error", "201"]);
-    assert!(all_equal(&case.keys()));
-    assert_eq!(case.tickets().await, 1.0);
+    assert_eq!(statuses(&case).last().unwrap(), "201");
+    assert!(all_equal(&case.keys()), "{:?}", case.keys());
+    let stats = case.stats().await;
+    assert_eq!(number(&stats, "tickets"), 1.0);
+    assert!(number(&stats, "replays") >= 1.0);
 }
 
 #[test]
@@ -504,8 +516,9 @@ async fn corrupt_and_foreign_records_are_removed_with_a_warning() {
 #[test]
 async fn unsure_after_the_budget_then_try_again_succeeds_with_the_same_key() {
     let case = Case::new("budget");
+    // fail-before answers 503 with Retry-After: 1; the round's budget has room for two.
     case.plan(&["fail-before"; 64]);
-    let s = case.submitter(r#""retry":{"attempts":64,"base":40,"cap":80,"budget":400}"#);
+    let s = case.submitter(r#""retry":{"attempts":64,"base":40,"cap":1000,"budget":1500}"#);
     let events = listen(&s);
     let result = submit(&s, TICKET).await;
     assert_eq!(text(&result, "outcome"), "unsure");

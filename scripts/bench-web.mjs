@@ -1,0 +1,42 @@
+// The browser package's figures: its size (gzip -9 of pkg/oncekey_bg.wasm plus pkg/oncekey.js)
+// and the overhead of N sequential submissions through Submitter against N plain fetch calls
+// with the same headers, in one headless Chromium run against the reference server.
+// Usage: node scripts/bench-web.mjs SERVER_URL   (scripts/bench-web.sh starts the server)
+import { createRequire } from 'node:module';
+import { readFileSync } from 'node:fs';
+import { gzipSync, constants } from 'node:zlib';
+
+const require = createRequire(new URL('../tests/pages/package.json', import.meta.url));
+const { chromium } = require('playwright-core');
+
+const server = process.argv[2];
+const N = Number(process.env.BENCH_N ?? 200);
+const BLOCK = 50;
+
+const gz = (path) => gzipSync(readFileSync(new URL(`../${path}`, import.meta.url)), { level: constants.Z_BEST_COMPRESSION }).length;
+const wasm = gz('pkg/oncekey_bg.wasm');
+const js = gz('pkg/oncekey.js');
+const total = wasm + js;
+console.log(`web size: gzip -9 of pkg/oncekey_bg.wasm ${wasm} B + pkg/oncekey.js ${js} B = ${total} B (${(total / 1024).toFixed(1)} KiB; budget 40 KiB, goal 25 KiB)`);
+
+const browser = await chromium.launch({
+  executablePath: process.env.CHROMIUM ?? '/usr/bin/chromium',
+  args: ['--headless=new', '--no-sandbox', '--disable-gpu', '--disable-dev-shm-usage',
+    '--disable-background-networking', '--disable-component-update', '--disable-sync', '--no-first-run'],
+});
+try {
+  const page = await browser.newPage();
+  await page.goto(`${server}/pages/bench.html`);
+  await page.waitForFunction(() => window.benchReady === true);
+  const r = await page.evaluate(([n, block]) => window.bench(n, block), [N, BLOCK]);
+  const ratio = r.submitterMs / r.plainMs;
+  console.log(`web overhead: ${N} sequential submissions: Submitter ${r.submitterMs.toFixed(0)} ms (${(r.submitterMs / N).toFixed(2)} ms each), plain fetch ${r.plainMs.toFixed(0)} ms (${(r.plainMs / N).toFixed(2)} ms each)`);
+  console.log(`web overhead ratio: ${ratio.toFixed(3)} (goal under 1.10); tickets made: ${r.tickets} (expected ${2 * N + 40})`);
+  if (r.tickets !== 2 * N + 40) throw new Error(`expected ${2 * N + 40} tickets, the server has ${r.tickets}`);
+  if (total > 40 * 1024) {
+    console.log('web size: OVER the 40 KiB budget');
+    process.exitCode = 1;
+  }
+} finally {
+  await browser.close();
+}

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# The browser SDK's tests, in headless Chromium against the reference server (faults on):
+#  1. tests/web.rs through `wasm-pack test --headless --chrome` (wasm-bindgen-test), with the
+#     server's address compiled in as ONCEKEY_TEST_SERVER;
+#  2. the package built by scripts/build-pkg.sh, loaded by a plain <script type="module"> page
+#     (tests/pages/pkg.html) that submits a ticket, driven by playwright-core;
+#  3. its TypeScript declarations, checked with tsc against tests/pages/types-check.ts.
+# Exits non-zero on any failure; the server is always killed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/web-server.sh
+
+ensure_pkg
+ensure_page_tools
+start_server
+
+CHROMEDRIVER=${CHROMEDRIVER:-$(command -v chromedriver || echo /usr/bin/chromedriver)}
+export CHROMEDRIVER
+export ONCEKEY_TEST_SERVER="$ONCEKEY_SERVER_URL"
+export WASM_BINDGEN_TEST_TIMEOUT=${WASM_BINDGEN_TEST_TIMEOUT:-300}
+
+echo "== wasm-bindgen-test in headless Chromium"
+wasm-pack test --headless --chrome --chromedriver "$CHROMEDRIVER" -- --test web
+
+echo "== the built package in a plain module page"
+node tests/pages/pkg-test.mjs "$ONCEKEY_SERVER_URL"
+
+echo "== TypeScript declarations"
+node tests/pages/node_modules/typescript/bin/tsc -p tests/pages/tsconfig.json
+echo "types: ok"

@@ -1,0 +1,48 @@
+// Compiled with tsc (scripts/test-web.sh): the package's declarations give real types for the
+// options, the results and the events, not `any`. Each @ts-expect-error must be an error.
+import init, { Submitter } from '../../pkg/oncekey.js';
+import type { Outcome, SubmitResult, SubmitterChange, SubmitterState } from '../../pkg/oncekey.js';
+
+await init();
+const tickets = new Submitter('new-ticket', {
+  url: '/api/tickets',
+  headers: { 'X-Tenant': 'acme' },
+  keyFormat: 'sf-string',
+  timeoutMs: 10_000,
+  retry: { attempts: 5, base: 250, cap: 10_000, budget: 60_000 },
+  storage: 'local',
+  credentials: 'include',
+  encoding: 'form',
+});
+const result: SubmitResult = await tickets.submit({ subject: 'Printer' });
+const outcome: Outcome = result.outcome;
+const status: number | null = result.status;
+const key: string = result.key;
+const pending = tickets.pending();
+if (pending !== null) {
+  const startedAt: number = pending.startedAt;
+  void startedAt;
+}
+const stop: () => void = tickets.onChange((change: SubmitterChange) => {
+  const state: SubmitterState = change.state;
+  const warning: string | null = change.warning;
+  void state;
+  void warning;
+});
+const again: SubmitResult = await tickets.tryAgain();
+const state: SubmitterState = tickets.state;
+tickets.discard();
+stop();
+void [outcome, status, key, again, state];
+
+// @ts-expect-error: url is required
+new Submitter('x', {});
+// @ts-expect-error: storage is session, local or memory
+new Submitter('x', { url: '/x', storage: 'cookie' });
+// @ts-expect-error: retry.attempts is a number
+new Submitter('x', { url: '/x', retry: { attempts: 'many' } });
+// @ts-expect-error: the outcome is a string union, not any
+const wrong: number = result.outcome;
+void wrong;
+// @ts-expect-error: onChange takes a listener of SubmitterChange
+tickets.onChange((n: number) => n);
