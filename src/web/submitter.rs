@@ -61,7 +61,20 @@ pub struct Event {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ListenerId(u32);
 
-/// One named submission in the browser: see the module docs of [`crate::web`](super).
+/// One named submission in the browser: one key per intended submission, kept in storage
+/// across retries and reloads until a definite answer.
+///
+/// ```js
+/// const tickets = new Submitter('new-ticket', { url: '/api/tickets' })
+/// tickets.pending()            // { key, body, attempts, startedAt } or null
+/// await tickets.submit(body)   // { outcome, status, key, body, replayed, attempts, gaveUp }
+/// await tickets.tryAgain()     // resend the pending submission: same key, same body
+/// tickets.discard()            // drop it; the next submission gets a new key
+/// tickets.onChange(fn)         // idle, sending, waiting, unsure, the outcome, and warnings
+/// ```
+///
+/// From Rust: [`Submitter::open`], [`Submitter::submit`] (JSON text) and the [`Settling`]
+/// future it returns.
 #[wasm_bindgen::prelude::wasm_bindgen]
 pub struct Submitter {
     inner: Rc<RefCell<Inner>>,
