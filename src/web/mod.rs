@@ -36,6 +36,7 @@ mod js;
 mod options;
 mod storage;
 mod submitter;
+mod text;
 
 pub use error::{Error, Result};
 pub use options::{Credentials, Options};

@@ -2,16 +2,13 @@
 //!
 //! CONTRACT.md section 5, in the browser: one record per name, under `oncekey:<name>`, in
 //! `sessionStorage` by default, `localStorage` or memory on request. gloo-storage gives access to
-//! the storage (`raw()`); values stay strings, written with `JSON.stringify` and read with
-//! `JSON.parse`, and serde-wasm-bindgen turns them into the core's [`Record`], so no JSON library
-//! lands in the wasm.
+//! the storage (`raw()`); values stay strings, the record's JSON text (see [`super::text`]).
 //!
 //! Storage that cannot be used (blocked in a sandboxed frame, disabled, quota exceeded) degrades
 //! to memory with a warning; the submission still happens once. A record that cannot be read is
 //! removed with a warning.
 
 use std::cell::RefCell;
-use std::collections::HashMap;
 
 use gloo_storage::Storage as _;
 use wasm_bindgen::{JsCast, JsValue};
@@ -19,6 +16,7 @@ use wasm_bindgen::{JsCast, JsValue};
 use crate::core::Record;
 
 use super::error::describe;
+use super::text;
 
 /// Where a [`Submitter`](super::Submitter) keeps its pending record.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -55,7 +53,8 @@ impl StorageKind {
 
 thread_local! {
     // The memory store is one per page, like the web storages it stands in for.
-    static MEMORY: RefCell<HashMap<String, String>> = RefCell::new(HashMap::new());
+    // A list, not a HashMap: a page holds a few records, and hashbrown costs 3 KB of wasm.
+    static MEMORY: RefCell<Vec<(String, String)>> = const { RefCell::new(Vec::new()) };
 }
 
 const PROBE: &str = "oncekey:probe";
@@ -118,7 +117,7 @@ impl Store {
                     };
                 }
             },
-            None => MEMORY.with(|m| m.borrow().get(&slot).cloned()),
+            None => memory_get(&slot),
         };
         let Some(text) = text else {
             return Found::Nothing;
@@ -142,12 +141,12 @@ impl Store {
                 Ok(()) => return None,
                 Err(e) => {
                     let warning = self.degrade(&e);
-                    MEMORY.with(|m| m.borrow_mut().insert(slot, text));
+                    memory_set(slot, text);
                     return Some(warning);
                 }
             }
         }
-        MEMORY.with(|m| m.borrow_mut().insert(slot, text));
+        memory_set(slot, text);
         None
     }
 
@@ -158,7 +157,7 @@ impl Store {
             // A storage that fails to remove fails to read too; nothing more can be done here.
             let _ = web.remove_item(&slot);
         }
-        MEMORY.with(|m| m.borrow_mut().remove(&slot));
+        MEMORY.with(|m| m.borrow_mut().retain(|(s, _)| *s != slot));
     }
 
     fn degrade(&mut self, error: &JsValue) -> String {
@@ -169,6 +168,25 @@ impl Store {
             describe(error)
         )
     }
+}
+
+fn memory_get(slot: &str) -> Option<String> {
+    MEMORY.with(|m| {
+        m.borrow()
+            .iter()
+            .find(|(s, _)| s == slot)
+            .map(|(_, t)| t.clone())
+    })
+}
+
+fn memory_set(slot: String, text: String) {
+    MEMORY.with(|m| {
+        let mut m = m.borrow_mut();
+        match m.iter_mut().find(|(s, _)| *s == slot) {
+            Some(entry) => entry.1 = text,
+            None => m.push((slot, text)),
+        }
+    })
 }
 
 /// Where the record of `name` is kept.
@@ -201,18 +219,12 @@ fn probe(kind: StorageKind) -> Result<web_sys::Storage, String> {
 }
 
 fn encode(record: &Record) -> String {
-    // A Record always serializes: strings, integers below 2^53 and a list of pairs.
-    serde_wasm_bindgen::to_value(record)
-        .ok()
-        .and_then(|v| js_sys::JSON::stringify(&v).ok())
-        .and_then(|s| s.as_string())
-        .unwrap_or_default()
+    // A Record always serializes: strings, integers and a list of pairs.
+    text::encode(record).unwrap_or_default()
 }
 
 fn decode(text: &str, name: &str) -> Result<Record, String> {
-    let value =
-        js_sys::JSON::parse(text).map_err(|e| format!("it is not JSON ({})", describe(&e)))?;
-    let record: Record = serde_wasm_bindgen::from_value(value).map_err(|e| e.to_string())?;
+    let record = text::decode(text).map_err(|e| e.to_string())?;
     if record.name != name {
         return Err(format!("it belongs to {:?}", record.name));
     }

@@ -26,7 +26,7 @@ use crate::core::{
 use super::error::{Error, Result};
 use super::js::{self, AbortGuard, Timer};
 use super::options::Options;
-use super::storage::{self, Found, Store};
+use super::storage::{self, Found, StorageKind, Store};
 
 /// The answer a submission settled with, or why its retries stopped.
 #[derive(Debug, Clone)]
@@ -432,9 +432,17 @@ enum Exchange {
 }
 
 async fn run_attempt(inner: Rc<RefCell<Inner>>, attempt: Attempt) {
-    let lock = format!("oncekey:{}", attempt.key);
     let id = attempt.id;
-    let exchange = js::with_lock(&lock, exchange(inner.clone(), attempt)).await;
+    // Another tab can know this key only once it has been stored and found there: after a first
+    // attempt, or at once through localStorage. The first attempt of a key made here in session
+    // (or memory) storage skips the lock, whose round trip costs about 1 ms.
+    let shared = attempt.number > 1 || inner.borrow().options.storage == StorageKind::Local;
+    let exchange = if shared {
+        let lock = format!("oncekey:{}", attempt.key);
+        js::with_lock(&lock, exchange(inner.clone(), attempt)).await
+    } else {
+        exchange(inner.clone(), attempt).await
+    };
     {
         let mut i = inner.borrow_mut();
         i.abort = None;
