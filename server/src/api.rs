@@ -292,22 +292,23 @@ fn read_ticket(tenant: &str, headers: &HeaderMap, bytes: &[u8]) -> Submission {
     let Ok(text) = std::str::from_utf8(bytes) else {
         return invalid("body", "the body is not UTF-8 text".into());
     };
-    let canonical = if media == JSON || media.ends_with("+json") {
-        canonical::canonical_json(text)
+    let parsed = if media == JSON || media.ends_with("+json") {
+        // What canonical_json(text) does, keeping the parsed value for the field checks.
+        canonical::parse(text).map(|v| (v.to_canonical(), v))
     } else if media == "application/x-www-form-urlencoded" {
-        canonical::form_decode(text)
+        canonical::form_decode(text).and_then(|c| Ok((c.clone(), canonical::parse(&c)?)))
     } else {
         return invalid(
             "Content-Type",
             format!("the body must be application/json or application/x-www-form-urlencoded, not {media:?}"),
         );
     };
-    let canonical = match canonical {
+    let (canonical, value) = match parsed {
         Ok(c) => c,
         Err(e) => return invalid("body", e.to_string()),
     };
     let fingerprint = fingerprint(canonical.as_bytes());
-    let Ok(Value::Object(fields)) = canonical::parse(&canonical) else {
+    let Value::Object(fields) = value else {
         return Submission {
             fingerprint,
             ticket: Err(problem(
@@ -519,7 +520,7 @@ async fn keyed(
         expired_before: now - ms(app.receipt_ttl),
     };
     let c = claim.clone();
-    let found = app.store.run(move |conn| store::claim(conn, &c)).await;
+    let found = app.store.claim(c).await;
     let short = key.short().to_owned();
     match found {
         Err(e) => {
@@ -617,7 +618,7 @@ async fn keyed(
             // A 5xx is never stored: give the key back so the retry does the work.
             let _ = app
                 .store
-                .run(move |conn| store::release(conn, &claim))
+                .run_light(move |conn| store::release(conn, &claim))
                 .await;
             Outcome::Answer(unavailable("the ticket could not be stored; retry"))
         }
@@ -735,7 +736,7 @@ pub async fn list_tickets(
     let limit = q.limit.unwrap_or(100).clamp(0, 10_000);
     match app
         .store
-        .run(move |conn| store::list_tickets(conn, &tenant, limit))
+        .run_light(move |conn| store::list_tickets(conn, &tenant, limit))
         .await
     {
         Ok(tickets) => axum::Json(tickets).into_response(),
@@ -766,7 +767,11 @@ pub async fn stats(State(app): State<Arc<App>>, headers: HeaderMap) -> Response 
         Err(problem) => return respond(&problem),
     };
     let t = tenant.clone();
-    match app.store.run(move |conn| store::counts(conn, &t)).await {
+    match app
+        .store
+        .run_light(move |conn| store::counts(conn, &t))
+        .await
+    {
         Ok(counts) => {
             let counters = app
                 .counters

@@ -332,7 +332,10 @@ async fn sweep(store: Store, ttl: Duration, every: Duration) {
             .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
             .map(|d| d.as_millis() as i64)
             .unwrap_or(0);
-        match store.run(move |conn| store::sweep(conn, before)).await {
+        match store
+            .run_light(move |conn| store::sweep(conn, before))
+            .await
+        {
             Ok(0) => {}
             Ok(n) => tracing::info!(removed = n, "swept expired receipts"),
             Err(store::Failure::Closed) => return,

@@ -1,26 +1,32 @@
 //! # The store
 //!
-//! One SQLite connection, owned by one writer thread. Requests hand it jobs; the thread runs every
-//! job that is waiting in one transaction (group commit), each job inside its own savepoint so a
-//! failing job rolls back alone, and answers the jobs only after the COMMIT has returned. A job's
-//! answer therefore always describes durable state: a receipt is never reported before it is on
-//! disk, and many requests share one fsync.
+//! One SQLite connection, owned by one writer thread. Requests hand it jobs; the thread runs the
+//! jobs that are waiting together (group commit), each inside its own savepoint so a failing job
+//! rolls back alone, and answers them only after their COMMIT has returned.
 //!
-//! Durability: WAL with `synchronous=FULL`, so every COMMIT is synced before anyone hears of it
-//! (NORMAL would survive a killed process but could lose a reported ticket to a power cut).
-//! The schema is versioned with `PRAGMA user_version`.
+//! Jobs are of two kinds. *Durable* jobs (a ticket and its receipt's answer) commit with an
+//! fsync (`synchronous=FULL`): once a request hears of its ticket, the ticket survives a power
+//! cut. *Light* jobs (claims, releases, reads, sweeps) commit without one. That is safe because
+//! the WAL is a log: a light commit is visible to every later transaction at once, and the next
+//! durable commit syncs it along with its own frames, so nothing durable can ever depend on a
+//! light commit that was lost. A lost claim is harmless: its work had not committed either.
+//!
+//! A round of the writer: the light jobs waiting, in one transaction; then, if claims were
+//! granted, a short wait (at most [`FOLLOW_UP_WAIT`]) for their requests' completions to
+//! arrive, so a keyed request usually costs one fsync like an unkeyed one; then the durable jobs,
+//! in one transaction with one fsync. The schema is versioned with `PRAGMA user_version`.
 
 use std::path::Path;
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
-use rusqlite::{params, Connection, OptionalExtension};
-use tokio::sync::{mpsc, oneshot};
+use rusqlite::{params, Connection};
+use std::sync::mpsc;
+
+use tokio::sync::oneshot;
 
 /// The schema version this server writes.
 const SCHEMA_VERSION: i64 = 1;
-
-/// Most jobs run in one transaction.
-const MAX_BATCH: usize = 512;
 
 const SCHEMA: &str = "
 CREATE TABLE tickets (
@@ -51,7 +57,7 @@ CREATE TABLE receipts (
     completed_at INTEGER,
     PRIMARY KEY (tenant, key),
     CHECK (state = 'processing' OR (status IS NOT NULL AND response IS NOT NULL))
-);
+) WITHOUT ROWID;
 CREATE INDEX receipts_by_age ON receipts (created_at);
 ";
 
@@ -89,23 +95,43 @@ impl std::fmt::Display for Failure {
     }
 }
 
+/// Most jobs run in one transaction.
+const MAX_BATCH: usize = 512;
+
+/// How long the writer waits, after granting claims, for the completions that usually follow
+/// within microseconds, before it syncs the durable jobs it has.
+pub const FOLLOW_UP_WAIT: Duration = Duration::from_millis(2);
+
 /// What a job left to do once its transaction ended: `true` when it committed.
 type Finish = Box<dyn FnOnce(bool) + Send>;
 
-/// A job: runs with the connection (`None` when the transaction could not begin), says whether
-/// to keep its effects, and what to do once the transaction ends.
-type Job = Box<dyn FnOnce(Option<&Connection>) -> (bool, Finish) + Send>;
+/// What a job reports after running: keep its effects or roll them back, whether a durable job
+/// of the same request is about to follow (a granted claim), and what to do after the commit.
+struct Ran {
+    keep: bool,
+    follow_up: bool,
+    finish: Finish,
+}
+
+/// A job: runs with the connection (`None` when the transaction could not begin).
+type Job = Box<dyn FnOnce(Option<&Connection>) -> Ran + Send>;
+
+/// Whether a job's commit must be synced before it is answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Light,
+    Durable,
+}
 
 enum Message {
-    /// Run this job; `None` means the transaction could not even begin.
-    Job(Job),
+    Job(Kind, Job),
     Stop,
 }
 
 /// The handle requests use to reach the writer thread.
 #[derive(Debug, Clone)]
 pub struct Store {
-    tx: mpsc::UnboundedSender<Message>,
+    tx: mpsc::Sender<Message>,
 }
 
 /// Joins the writer thread after [`Store::stop`].
@@ -123,7 +149,7 @@ impl Store {
     /// Opens (and if needed creates) the database, and starts its writer thread.
     pub fn open(path: &str) -> Result<(Store, Writer), Failure> {
         let conn = open_connection(path)?;
-        let (tx, rx) = mpsc::unbounded_channel();
+        let (tx, rx) = mpsc::channel();
         let thread = std::thread::Builder::new()
             .name("oncekey-store".into())
             .spawn(move || writer(conn, rx))
@@ -136,35 +162,69 @@ impl Store {
         let _ = self.tx.send(Message::Stop);
     }
 
-    /// Runs `f` in the writer's transaction; its effects are kept when it returns `Ok`, and the
-    /// answer arrives once they are committed.
+    /// Runs `f` in a durable transaction; its effects are kept when it returns `Ok`, and the
+    /// answer arrives once they are committed and synced.
     pub async fn run<T, F>(&self, f: F) -> Result<T, Failure>
     where
         T: Send + 'static,
         F: FnOnce(&Connection) -> Result<T, Failure> + Send + 'static,
     {
+        self.send(Kind::Durable, f, |_| false).await
+    }
+
+    /// Runs `f` in a light transaction: committed (visible to every later job) but not synced
+    /// on its own. For work whose loss in a power cut is harmless: reads, releases, sweeps.
+    pub async fn run_light<T, F>(&self, f: F) -> Result<T, Failure>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> Result<T, Failure> + Send + 'static,
+    {
+        self.send(Kind::Light, f, |_| false).await
+    }
+
+    /// Claims a key (see [`claim`]) in a light transaction.
+    pub async fn claim(&self, c: ClaimRequest) -> Result<Claim, Failure> {
+        self.send(
+            Kind::Light,
+            move |conn| claim(conn, &c),
+            |found| matches!(found, Claim::Taken { .. }),
+        )
+        .await
+    }
+
+    async fn send<T, F>(&self, kind: Kind, f: F, follows: fn(&T) -> bool) -> Result<T, Failure>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> Result<T, Failure> + Send + 'static,
+    {
         let (reply, answer) = oneshot::channel();
-        let job = move |conn: Option<&Connection>| -> (bool, Finish) {
+        let job = move |conn: Option<&Connection>| -> Ran {
             match conn.map(f) {
-                Some(Ok(value)) => (
-                    true,
-                    Box::new(move |committed| {
+                Some(Ok(value)) => Ran {
+                    keep: true,
+                    follow_up: follows(&value),
+                    finish: Box::new(move |committed| {
                         let _ = reply.send(if committed {
                             Ok(value)
                         } else {
                             Err(Failure::NotCommitted)
                         });
                     }),
-                ),
-                Some(Err(e)) => (false, Box::new(move |_| drop(reply.send(Err(e))))),
-                None => (
-                    false,
-                    Box::new(move |_| drop(reply.send(Err(Failure::NotCommitted)))),
-                ),
+                },
+                Some(Err(e)) => Ran {
+                    keep: false,
+                    follow_up: false,
+                    finish: Box::new(move |_| drop(reply.send(Err(e)))),
+                },
+                None => Ran {
+                    keep: false,
+                    follow_up: false,
+                    finish: Box::new(move |_| drop(reply.send(Err(Failure::NotCommitted)))),
+                },
             }
         };
         self.tx
-            .send(Message::Job(Box::new(job)))
+            .send(Message::Job(kind, Box::new(job)))
             .map_err(|_| Failure::Closed)?;
         answer.await.map_err(|_| Failure::Closed)?
     }
@@ -207,62 +267,113 @@ fn migrate(conn: &Connection) -> Result<(), Failure> {
     }
 }
 
-fn writer(conn: Connection, mut rx: mpsc::UnboundedReceiver<Message>) {
+fn writer(conn: Connection, rx: mpsc::Receiver<Message>) {
+    let mut light: Vec<Job> = Vec::new();
+    let mut durable: Vec<Job> = Vec::new();
     let mut stopping = false;
-    while !stopping {
-        let Some(first) = rx.blocking_recv() else {
-            break;
-        };
-        let mut batch = Vec::new();
-        match first {
-            Message::Job(job) => batch.push(job),
-            Message::Stop => break,
-        }
-        while batch.len() < MAX_BATCH {
-            match rx.try_recv() {
-                Ok(Message::Job(job)) => batch.push(job),
-                Ok(Message::Stop) => {
-                    stopping = true;
-                    break;
-                }
-                Err(_) => break,
+    loop {
+        if light.is_empty() && durable.is_empty() {
+            if stopping {
+                break;
+            }
+            match rx.recv() {
+                Ok(Message::Job(Kind::Light, job)) => light.push(job),
+                Ok(Message::Job(Kind::Durable, job)) => durable.push(job),
+                Ok(Message::Stop) | Err(_) => break,
             }
         }
-        run_batch(&conn, batch);
+        if !stopping {
+            stopping = drain(&rx, &mut light, &mut durable);
+        }
+        let follow_ups = run_batch(&conn, std::mem::take(&mut light), Kind::Light);
+        if follow_ups > 0 && !stopping {
+            // Wait for the completions of the claims just granted, so they share this round's
+            // fsync instead of waiting for the next one.
+            let deadline = Instant::now() + FOLLOW_UP_WAIT;
+            let mut arrived = 0;
+            while arrived < follow_ups {
+                let left = deadline.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    break;
+                }
+                match rx.recv_timeout(left) {
+                    Ok(Message::Job(Kind::Durable, job)) => {
+                        durable.push(job);
+                        arrived += 1;
+                    }
+                    Ok(Message::Job(Kind::Light, job)) => light.push(job),
+                    Ok(Message::Stop) => {
+                        stopping = true;
+                        break;
+                    }
+                    Err(mpsc::RecvTimeoutError::Timeout) => break,
+                    Err(mpsc::RecvTimeoutError::Disconnected) => {
+                        stopping = true;
+                        break;
+                    }
+                }
+            }
+        }
+        run_batch(&conn, std::mem::take(&mut durable), Kind::Durable);
     }
     // Jobs still queued are dropped: their callers hear `Closed`.
     tracing::debug!("store writer stopped");
 }
 
-fn run_batch(conn: &Connection, batch: Vec<Job>) {
-    if let Err(e) = conn.execute_batch("BEGIN IMMEDIATE") {
+/// Takes what is waiting, up to a batch of each kind; `true` when asked to stop.
+fn drain(rx: &mpsc::Receiver<Message>, light: &mut Vec<Job>, durable: &mut Vec<Job>) -> bool {
+    while light.len() < MAX_BATCH && durable.len() < MAX_BATCH {
+        match rx.try_recv() {
+            Ok(Message::Job(Kind::Light, job)) => light.push(job),
+            Ok(Message::Job(Kind::Durable, job)) => durable.push(job),
+            Ok(Message::Stop) | Err(mpsc::TryRecvError::Disconnected) => return true,
+            Err(mpsc::TryRecvError::Empty) => break,
+        }
+    }
+    false
+}
+
+/// Runs jobs in one transaction and answers them; returns how many granted claims will be
+/// followed by a durable job.
+fn run_batch(conn: &Connection, batch: Vec<Job>, kind: Kind) -> usize {
+    if batch.is_empty() {
+        return 0;
+    }
+    let sync = match kind {
+        Kind::Light => "PRAGMA synchronous = NORMAL",
+        Kind::Durable => "PRAGMA synchronous = FULL",
+    };
+    if let Err(e) = conn
+        .execute_batch(sync)
+        .and_then(|()| exec(conn, "BEGIN IMMEDIATE"))
+    {
         tracing::error!("cannot begin a transaction: {e}");
         for job in batch {
-            let (_, finish) = job(None);
-            finish(false);
+            (job(None).finish)(false);
         }
-        return;
+        return 0;
     }
     let mut finishes = Vec::with_capacity(batch.len());
+    let mut follow_ups = 0;
     for job in batch {
-        if let Err(e) = conn.execute_batch("SAVEPOINT job") {
+        if let Err(e) = exec(conn, "SAVEPOINT job") {
             tracing::error!("cannot open a savepoint: {e}");
-            let (_, finish) = job(None);
-            finishes.push(finish);
+            finishes.push(job(None).finish);
             continue;
         }
-        let (keep, finish) = job(Some(conn));
-        let end = if keep {
-            "RELEASE job"
+        let ran = job(Some(conn));
+        let end = if ran.keep {
+            exec(conn, "RELEASE job")
         } else {
-            "ROLLBACK TO job; RELEASE job"
+            exec(conn, "ROLLBACK TO job").and_then(|()| exec(conn, "RELEASE job"))
         };
-        if let Err(e) = conn.execute_batch(end) {
+        if let Err(e) = end {
             tracing::error!("cannot end a savepoint: {e}");
         }
-        finishes.push(finish);
+        follow_ups += usize::from(ran.follow_up);
+        finishes.push(ran.finish);
     }
-    let committed = match conn.execute_batch("COMMIT") {
+    let committed = match exec(conn, "COMMIT") {
         Ok(()) => true,
         Err(e) => {
             tracing::error!("commit failed: {e}");
@@ -273,6 +384,16 @@ fn run_batch(conn: &Connection, batch: Vec<Job>) {
     for finish in finishes {
         finish(committed);
     }
+    if committed {
+        follow_ups
+    } else {
+        0
+    }
+}
+
+/// Runs a statement without rows through the statement cache (these run for every job).
+fn exec(conn: &Connection, sql: &str) -> rusqlite::Result<()> {
+    conn.prepare_cached(sql)?.execute([]).map(|_| ())
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -329,19 +450,31 @@ pub struct ClaimRequest {
 
 /// Claims a key, or reports why not.
 pub fn claim(conn: &Connection, c: &ClaimRequest) -> Result<Claim, Failure> {
-    conn.prepare_cached("DELETE FROM receipts WHERE tenant = ?1 AND key = ?2 AND created_at < ?3")?
-        .execute(params![c.tenant, c.key, c.expired_before])?;
+    // The common case, a new key, is one statement.
+    let insert = |conn: &Connection| -> Result<usize, Failure> {
+        Ok(conn
+            .prepare_cached(
+                "INSERT INTO receipts (tenant, key, fingerprint, state, claim_token, lease_until, created_at)
+                 VALUES (?1, ?2, ?3, 'processing', ?4, ?5, ?6)
+                 ON CONFLICT (tenant, key) DO NOTHING",
+            )?
+            .execute(params![c.tenant, c.key, c.fingerprint, c.token, c.lease_until, c.now])?)
+    };
+    if insert(conn)? == 1 {
+        return Ok(Claim::Taken { took_over: false });
+    }
     type Row = (
         Vec<u8>,
         String,
+        i64,
         i64,
         Option<u16>,
         Option<String>,
         Option<Vec<u8>>,
     );
-    let found: Option<Row> = conn
+    let (fingerprint, state, lease_until, created_at, status, content_type, response): Row = conn
         .prepare_cached(
-            "SELECT fingerprint, state, lease_until, status, content_type, response
+            "SELECT fingerprint, state, lease_until, created_at, status, content_type, response
              FROM receipts WHERE tenant = ?1 AND key = ?2",
         )?
         .query_row(params![c.tenant, c.key], |r| {
@@ -352,17 +485,16 @@ pub fn claim(conn: &Connection, c: &ClaimRequest) -> Result<Claim, Failure> {
                 r.get(3)?,
                 r.get(4)?,
                 r.get(5)?,
+                r.get(6)?,
             ))
-        })
-        .optional()?;
-    let Some((fingerprint, state, lease_until, status, content_type, response)) = found else {
-        conn.prepare_cached(
-            "INSERT INTO receipts (tenant, key, fingerprint, state, claim_token, lease_until, created_at)
-             VALUES (?1, ?2, ?3, 'processing', ?4, ?5, ?6)",
-        )?
-        .execute(params![c.tenant, c.key, c.fingerprint, c.token, c.lease_until, c.now])?;
+        })?;
+    if created_at < c.expired_before {
+        // Older than the receipt TTL and not yet swept: the key is forgotten.
+        conn.prepare_cached("DELETE FROM receipts WHERE tenant = ?1 AND key = ?2")?
+            .execute(params![c.tenant, c.key])?;
+        insert(conn)?;
         return Ok(Claim::Taken { took_over: false });
-    };
+    }
     if fingerprint != c.fingerprint {
         return Ok(Claim::Conflict);
     }

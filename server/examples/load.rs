@@ -1,0 +1,164 @@
+//! Throughput of `POST /api/tickets` with keys against the same route with the key check
+//! switched off, on loopback, each server on its own SQLite file.
+//!
+//! ```text
+//! CARGO_PROFILE_RELEASE_OPT_LEVEL=3 cargo run --release -p oncekey-server --example load -- \
+//!     [--requests 10000] [--concurrency 64] [--rounds 3] [--dir DIR] [--synchronous full|normal]
+//!     [--keyed-url URL --plain-url URL]
+//! ```
+//!
+//! By default it starts both servers in-process (a runtime of their own, 2 threads); with
+//! `--keyed-url` and `--plain-url` it targets servers already running (the second started with
+//! `--no-key-check`). The rounds alternate keyed and unkeyed runs, and the best of each counts.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use oncekey_server::Config;
+
+struct Args {
+    requests: usize,
+    concurrency: usize,
+    rounds: usize,
+    dir: Option<String>,
+    keyed_url: Option<String>,
+    plain_url: Option<String>,
+}
+
+fn args() -> Args {
+    let mut a = Args {
+        requests: 10_000,
+        concurrency: 64,
+        rounds: 3,
+        dir: None,
+        keyed_url: None,
+        plain_url: None,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        let mut value = || it.next().unwrap_or_else(|| panic!("{flag} needs a value"));
+        match flag.as_str() {
+            "--requests" => a.requests = value().parse().expect("--requests N"),
+            "--concurrency" => a.concurrency = value().parse().expect("--concurrency C"),
+            "--rounds" => a.rounds = value().parse().expect("--rounds R"),
+            "--dir" => a.dir = Some(value()),
+            "--keyed-url" => a.keyed_url = Some(value()),
+            "--plain-url" => a.plain_url = Some(value()),
+            "--help" | "-h" => {
+                println!("see the comment at the top of server/examples/load.rs");
+                std::process::exit(0);
+            }
+            other => panic!("unknown argument {other}"),
+        }
+    }
+    a
+}
+
+/// Starts a server with its own runtime on its own thread; returns its URL.
+fn start_server(db: String, key_check: bool) -> String {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async move {
+            let config = Config {
+                db,
+                key_check,
+                ..Config::default()
+            };
+            let server = oncekey_server::start(config).await.expect("server starts");
+            tx.send(server.url()).unwrap();
+            server.wait().await;
+        });
+    });
+    rx.recv().unwrap()
+}
+
+/// Sends `n` ticket requests at concurrency `c`, each with a fresh key; returns requests per
+/// second.
+async fn run(client: &reqwest::Client, url: &str, tag: &str, n: usize, c: usize) -> f64 {
+    let next = Arc::new(AtomicUsize::new(0));
+    let started = Instant::now();
+    let mut workers = Vec::new();
+    for _ in 0..c {
+        let (client, next, url, tag) =
+            (client.clone(), next.clone(), url.to_owned(), tag.to_owned());
+        workers.push(tokio::spawn(async move {
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= n {
+                    return;
+                }
+                let body = format!(
+                    r#"{{"subject":"Load {tag} {i}","body":"Printer on fire.","email":"load@example.com"}}"#
+                );
+                let response = client
+                    .post(format!("{url}/api/tickets"))
+                    .header("Content-Type", "application/json")
+                    .header("X-Tenant", "load")
+                    .header("Idempotency-Key", format!("load-{tag}-{i}"))
+                    .body(body)
+                    .send()
+                    .await
+                    .expect("an answer");
+                assert_eq!(response.status(), 201, "{:?}", response.text().await);
+                let _ = response.bytes().await;
+            }
+        }));
+    }
+    for w in workers {
+        w.await.unwrap();
+    }
+    n as f64 / started.elapsed().as_secs_f64()
+}
+
+#[tokio::main]
+async fn main() {
+    let args = args();
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let _tmp;
+    let (keyed_url, plain_url) = match (args.keyed_url.clone(), args.plain_url.clone()) {
+        (Some(k), Some(p)) => (k, p),
+        (None, None) => {
+            let dir = match &args.dir {
+                Some(d) => d.clone(),
+                None => {
+                    _tmp = tempfile::tempdir().unwrap();
+                    _tmp.path().to_str().unwrap().to_owned()
+                }
+            };
+            let keyed = start_server(format!("{dir}/keyed.db"), true);
+            let plain = start_server(format!("{dir}/plain.db"), false);
+            (keyed, plain)
+        }
+        _ => panic!("give both --keyed-url and --plain-url, or neither"),
+    };
+    let client = reqwest::Client::builder()
+        .pool_max_idle_per_host(args.concurrency)
+        .timeout(Duration::from_secs(30))
+        .build()
+        .unwrap();
+    let (n, c) = (args.requests, args.concurrency);
+    // Warm up both: connections, page cache, prepared statements.
+    run(&client, &keyed_url, "warm", n / 10 + 1, c).await;
+    run(&client, &plain_url, "warm", n / 10 + 1, c).await;
+    let (mut keyed, mut plain) = (0f64, 0f64);
+    for round in 0..args.rounds {
+        let k = run(&client, &keyed_url, &format!("r{round}"), n, c).await;
+        let p = run(&client, &plain_url, &format!("r{round}"), n, c).await;
+        eprintln!("round {round}: keyed {k:.0} req/s, no key check {p:.0} req/s");
+        keyed = keyed.max(k);
+        plain = plain.max(p);
+    }
+    println!("keyed (Idempotency-Key, SQLite file): {keyed:.0} req/s ({n} requests, concurrency {c}, best of {})", args.rounds);
+    println!("no key check (same route, SQLite file): {plain:.0} req/s");
+    println!(
+        "ratio: {:.3} (the key check costs {:.1}% of throughput)",
+        keyed / plain,
+        (1.0 - keyed / plain) * 100.0
+    );
+}
