@@ -16,7 +16,8 @@ pub mod core;
 mod web;
 #[cfg(all(target_arch = "wasm32", any(target_os = "unknown", target_os = "none")))]
 pub use crate::web::{
-    Credentials, Error, Event, ListenerId, Options, Settling, StorageKind, Submitted, Submitter,
+    Credentials, Error, Event, ListenerId, Options, Result, Settling, StorageKind, Submitted,
+    Submitter,
 };
 
 pub use crate::core::{

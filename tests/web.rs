@@ -8,6 +8,7 @@
 #![cfg(target_arch = "wasm32")]
 
 use js_sys::{Promise, Reflect, JSON};
+use oncekey::core::body::Value;
 use oncekey::Submitter;
 use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::JsFuture;
@@ -581,6 +582,64 @@ async fn a_discard_forgets_the_pending_submission_and_the_next_gets_a_new_key() 
     let result = submit(&s, TICKET).await;
     assert_eq!(text(&result, "outcome"), "succeeded");
     assert_ne!(text(&result, "key"), key);
+    assert_eq!(case.tickets().await, 1.0);
+}
+
+#[test]
+async fn resume_resends_a_pending_submission_at_once_and_submit_joins_it() {
+    let case = Case::new("resume");
+    let key = leave_pending(&case).await;
+    let s = case.submitter(r#""resume":true"#);
+    assert_eq!(state(&s), "sending", "resent at once");
+    // The same body joins the attempt under way: no second request.
+    let result = submit(&s, TICKET).await;
+    assert_eq!(text(&result, "outcome"), "succeeded");
+    assert_eq!(text(&result, "key"), key);
+    assert_eq!(case.keys(), [key.clone(), key]);
+    assert_eq!(case.tickets().await, 1.0);
+}
+
+#[test]
+async fn a_discard_while_sending_aborts_and_answers_the_waiting_caller() {
+    let case = Case::new("abort");
+    case.plan(&["delay=800"]);
+    let s = case.submitter("");
+    let waiting = s.submit_js(json(TICKET));
+    JsFuture::from(sleep(100)).await.unwrap();
+    assert_eq!(state(&s), "sending");
+    s.discard();
+    let err = settle(waiting).await.unwrap_err();
+    assert_eq!(text(&err, "code"), "discarded");
+    assert_eq!(state(&s), "idle");
+    assert_eq!(case.stored(), None);
+    assert_eq!(statuses(&case), ["error"], "the fetch was aborted");
+}
+
+#[test]
+async fn secrets_go_with_every_attempt_and_never_to_storage() {
+    let case = Case::new("secret");
+    case.plan(&["fail-before"]);
+    let s = case.submitter("");
+    s.set_secrets(vec![(
+        "email".into(),
+        Value::String("ana@example.com".into()),
+    )]);
+    let waiting = s.submit_js(json(r#"{"subject":"Printer","body":"3rd floor"}"#));
+    let stored = case.stored().expect("stored before the first byte is sent");
+    assert!(
+        stored.contains("Printer") && !stored.contains("ana@"),
+        "{stored}"
+    );
+    let result = settle(waiting).await.unwrap();
+    assert_eq!(text(&result, "outcome"), "succeeded");
+    let bodies: Vec<String> = case.seen().iter().map(|e| text(e, "body")).collect();
+    assert_eq!(bodies.len(), 2);
+    assert!(
+        bodies
+            .iter()
+            .all(|b| b.contains(r#""email":"ana@example.com""#)),
+        "{bodies:?}"
+    );
     assert_eq!(case.tickets().await, 1.0);
 }
 

@@ -18,9 +18,10 @@ use js_sys::Function;
 use wasm_bindgen::{JsCast, JsValue};
 use wasm_bindgen_futures::JsFuture;
 
+use crate::core::body::{self, Value};
 use crate::core::{
-    Action, Answer, Attempt, BeginError, Begun, Change, Encoding, Failure, GiveUp, Key, NewKey,
-    Outcome, Record, Request, RequestError, Settled, State, Submission, Timestamp,
+    Action, Answer, Attempt, BeginError, Begun, BodyError, Change, Encoding, Failure, GiveUp, Key,
+    NewKey, Outcome, Record, Request, RequestError, Settled, State, Submission, Timestamp,
 };
 
 use super::error::{Error, Result};
@@ -75,7 +76,10 @@ pub struct ListenerId(u32);
 ///
 /// From Rust: [`Submitter::open`], [`Submitter::submit`] (JSON text) and the [`Settling`]
 /// future it returns.
+///
+/// A clone is another handle on the same submission.
 #[wasm_bindgen::prelude::wasm_bindgen]
+#[derive(Clone)]
 pub struct Submitter {
     inner: Rc<RefCell<Inner>>,
 }
@@ -92,6 +96,8 @@ pub(crate) struct Inner {
     timer: Option<(Timestamp, Timer)>,
     abort: Option<web_sys::AbortController>,
     last_body: JsValue,
+    /// Fields merged into the body of every attempt and never stored (see `set_secrets`).
+    secrets: Vec<(String, Value)>,
     /// Warnings raised before anyone could listen (at construction), told to each new listener.
     early_warnings: Vec<String>,
 }
@@ -189,6 +195,7 @@ impl Submitter {
             timer: None,
             abort: None,
             last_body: JsValue::NULL,
+            secrets: Vec::new(),
             early_warnings: warnings,
         }));
         drive(&inner);
@@ -288,6 +295,14 @@ impl Submitter {
         id
     }
 
+    /// Fields that must never be stored (a password, a card number: CONTRACT.md section 4),
+    /// merged into the JSON object body of every attempt from now on, in memory only. They are
+    /// dropped when the submission settles or is discarded; after a reload the caller asks for
+    /// them again and sets them before "Try again". The body must be a JSON object.
+    pub fn set_secrets(&self, secrets: Vec<(String, Value)>) {
+        self.inner.borrow_mut().secrets = secrets;
+    }
+
     /// Stops calling a listener.
     pub fn off(&self, id: ListenerId) {
         self.inner.borrow_mut().listeners.retain(|(i, _)| *i != id);
@@ -346,6 +361,7 @@ pub(crate) fn drive(inner: &Rc<RefCell<Inner>>) {
                 let mut i = inner.borrow_mut();
                 let name = i.core.name().to_owned();
                 i.store.remove(&name);
+                i.secrets.clear();
             }
             Action::Changed(change) => emit(
                 inner,
@@ -445,10 +461,10 @@ async fn run_attempt(inner: Rc<RefCell<Inner>>, attempt: Attempt) {
     };
     {
         let mut i = inner.borrow_mut();
-        i.abort = None;
         if i.core.in_flight() != Some(id) {
             return; // discarded meanwhile: the answer is ignored
         }
+        i.abort = None;
         let (now, jitter) = (js::now(), js::jitter());
         match exchange {
             Exchange::Answer(answer, body) => {
@@ -472,9 +488,13 @@ const ANSWER_HEADERS: [&str; 6] = [
 ];
 
 async fn exchange(inner: Rc<RefCell<Inner>>, attempt: Attempt) -> Exchange {
-    let (options, discarded) = {
+    let (options, secrets, discarded) = {
         let i = inner.borrow();
-        (i.options.clone(), i.core.in_flight() != Some(attempt.id))
+        (
+            i.options.clone(),
+            i.secrets.clone(),
+            i.core.in_flight() != Some(attempt.id),
+        )
     };
     if discarded {
         return Exchange::Failure(Failure::Network);
@@ -484,7 +504,7 @@ async fn exchange(inner: Rc<RefCell<Inner>>, attempt: Attempt) -> Exchange {
         return Exchange::Failure(Failure::Network);
     };
     inner.borrow_mut().abort = Some(guard.controller());
-    let Ok(request) = build_request(&options, &attempt, &guard.signal()) else {
+    let Ok(request) = build_request(&options, &attempt, &secrets, &guard.signal()) else {
         return Exchange::Failure(Failure::Network);
     };
     let response = match js::fetch(&request).await {
@@ -518,6 +538,7 @@ async fn exchange(inner: Rc<RefCell<Inner>>, attempt: Attempt) -> Exchange {
 fn build_request(
     options: &Options,
     attempt: &Attempt,
+    secrets: &[(String, Value)],
     signal: &web_sys::AbortSignal,
 ) -> std::result::Result<web_sys::Request, JsValue> {
     let request = &attempt.request;
@@ -536,12 +557,28 @@ fn build_request(
     init.set_credentials(options.credentials.to_web());
     init.set_signal(Some(signal));
     if !matches!(request.method.as_str(), "GET" | "HEAD") {
-        let body = request
-            .wire_body()
+        let body = with_secrets(request, secrets)
+            .and_then(|r| r.wire_body())
             .map_err(|e| JsValue::from_str(&e.to_string()))?;
         init.set_body(&JsValue::from_str(&body));
     }
     web_sys::Request::new_with_str_and_init(&request.url, &init)
+}
+
+/// The request with the secrets merged into its JSON object body (the same on every attempt).
+fn with_secrets(
+    request: &Request,
+    secrets: &[(String, Value)],
+) -> std::result::Result<Request, BodyError> {
+    let mut request = request.clone();
+    if secrets.is_empty() {
+        return Ok(request);
+    }
+    if let Value::Object(mut fields) = body::parse(&request.body)? {
+        fields.extend(secrets.iter().cloned());
+        request.body = Value::Object(fields).to_canonical();
+    }
+    Ok(request)
 }
 
 /// An answer's body: its JSON parsed, or its text; `null` when empty.
