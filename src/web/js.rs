@@ -17,7 +17,7 @@ use crate::core::Timestamp;
 #[wasm_bindgen]
 extern "C" {
     #[wasm_bindgen(js_name = fetch)]
-    fn fetch_request(input: &web_sys::Request) -> Promise;
+    fn fetch_with_init(input: &str, init: &web_sys::RequestInit) -> Promise;
 
     #[wasm_bindgen(js_name = setTimeout)]
     fn set_timeout(handler: &Function, ms: i32) -> JsValue;
@@ -52,9 +52,12 @@ pub(crate) fn jitter() -> u32 {
     u32::from_le_bytes(random_bytes::<4>())
 }
 
-/// `fetch` from the global scope.
-pub(crate) async fn fetch(request: &web_sys::Request) -> Result<web_sys::Response, JsValue> {
-    let response = JsFuture::from(fetch_request(request)).await?;
+/// `fetch(url, init)` from the global scope (no `Request` object: it costs a little per call).
+pub(crate) async fn fetch(
+    url: &str,
+    init: &web_sys::RequestInit,
+) -> Result<web_sys::Response, JsValue> {
+    let response = JsFuture::from(fetch_with_init(url, init)).await?;
     response.dyn_into()
 }
 
@@ -95,12 +98,13 @@ impl std::fmt::Debug for Timer {
     }
 }
 
-/// One attempt's `AbortController` and its timeout. Dropped, it aborts the fetch (a no-op once
-/// the answer has been read) and clears the timer.
+/// One attempt's `AbortController` and its timeout. Dropped, it aborts the fetch and clears the
+/// timer; [`AbortGuard::finish`] only clears the timer, once the whole answer has been read.
 pub(crate) struct AbortGuard {
     controller: web_sys::AbortController,
     timed_out: Rc<Cell<bool>>,
     _timer: Option<Timer>,
+    finished: bool,
 }
 
 impl AbortGuard {
@@ -119,6 +123,7 @@ impl AbortGuard {
             controller,
             timed_out,
             _timer: timer,
+            finished: false,
         })
     }
 
@@ -135,11 +140,19 @@ impl AbortGuard {
     pub(crate) fn timed_out(&self) -> bool {
         self.timed_out.get()
     }
+
+    /// The answer has been read: clear the timer, leave the finished fetch alone (aborting it
+    /// would still cost the browser an abort event).
+    pub(crate) fn finish(mut self) {
+        self.finished = true;
+    }
 }
 
 impl Drop for AbortGuard {
     fn drop(&mut self) {
-        self.controller.abort();
+        if !self.finished {
+            self.controller.abort();
+        }
     }
 }
 

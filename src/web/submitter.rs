@@ -504,10 +504,10 @@ async fn exchange(inner: Rc<RefCell<Inner>>, attempt: Attempt) -> Exchange {
         return Exchange::Failure(Failure::Network);
     };
     inner.borrow_mut().abort = Some(guard.controller());
-    let Ok(request) = build_request(&options, &attempt, &secrets, &guard.signal()) else {
+    let Ok(init) = request_init(&options, &attempt, &secrets, &guard.signal()) else {
         return Exchange::Failure(Failure::Network);
     };
-    let response = match js::fetch(&request).await {
+    let response = match js::fetch(&attempt.request.url, &init).await {
         Ok(response) => response,
         Err(_) if guard.timed_out() => return Exchange::Failure(Failure::Timeout),
         Err(_) => return Exchange::Failure(Failure::Network),
@@ -526,6 +526,7 @@ async fn exchange(inner: Rc<RefCell<Inner>>, attempt: Attempt) -> Exchange {
             .unwrap_or_default(),
         Err(_) => String::new(),
     };
+    guard.finish();
     let answer = Answer::from_response(
         response.status(),
         found.iter().map(|(n, v)| (*n, v.as_str())),
@@ -535,12 +536,12 @@ async fn exchange(inner: Rc<RefCell<Inner>>, attempt: Attempt) -> Exchange {
     Exchange::Answer(answer, parse_body(&text))
 }
 
-fn build_request(
+fn request_init(
     options: &Options,
     attempt: &Attempt,
     secrets: &[(String, Value)],
     signal: &web_sys::AbortSignal,
-) -> std::result::Result<web_sys::Request, JsValue> {
+) -> std::result::Result<web_sys::RequestInit, JsValue> {
     let request = &attempt.request;
     let headers = web_sys::Headers::new()?;
     headers.set("Content-Type", request.encoding.content_type())?;
@@ -562,7 +563,7 @@ fn build_request(
             .map_err(|e| JsValue::from_str(&e.to_string()))?;
         init.set_body(&JsValue::from_str(&body));
     }
-    web_sys::Request::new_with_str_and_init(&request.url, &init)
+    Ok(init)
 }
 
 /// The request with the secrets merged into its JSON object body (the same on every attempt).
