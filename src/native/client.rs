@@ -94,6 +94,7 @@ struct Inner {
     secret_names: Vec<HeaderName>,
     secrets: HeaderMap,
     provider: Option<Arc<dyn HeaderProvider>>,
+    resume_concurrency: usize,
     flights: Mutex<HashMap<String, Flight>>,
     next_flight: AtomicU64,
 }
@@ -125,6 +126,7 @@ pub struct ClientBuilder {
     secret_names: Vec<String>,
     secrets: Vec<(String, String)>,
     provider: Option<Arc<dyn HeaderProvider>>,
+    resume_concurrency: usize,
 }
 
 impl fmt::Debug for ClientBuilder {
@@ -153,6 +155,7 @@ impl Default for ClientBuilder {
             secret_names: Vec::new(),
             secrets: Vec::new(),
             provider: None,
+            resume_concurrency: 64,
         }
     }
 }
@@ -226,6 +229,12 @@ impl ClientBuilder {
         self
     }
 
+    /// How many stored submissions [`Client::resume_pending`] sends at once (64 by default).
+    pub fn resume_concurrency(mut self, n: usize) -> ClientBuilder {
+        self.resume_concurrency = n.max(1);
+        self
+    }
+
     /// The reqwest client to send with (proxies, roots, pools). Its own timeout, if any, also
     /// applies.
     pub fn http_client(mut self, http: reqwest::Client) -> ClientBuilder {
@@ -294,6 +303,7 @@ impl ClientBuilder {
                 secret_names,
                 secrets,
                 provider: self.provider,
+                resume_concurrency: self.resume_concurrency,
                 flights: Mutex::new(HashMap::new()),
                 next_flight: AtomicU64::new(0),
             }),
@@ -488,13 +498,19 @@ impl Client {
 
     /// Finishes every stored submission: each one not leased by another live client is resumed
     /// with its key and body (a submission whose round is spent, by attempts or time budget,
-    /// stays unsure without being sent). Runs them concurrently; one result per stored name.
+    /// stays unsure without being sent). Runs up to [`ClientBuilder::resume_concurrency`] at
+    /// once; one result per stored name.
     pub async fn resume_pending(&self) -> Result<Vec<Resumed>> {
         let listed = self.store_call(|s| s.list()).await?;
+        // At most `resume_concurrency` at once: ten thousand stored records must not open ten
+        // thousand connections.
+        let permits = Arc::new(tokio::sync::Semaphore::new(self.inner.resume_concurrency));
         let mut tasks = Vec::new();
         for entry in listed {
             let client = self.clone();
+            let permits = permits.clone();
             tasks.push(tokio::spawn(async move {
+                let _permit = permits.acquire_owned().await;
                 let result = client.run(&entry.name, Job::Resume).await;
                 Resumed {
                     name: entry.name,

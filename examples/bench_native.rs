@@ -1,0 +1,294 @@
+//! Benchmark of the native client against the reference server on loopback: N sequential and N
+//! concurrent (64 in flight) submissions through `Client` with `MemoryStore`, with
+//! `SqliteStore`, and the same requests with plain reqwest (a fresh key header each, so the
+//! server does the same work); then the peak memory of a process that resumes 10,000 pending
+//! records. Run by `scripts/bench-native.sh` (release, opt-level 3).
+//!
+//! `bench_native SERVER_BIN [N]` runs the throughput part and then itself as
+//! `bench_native --memory SERVER_BIN STORE_KIND COUNT` for each memory figure, so each peak is
+//! a process's own.
+
+#[cfg(not(all(target_arch = "wasm32", any(target_os = "unknown", target_os = "none"))))]
+mod app {
+    use std::process::{Child, Command, Stdio};
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+
+    use oncekey::{Client, Key, Lease, MemoryStore, RetryPolicy, SqliteStore, Store, Timestamp};
+
+    const CONCURRENCY: usize = 64;
+
+    struct Server {
+        child: Child,
+        url: String,
+    }
+
+    impl Server {
+        fn start(bin: &str) -> Server {
+            let mut child = Command::new(bin)
+                .args(["--addr", "127.0.0.1:0", "--db", ":memory:"])
+                .stdout(Stdio::piped())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("start the server");
+            let mut line = String::new();
+            std::io::BufRead::read_line(
+                &mut std::io::BufReader::new(child.stdout.take().unwrap()),
+                &mut line,
+            )
+            .unwrap();
+            let url = line.trim().trim_start_matches("listening on ").to_owned();
+            Server { child, url }
+        }
+    }
+
+    impl Drop for Server {
+        fn drop(&mut self) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+
+    fn body(i: usize) -> serde_json::Value {
+        serde_json::json!({
+            "subject": format!("Benchmark ticket {i}"),
+            "body": "The printer on the 3rd floor is on fire again.",
+            "email": "bench@example.com",
+        })
+    }
+
+    fn random_key() -> Key {
+        let mut b = [0u8; 16];
+        getrandom::fill(&mut b).unwrap();
+        Key::from_random_bytes(b)
+    }
+
+    #[derive(Clone)]
+    enum Sender {
+        Plain(reqwest::Client),
+        Once(Client),
+    }
+
+    impl Sender {
+        async fn send(&self, url: &str, tenant: &str, i: usize) {
+            match self {
+                Sender::Plain(http) => {
+                    let r = http
+                        .post(url)
+                        .header("X-Tenant", tenant)
+                        .header("Idempotency-Key", random_key().as_str())
+                        .header("Content-Type", "application/json")
+                        .body(body(i).to_string())
+                        .send()
+                        .await
+                        .unwrap();
+                    assert_eq!(r.status().as_u16(), 201);
+                    r.bytes().await.unwrap();
+                }
+                Sender::Once(client) => {
+                    let s = client
+                        .submission(&format!("b-{i}"))
+                        .post(url)
+                        .header("X-Tenant", tenant)
+                        .json(&body(i))
+                        .unwrap()
+                        .send()
+                        .await
+                        .unwrap();
+                    assert_eq!(s.status(), Some(201), "{s}");
+                }
+            }
+        }
+    }
+
+    async fn run(sender: &Sender, url: &str, tenant: &str, n: usize, concurrency: usize) -> f64 {
+        // Warm up the connection pool.
+        for i in 0..concurrency.min(8) {
+            sender.send(url, &format!("{tenant}-warm"), n + i).await;
+        }
+        let start = Instant::now();
+        let mut tasks = Vec::new();
+        for w in 0..concurrency {
+            let sender = sender.clone();
+            let (url, tenant) = (url.to_owned(), tenant.to_owned());
+            tasks.push(tokio::spawn(async move {
+                let mut i = w;
+                while i < n {
+                    sender.send(&url, &tenant, i).await;
+                    i += concurrency;
+                }
+            }));
+        }
+        for t in tasks {
+            t.await.unwrap();
+        }
+        n as f64 / start.elapsed().as_secs_f64()
+    }
+
+    fn client(store: impl Store) -> Client {
+        Client::builder()
+            .store(store)
+            .retry(RetryPolicy {
+                attempts: 3,
+                base: Duration::from_millis(50),
+                ..RetryPolicy::default()
+            })
+            .build()
+            .unwrap()
+    }
+
+    fn peak_kib() -> u64 {
+        let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+        status
+            .lines()
+            .find(|l| l.starts_with("VmHWM:"))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    }
+
+    /// One process: store `count` pending records as a crash would leave them, then resume them
+    /// all against the server; print the peak resident memory.
+    async fn memory(server_bin: &str, kind: &str, count: usize) {
+        let server = Server::start(server_bin);
+        let url = format!("{}/api/tickets", server.url);
+        let dir = std::env::temp_dir().join(format!("oncekey-bench-mem-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let store: Arc<dyn Store> = match kind {
+            "sqlite" => Arc::new(SqliteStore::open(dir.join("pending.db")).unwrap()),
+            _ => Arc::new(MemoryStore::new()),
+        };
+        let base = peak_kib();
+        let now = Timestamp::from_millis(
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_millis() as u64,
+        );
+        let dead = Lease {
+            owner: "crashed".into(),
+            until: now,
+        };
+        for i in 0..count {
+            let name = format!("m-{i}");
+            let record = oncekey::core::Record {
+                name: name.clone(),
+                key: random_key(),
+                request: oncekey::Request::new(
+                    "POST",
+                    &url,
+                    &body(i).to_string(),
+                    oncekey::Encoding::Json,
+                )
+                .unwrap()
+                .header("X-Tenant", "memory")
+                .unwrap(),
+                started_at: now,
+                attempts: 1,
+                round_started_at: now,
+                round_attempts: 1,
+            };
+            store.claim(&name, &dead, now).unwrap();
+            store
+                .save(&name, &serde_json::to_string(&record).unwrap(), &dead)
+                .unwrap();
+        }
+        let stored = peak_kib();
+        let client = Client::builder()
+            .shared_store(store.clone())
+            .build()
+            .unwrap();
+        let start = Instant::now();
+        let resumed = client.resume_pending().await.unwrap();
+        let took = start.elapsed();
+        let ok = resumed
+            .iter()
+            .filter(|r| r.result.as_ref().is_ok_and(|s| s.status() == Some(201)))
+            .count();
+        assert_eq!(ok, count);
+        assert!(store.list().unwrap().is_empty());
+        println!(
+            "memory {kind:>6}: {count} pending records resumed in {:.2} s; peak RSS {} KiB (before storing {} KiB, after storing {} KiB)",
+            took.as_secs_f64(),
+            peak_kib(),
+            base,
+            stored
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[tokio::main]
+    pub async fn main() {
+        let args: Vec<String> = std::env::args().collect();
+        if args.get(1).map(String::as_str) == Some("--memory") {
+            let count = args[4].parse().unwrap();
+            memory(&args[2], &args[3], count).await;
+            return;
+        }
+        let server_bin = args.get(1).expect("usage: bench_native SERVER_BIN [N]");
+        let n: usize = args.get(2).map(|n| n.parse().unwrap()).unwrap_or(2000);
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let server = Server::start(server_bin);
+        let url = format!("{}/api/tickets", server.url);
+        let dir = std::env::temp_dir().join(format!("oncekey-bench-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+
+        println!("oncekey native benchmark: {n} submissions per run, loopback, reference server with an in-memory database");
+        for (label, concurrency) in [("sequential", 1), ("concurrent (64)", CONCURRENCY)] {
+            let plain = Sender::Plain(reqwest::Client::new());
+            let mem = Sender::Once(client(MemoryStore::new()));
+            let db = dir.join(format!("pending-{concurrency}.db"));
+            let sqlite = Sender::Once(client(SqliteStore::open(&db).unwrap()));
+            let p = run(
+                &plain,
+                &url,
+                &format!("plain-{concurrency}"),
+                n,
+                concurrency,
+            )
+            .await;
+            let m = run(&mem, &url, &format!("mem-{concurrency}"), n, concurrency).await;
+            let s = run(
+                &sqlite,
+                &url,
+                &format!("sqlite-{concurrency}"),
+                n,
+                concurrency,
+            )
+            .await;
+            println!("{label}:");
+            println!("  plain reqwest          {p:>9.0} req/s");
+            println!(
+                "  Client + MemoryStore   {m:>9.0} req/s   plain/this = {:.2}",
+                p / m
+            );
+            println!(
+                "  Client + SqliteStore   {s:>9.0} req/s   plain/this = {:.2}",
+                p / s
+            );
+        }
+        drop(server);
+        let _ = std::fs::remove_dir_all(&dir);
+
+        let exe = std::env::current_exe().unwrap();
+        for kind in ["memory", "sqlite"] {
+            let out = Command::new(&exe)
+                .args(["--memory", server_bin, kind, "10000"])
+                .output()
+                .unwrap();
+            print!("{}", String::from_utf8_lossy(&out.stdout));
+            if !out.status.success() {
+                eprint!("{}", String::from_utf8_lossy(&out.stderr));
+            }
+        }
+    }
+}
+
+#[cfg(not(all(target_arch = "wasm32", any(target_os = "unknown", target_os = "none"))))]
+fn main() {
+    app::main()
+}
+
+/// A server-side example: nothing to run in the browser build.
+#[cfg(all(target_arch = "wasm32", any(target_os = "unknown", target_os = "none")))]
+fn main() {}
