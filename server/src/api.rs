@@ -23,7 +23,7 @@ use sha2::{Digest, Sha256};
 use tokio_util::sync::CancellationToken;
 
 use crate::faults::{Fault, RandomFaults};
-use crate::store::{self, Claim, ClaimRequest, Failure, NewTicket, Store, Stored};
+use crate::store::{self, Claim, ClaimRequest, Claimed, Failure, NewTicket, Store, Stored};
 
 /// The largest request body read, in bytes.
 pub const MAX_BODY: usize = 64 * 1024;
@@ -519,9 +519,51 @@ async fn keyed(
         lease_until: now + ms(held_for),
         expired_before: now - ms(app.receipt_ttl),
     };
+    let crash = fault == Some(Fault::CrashBeforeCommit);
     let c = claim.clone();
-    let found = app.store.claim(c).await;
+    let ticket = submission.ticket;
+    // The ticket and the receipt's answer, in one transaction, if the lease is still ours.
+    let work = move |conn: &rusqlite::Connection| {
+        let (answer, ticket_id) = match &ticket {
+            Ok(new) => {
+                let ticket = store::insert_ticket(conn, new, Some(&c.key))?;
+                let answer = Stored {
+                    status: 201,
+                    content_type: JSON.to_owned(),
+                    body: serde_json::to_vec(&ticket).unwrap_or_default(),
+                };
+                (answer, Some(ticket.id))
+            }
+            Err(refusal) => (refusal.clone(), None),
+        };
+        store::complete(conn, &c, &answer, ticket_id, now_ms())?;
+        if crash {
+            return Err(Failure::Aborted);
+        }
+        Ok((answer, ticket_id))
+    };
     let short = key.short().to_owned();
+    let (found, done) = match fault {
+        // Held answers claim, wait while holding the lease, then work.
+        Some(Fault::Delay(d)) => match app.store.claim(claim.clone()).await {
+            Ok(Claim::Taken { took_over }) => {
+                tokio::time::sleep(d).await;
+                (
+                    Ok(Claim::Taken { took_over }),
+                    Some(app.store.run(work).await),
+                )
+            }
+            other => (other, None),
+        },
+        // Otherwise the writer goes on from the claim to the work itself.
+        _ => match app.store.claim_then(claim.clone(), work).await {
+            Ok(Claimed::Worked { took_over, result }) => {
+                (Ok(Claim::Taken { took_over }), Some(result))
+            }
+            Ok(Claimed::Not(found)) => (Ok(found), None),
+            Err(e) => (Err(e), None),
+        },
+    };
     match found {
         Err(e) => {
             tracing::error!(%tenant, key = %short, "claim failed: {e}");
@@ -559,34 +601,7 @@ async fn keyed(
             }
         }
     }
-    if let Some(Fault::Delay(d)) = fault {
-        tokio::time::sleep(d).await;
-    }
-    let crash = fault == Some(Fault::CrashBeforeCommit);
-    let c = claim.clone();
-    let ticket = submission.ticket;
-    let done = app
-        .store
-        .run(move |conn| {
-            let (answer, ticket_id) = match &ticket {
-                Ok(new) => {
-                    let ticket = store::insert_ticket(conn, new, Some(&c.key))?;
-                    let answer = Stored {
-                        status: 201,
-                        content_type: JSON.to_owned(),
-                        body: serde_json::to_vec(&ticket).unwrap_or_default(),
-                    };
-                    (answer, Some(ticket.id))
-                }
-                Err(refusal) => (refusal.clone(), None),
-            };
-            store::complete(conn, &c, &answer, ticket_id, now_ms())?;
-            if crash {
-                return Err(Failure::Aborted);
-            }
-            Ok((answer, ticket_id))
-        })
-        .await;
+    let done = done.unwrap_or(Err(Failure::NotCommitted));
     match done {
         Ok((answer, ticket_id)) => {
             tracing::info!(%tenant, key = %short, status = answer.status, ?ticket_id, "done");

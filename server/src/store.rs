@@ -11,14 +11,16 @@
 //! durable commit syncs it along with its own frames, so nothing durable can ever depend on a
 //! light commit that was lost. A lost claim is harmless: its work had not committed either.
 //!
-//! A round of the writer: the light jobs waiting, in one transaction; then, if claims were
-//! granted, a short wait (at most [`FOLLOW_UP_WAIT`]) for their requests' completions to
-//! arrive, so a keyed request usually costs one fsync like an unkeyed one; then the durable jobs,
-//! in one transaction with one fsync. The schema is versioned with `PRAGMA user_version`.
+//! A round of the writer: the light jobs waiting, in one transaction; then the durable jobs, in
+//! one transaction with one fsync. A keyed request's claim comes with its work as a
+//! continuation ([`Store::claim_then`]): once the claim's light transaction has committed, the
+//! writer queues the work into the same round's durable transaction itself, so a keyed request
+//! costs one trip to the writer and one fsync, like an unkeyed one, while the claim is still
+//! committed in a transaction of its own before the work begins. The schema is versioned with
+//! `PRAGMA user_version`.
 
 use std::path::Path;
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
 
 use rusqlite::{params, Connection};
 use std::sync::mpsc;
@@ -98,19 +100,39 @@ impl std::fmt::Display for Failure {
 /// Most jobs run in one transaction.
 const MAX_BATCH: usize = 512;
 
-/// How long the writer waits, after granting claims, for the completions that usually follow
-/// within microseconds, before it syncs the durable jobs it has.
-pub const FOLLOW_UP_WAIT: Duration = Duration::from_millis(2);
-
 /// What a job left to do once its transaction ended: `true` when it committed.
 type Finish = Box<dyn FnOnce(bool) + Send>;
 
-/// What a job reports after running: keep its effects or roll them back, whether a durable job
-/// of the same request is about to follow (a granted claim), and what to do after the commit.
+/// What a job reports after running: keep its effects or roll them back, what to do after the
+/// commit, and a durable job to run next if the commit succeeds (a granted claim's work).
 struct Ran {
     keep: bool,
-    follow_up: bool,
     finish: Finish,
+    then: Option<Job>,
+}
+
+impl Ran {
+    fn end(keep: bool, finish: Finish) -> Ran {
+        Ran {
+            keep,
+            finish,
+            then: None,
+        }
+    }
+}
+
+/// What [`Store::claim_then`] found.
+#[derive(Debug)]
+pub enum Claimed<T> {
+    /// The key was not ours: in progress, a conflict, or done.
+    Not(Claim),
+    /// The claim was committed and the work ran in the durable transaction after it.
+    Worked {
+        /// Whether an earlier holder's lease had expired.
+        took_over: bool,
+        /// The work's result, as committed (or not).
+        result: Result<T, Failure>,
+    },
 }
 
 /// A job: runs with the connection (`None` when the transaction could not begin).
@@ -169,65 +191,113 @@ impl Store {
         T: Send + 'static,
         F: FnOnce(&Connection) -> Result<T, Failure> + Send + 'static,
     {
-        self.send(Kind::Durable, f, |_| false).await
+        let (reply, answer) = oneshot::channel();
+        self.send(Kind::Durable, once(f, reply))?;
+        answer.await.map_err(|_| Failure::Closed)?
     }
 
     /// Runs `f` in a light transaction: committed (visible to every later job) but not synced
-    /// on its own. For work whose loss in a power cut is harmless: reads, releases, sweeps.
+    /// on its own. For work whose loss in a power cut is harmless: claims, reads, releases,
+    /// sweeps.
     pub async fn run_light<T, F>(&self, f: F) -> Result<T, Failure>
     where
         T: Send + 'static,
         F: FnOnce(&Connection) -> Result<T, Failure> + Send + 'static,
     {
-        self.send(Kind::Light, f, |_| false).await
+        let (reply, answer) = oneshot::channel();
+        self.send(Kind::Light, once(f, reply))?;
+        answer.await.map_err(|_| Failure::Closed)?
     }
 
     /// Claims a key (see [`claim`]) in a light transaction.
     pub async fn claim(&self, c: ClaimRequest) -> Result<Claim, Failure> {
-        self.send(
-            Kind::Light,
-            move |conn| claim(conn, &c),
-            |found| matches!(found, Claim::Taken { .. }),
-        )
-        .await
+        self.run_light(move |conn| claim(conn, &c)).await
     }
 
-    async fn send<T, F>(&self, kind: Kind, f: F, follows: fn(&T) -> bool) -> Result<T, Failure>
+    /// Claims a key in a light transaction and, once that has committed and if the claim was
+    /// granted, runs `work` in the durable transaction of the same round.
+    pub async fn claim_then<T, F>(&self, c: ClaimRequest, work: F) -> Result<Claimed<T>, Failure>
     where
         T: Send + 'static,
         F: FnOnce(&Connection) -> Result<T, Failure> + Send + 'static,
     {
-        let (reply, answer) = oneshot::channel();
+        let (reply, answer) = oneshot::channel::<Result<Claimed<T>, Failure>>();
         let job = move |conn: Option<&Connection>| -> Ran {
-            match conn.map(f) {
-                Some(Ok(value)) => Ran {
+            match conn.map(|conn| claim(conn, &c)) {
+                // The work answers: the writer runs it after this claim's commit, or tells it
+                // (with no connection) that the claim did not commit.
+                Some(Ok(Claim::Taken { took_over })) => Ran {
                     keep: true,
-                    follow_up: follows(&value),
-                    finish: Box::new(move |committed| {
+                    finish: Box::new(|_| {}),
+                    then: Some(once_with(work, reply, move |result| {
+                        Ok(Claimed::Worked { took_over, result })
+                    })),
+                },
+                Some(Ok(found)) => Ran::end(
+                    true,
+                    Box::new(move |committed| {
                         let _ = reply.send(if committed {
-                            Ok(value)
+                            Ok(Claimed::Not(found))
                         } else {
                             Err(Failure::NotCommitted)
                         });
                     }),
-                },
-                Some(Err(e)) => Ran {
-                    keep: false,
-                    follow_up: false,
-                    finish: Box::new(move |_| drop(reply.send(Err(e)))),
-                },
-                None => Ran {
-                    keep: false,
-                    follow_up: false,
-                    finish: Box::new(move |_| drop(reply.send(Err(Failure::NotCommitted)))),
-                },
+                ),
+                Some(Err(e)) => Ran::end(false, Box::new(move |_| drop(reply.send(Err(e))))),
+                None => Ran::end(
+                    false,
+                    Box::new(move |_| drop(reply.send(Err(Failure::NotCommitted)))),
+                ),
             }
         };
-        self.tx
-            .send(Message::Job(kind, Box::new(job)))
-            .map_err(|_| Failure::Closed)?;
+        self.send(Kind::Light, Box::new(job))?;
         answer.await.map_err(|_| Failure::Closed)?
     }
+
+    fn send(&self, kind: Kind, job: Job) -> Result<(), Failure> {
+        self.tx
+            .send(Message::Job(kind, job))
+            .map_err(|_| Failure::Closed)
+    }
+}
+
+/// A job that runs `f` and sends its result once the transaction has ended.
+fn once<T, F>(f: F, reply: oneshot::Sender<Result<T, Failure>>) -> Job
+where
+    T: Send + 'static,
+    F: FnOnce(&Connection) -> Result<T, Failure> + Send + 'static,
+{
+    once_with(f, reply, |result| result)
+}
+
+/// A job that runs `f` (keeping its effects only if it succeeds) and sends `wrap` of its result
+/// once the transaction has ended: its value if committed, else why not.
+fn once_with<T, F, R, W>(f: F, reply: oneshot::Sender<R>, wrap: W) -> Job
+where
+    T: Send + 'static,
+    F: FnOnce(&Connection) -> Result<T, Failure> + Send + 'static,
+    R: Send + 'static,
+    W: FnOnce(Result<T, Failure>) -> R + Send + 'static,
+{
+    Box::new(move |conn: Option<&Connection>| -> Ran {
+        match conn.map(f) {
+            Some(Ok(value)) => Ran::end(
+                true,
+                Box::new(move |committed| {
+                    let _ = reply.send(wrap(if committed {
+                        Ok(value)
+                    } else {
+                        Err(Failure::NotCommitted)
+                    }));
+                }),
+            ),
+            Some(Err(e)) => Ran::end(false, Box::new(move |_| drop(reply.send(wrap(Err(e)))))),
+            None => Ran::end(
+                false,
+                Box::new(move |_| drop(reply.send(wrap(Err(Failure::NotCommitted))))),
+            ),
+        }
+    })
 }
 
 fn open_connection(path: &str) -> Result<Connection, Failure> {
@@ -285,36 +355,11 @@ fn writer(conn: Connection, rx: mpsc::Receiver<Message>) {
         if !stopping {
             stopping = drain(&rx, &mut light, &mut durable);
         }
-        let follow_ups = run_batch(&conn, std::mem::take(&mut light), Kind::Light);
-        if follow_ups > 0 && !stopping {
-            // Wait for the completions of the claims just granted, so they share this round's
-            // fsync instead of waiting for the next one.
-            let deadline = Instant::now() + FOLLOW_UP_WAIT;
-            let mut arrived = 0;
-            while arrived < follow_ups {
-                let left = deadline.saturating_duration_since(Instant::now());
-                if left.is_zero() {
-                    break;
-                }
-                match rx.recv_timeout(left) {
-                    Ok(Message::Job(Kind::Durable, job)) => {
-                        durable.push(job);
-                        arrived += 1;
-                    }
-                    Ok(Message::Job(Kind::Light, job)) => light.push(job),
-                    Ok(Message::Stop) => {
-                        stopping = true;
-                        break;
-                    }
-                    Err(mpsc::RecvTimeoutError::Timeout) => break,
-                    Err(mpsc::RecvTimeoutError::Disconnected) => {
-                        stopping = true;
-                        break;
-                    }
-                }
-            }
-        }
-        run_batch(&conn, std::mem::take(&mut durable), Kind::Durable);
+        // Granted claims' work joins this round's durable transaction.
+        let work = run_batch(&conn, std::mem::take(&mut light), Kind::Light);
+        durable.extend(work);
+        let none = run_batch(&conn, std::mem::take(&mut durable), Kind::Durable);
+        debug_assert!(none.is_empty(), "durable jobs have no continuation");
     }
     // Jobs still queued are dropped: their callers hear `Closed`.
     tracing::debug!("store writer stopped");
@@ -333,11 +378,11 @@ fn drain(rx: &mpsc::Receiver<Message>, light: &mut Vec<Job>, durable: &mut Vec<J
     false
 }
 
-/// Runs jobs in one transaction and answers them; returns how many granted claims will be
-/// followed by a durable job.
-fn run_batch(conn: &Connection, batch: Vec<Job>, kind: Kind) -> usize {
+/// Runs jobs in one transaction and answers them; returns the continuations of the jobs that
+/// committed (a job whose transaction failed has its continuation told so, and answered).
+fn run_batch(conn: &Connection, batch: Vec<Job>, kind: Kind) -> Vec<Job> {
     if batch.is_empty() {
-        return 0;
+        return Vec::new();
     }
     let sync = match kind {
         Kind::Light => "PRAGMA synchronous = NORMAL",
@@ -351,10 +396,10 @@ fn run_batch(conn: &Connection, batch: Vec<Job>, kind: Kind) -> usize {
         for job in batch {
             (job(None).finish)(false);
         }
-        return 0;
+        return Vec::new();
     }
     let mut finishes = Vec::with_capacity(batch.len());
-    let mut follow_ups = 0;
+    let mut then = Vec::new();
     for job in batch {
         if let Err(e) = exec(conn, "SAVEPOINT job") {
             tracing::error!("cannot open a savepoint: {e}");
@@ -370,8 +415,8 @@ fn run_batch(conn: &Connection, batch: Vec<Job>, kind: Kind) -> usize {
         if let Err(e) = end {
             tracing::error!("cannot end a savepoint: {e}");
         }
-        follow_ups += usize::from(ran.follow_up);
         finishes.push(ran.finish);
+        then.extend(ran.then);
     }
     let committed = match exec(conn, "COMMIT") {
         Ok(()) => true,
@@ -385,9 +430,12 @@ fn run_batch(conn: &Connection, batch: Vec<Job>, kind: Kind) -> usize {
         finish(committed);
     }
     if committed {
-        follow_ups
+        then
     } else {
-        0
+        for job in then {
+            (job(None).finish)(false);
+        }
+        Vec::new()
     }
 }
 

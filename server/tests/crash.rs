@@ -66,14 +66,18 @@ fn body(i: usize) -> String {
 }
 
 fn request(client: &reqwest::Client, url: &str, i: usize) -> reqwest::RequestBuilder {
-    client
+    let request = client
         .post(format!("{url}/api/tickets"))
         .header("X-Tenant", "crash")
         .header("Content-Type", "application/json")
         .header("Idempotency-Key", format!("crash-key-{i}"))
-        // Spread the work over time, so the kill finds requests at every stage.
-        .header("X-Fault", format!("delay={}", (i % 20) * 10))
-        .body(body(i))
+        .body(body(i));
+    if i.is_multiple_of(2) {
+        request // claim and work in one trip to the writer
+    } else {
+        // Claim, hold, then work: spread over time, so the kill finds requests at every stage.
+        request.header("X-Fault", format!("delay={}", (i % 20) * 10))
+    }
 }
 
 /// The invariants, read straight from the file.

@@ -1,7 +1,9 @@
 //! The claim as a lease, at the store's level: a holder whose lease was taken over cannot
 //! complete, and its work is rolled back with the refused completion.
 
-use oncekey_server::store::{self, Claim, ClaimRequest, Failure, NewTicket, Store, Stored};
+use oncekey_server::store::{
+    self, Claim, ClaimRequest, Claimed, Failure, NewTicket, Store, Stored,
+};
 
 fn claim_request(token: i64, now: i64, fingerprint: &[u8]) -> ClaimRequest {
     ClaimRequest {
@@ -131,6 +133,68 @@ async fn a_failed_job_rolls_back_alone() {
     assert!(ok.is_ok());
     assert!(matches!(aborted, Err(Failure::Aborted)));
     assert_eq!(counts(&store).await.tickets, 1);
+    store.stop();
+    writer.join();
+}
+
+#[tokio::test]
+async fn claim_then_work_commits_the_claim_then_the_work() {
+    let (store, writer) = Store::open(":memory:").unwrap();
+    let c = claim_request(1, 1_000, b"fp");
+    let k = c.clone();
+    let worked = store
+        .claim_then(c.clone(), move |conn| {
+            // The claim is already committed and visible when the work runs.
+            let state: String = conn.query_row(
+                "SELECT state FROM receipts WHERE tenant = ?1 AND key = ?2",
+                [&k.tenant, &k.key],
+                |r| r.get(0),
+            )?;
+            assert_eq!(state, "processing");
+            let t = store::insert_ticket(conn, &ticket(), Some(&k.key))?;
+            let answer = Stored {
+                status: 201,
+                content_type: "application/json".into(),
+                body: b"{}".to_vec(),
+            };
+            store::complete(conn, &k, &answer, Some(t.id), k.now)?;
+            Ok(t.id)
+        })
+        .await
+        .unwrap();
+    assert!(matches!(
+        worked,
+        Claimed::Worked {
+            took_over: false,
+            result: Ok(_)
+        }
+    ));
+    let again = store
+        .claim_then(claim_request(2, 1_100, b"fp"), |_| Ok(0))
+        .await
+        .unwrap();
+    assert!(matches!(again, Claimed::Not(Claim::Done(_))));
+    // Work that fails is rolled back alone; its claim stays until its lease ends.
+    let failing = claim_request(3, 1_000, b"fp");
+    let mut failing = failing;
+    failing.key = "other".into();
+    let f = failing.clone();
+    let failed = store
+        .claim_then(failing, move |conn| {
+            store::insert_ticket(conn, &ticket(), Some(&f.key))?;
+            Err::<(), _>(Failure::Aborted)
+        })
+        .await
+        .unwrap();
+    assert!(matches!(
+        failed,
+        Claimed::Worked {
+            result: Err(Failure::Aborted),
+            ..
+        }
+    ));
+    let after = counts(&store).await;
+    assert_eq!((after.tickets, after.receipts, after.processing), (1, 1, 1));
     store.stop();
     writer.join();
 }
