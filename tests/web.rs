@@ -600,6 +600,27 @@ async fn resume_resends_a_pending_submission_at_once_and_submit_joins_it() {
 }
 
 #[test]
+async fn two_submitters_resuming_one_record_send_one_at_a_time() {
+    // As two tabs that share a pending record (a duplicated tab copies sessionStorage): both
+    // resume it at once. The Web Lock on the key lets one attempt out at a time, so the second
+    // finds the first finished (a replay), never still in progress (a 409).
+    let case = Case::new("locks");
+    let key = leave_pending(&case).await;
+    case.plan(&["delay=500"]);
+    let a = case.submitter(r#""resume":true"#);
+    let b = case.submitter(r#""resume":true"#);
+    let (ra, rb) = (a.submit_js(json(TICKET)), b.submit_js(json(TICKET)));
+    let (ra, rb) = (settle(ra).await.unwrap(), settle(rb).await.unwrap());
+    assert_eq!(text(&ra, "outcome"), "succeeded");
+    assert_eq!(text(&rb, "outcome"), "succeeded");
+    assert_eq!(text(&ra, "key"), key);
+    assert_eq!(text(&rb, "key"), key);
+    assert_eq!(statuses(&case), ["503", "201", "201"]);
+    assert!(get(&ra, "replayed") == JsValue::TRUE || get(&rb, "replayed") == JsValue::TRUE);
+    assert_eq!(case.tickets().await, 1.0);
+}
+
+#[test]
 async fn a_discard_while_sending_aborts_and_answers_the_waiting_caller() {
     let case = Case::new("abort");
     case.plan(&["delay=800"]);
