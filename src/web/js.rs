@@ -156,47 +156,49 @@ impl Drop for AbortGuard {
     }
 }
 
-/// Runs `work` while holding the Web Lock `name`, where the browser has Web Locks; otherwise
-/// runs it directly. Two tabs that share a pending record thus never send it at the same time.
-pub(crate) async fn with_lock<T: 'static>(
-    name: &str,
-    work: impl std::future::Future<Output = T> + 'static,
-) -> T {
-    let Some(locks) = lock_manager() else {
-        return work.await;
-    };
-    let slot = Rc::new(Cell::new(None));
-    let work = Rc::new(Cell::new(Some(work)));
-    let callback = {
-        let (slot, work) = (slot.clone(), work.clone());
-        Closure::once(move |_lock: JsValue| -> Promise {
-            let work = work.take();
-            wasm_bindgen_futures::future_to_promise(async move {
-                if let Some(work) = work {
-                    slot.set(Some(work.await));
-                }
-                Ok(JsValue::UNDEFINED)
-            })
-        })
-    };
-    if let Ok(granted) = locks.request(name, callback.as_ref().unchecked_ref()) {
-        // A rejection means the lock could not be taken (an opaque origin, say): the work
-        // then runs below, without it.
-        let _ = JsFuture::from(granted).await;
-    }
-    if let Some(done) = slot.take() {
-        return done;
-    }
-    match work.take() {
-        Some(work) => work.await,
-        None => unreachable_after_lock(),
+/// A held Web Lock: released when dropped.
+pub(crate) struct LockGuard {
+    release: Function,
+    _callback: Closure<dyn FnMut(JsValue) -> Promise>,
+}
+
+impl Drop for LockGuard {
+    fn drop(&mut self) {
+        let _ = self.release.call0(&JsValue::UNDEFINED);
     }
 }
 
-/// The work was handed to the lock's callback, which always fills the slot before its promise
-/// settles; reaching here would be a bug in this file, not a browser condition.
-fn unreachable_after_lock() -> ! {
-    wasm_bindgen::throw_str("oncekey: the lock callback ran without finishing its work")
+/// Takes the Web Lock `name`, waiting for another tab (or submitter) that holds it. `None` where
+/// the browser has no Web Locks or refuses one (an opaque origin, say): the caller goes on
+/// without, as the server's idempotency still holds. Two tabs that share a pending record thus
+/// never send it at the same time.
+pub(crate) async fn lock(name: &str) -> Option<LockGuard> {
+    let locks = lock_manager()?;
+    // `held` is what the lock's callback returns: the lock lasts until it resolves.
+    let mut release = None;
+    let held = Promise::new(&mut |resolve, _| release = Some(resolve));
+    let mut grant = None;
+    let granted = Promise::new(&mut |resolve, _| grant = Some(resolve));
+    let (release, grant) = (release?, grant?);
+    let mut once = Some((grant, held));
+    let callback =
+        Closure::<dyn FnMut(JsValue) -> Promise>::new(move |_lock: JsValue| match once.take() {
+            Some((grant, held)) => {
+                let _ = grant.call0(&JsValue::UNDEFINED);
+                held
+            }
+            None => Promise::resolve(&JsValue::UNDEFINED),
+        });
+    let request = locks
+        .request(name, callback.as_ref().unchecked_ref())
+        .ok()?;
+    // The request settles only after release, unless it is refused first.
+    let first = Promise::race(&js_sys::Array::of2(&granted, &request));
+    JsFuture::from(first).await.ok()?;
+    Some(LockGuard {
+        release,
+        _callback: callback,
+    })
 }
 
 fn lock_manager() -> Option<LockManager> {

@@ -30,15 +30,6 @@ pub enum Credentials {
 }
 
 impl Credentials {
-    fn parse(s: &str) -> Option<Credentials> {
-        match s {
-            "omit" => Some(Credentials::Omit),
-            "same-origin" => Some(Credentials::SameOrigin),
-            "include" => Some(Credentials::Include),
-            _ => None,
-        }
-    }
-
     pub(crate) fn to_web(self) -> web_sys::RequestCredentials {
         match self {
             Credentials::Omit => web_sys::RequestCredentials::Omit,
@@ -168,37 +159,44 @@ pub(crate) fn from_js(value: &JsValue) -> Result<Options> {
     if let Some(name) = string(value, "keyHeader")? {
         options.key_header = name;
     }
-    if let Some(format) = string(value, "keyFormat")? {
-        options.key_format = KeyFormat::parse(&format).ok_or_else(|| {
-            Error::option(format!(
-                "options.keyFormat must be \"bare\" or \"sf-string\", not {format:?}"
-            ))
-        })?;
+    if let Some(format) = choice(
+        value,
+        "keyFormat",
+        &[
+            ("bare", KeyFormat::Bare),
+            ("sf-string", KeyFormat::SfString),
+        ],
+    )? {
+        options.key_format = format;
     }
-    if let Some(storage) = string(value, "storage")? {
-        options.storage = StorageKind::parse(&storage).ok_or_else(|| {
-            Error::option(format!(
-                "options.storage must be \"session\", \"local\" or \"memory\", not {storage:?}"
-            ))
-        })?;
+    if let Some(storage) = choice(
+        value,
+        "storage",
+        &[
+            ("session", StorageKind::Session),
+            ("local", StorageKind::Local),
+            ("memory", StorageKind::Memory),
+        ],
+    )? {
+        options.storage = storage;
     }
-    if let Some(credentials) = string(value, "credentials")? {
-        options.credentials = Credentials::parse(&credentials).ok_or_else(|| {
-            Error::option(format!(
-                "options.credentials must be \"omit\", \"same-origin\" or \"include\", not {credentials:?}"
-            ))
-        })?;
+    if let Some(credentials) = choice(
+        value,
+        "credentials",
+        &[
+            ("omit", Credentials::Omit),
+            ("same-origin", Credentials::SameOrigin),
+            ("include", Credentials::Include),
+        ],
+    )? {
+        options.credentials = credentials;
     }
-    if let Some(encoding) = string(value, "encoding")? {
-        options.encoding = match encoding.as_str() {
-            "json" => Encoding::Json,
-            "form" => Encoding::Form,
-            _ => {
-                return Err(Error::option(format!(
-                    "options.encoding must be \"json\" or \"form\", not {encoding:?}"
-                )))
-            }
-        };
+    if let Some(encoding) = choice(
+        value,
+        "encoding",
+        &[("json", Encoding::Json), ("form", Encoding::Form)],
+    )? {
+        options.encoding = encoding;
     }
     if let Some(ms) = millis(value, "timeoutMs", "options.timeoutMs")? {
         options.timeout = Some(ms);
@@ -297,6 +295,26 @@ fn string(object: &JsValue, name: &str) -> Result<Option<String>> {
             "options.{name} must be a non-empty string, not {}",
             show(&value)
         ))),
+    }
+}
+
+/// One of a few words, named in the error when it is none of them.
+fn choice<T: Copy>(object: &JsValue, name: &str, choices: &[(&str, T)]) -> Result<Option<T>> {
+    let value = get(object, name);
+    if value.is_undefined() {
+        return Ok(None);
+    }
+    let word = value.as_string().unwrap_or_default();
+    match choices.iter().find(|(w, _)| *w == word) {
+        Some((_, t)) => Ok(Some(*t)),
+        None => {
+            let words: Vec<String> = choices.iter().map(|(w, _)| format!("{w:?}")).collect();
+            Err(Error::option(format!(
+                "options.{name} must be one of {}, not {}",
+                words.join(", "),
+                show(&value)
+            )))
+        }
     }
 }
 

@@ -453,12 +453,12 @@ async fn run_attempt(inner: Rc<RefCell<Inner>>, attempt: Attempt) {
     // attempt, or at once through localStorage. The first attempt of a key made here in session
     // (or memory) storage skips the lock, whose round trip costs about 1 ms.
     let shared = attempt.number > 1 || inner.borrow().options.storage == StorageKind::Local;
-    let exchange = if shared {
-        let lock = format!("oncekey:{}", attempt.key);
-        js::with_lock(&lock, exchange(inner.clone(), attempt)).await
-    } else {
-        exchange(inner.clone(), attempt).await
+    let lock = match shared {
+        true => js::lock(&format!("oncekey:{}", attempt.key)).await,
+        false => None,
     };
+    let exchange = exchange(inner.clone(), attempt).await;
+    drop(lock);
     {
         let mut i = inner.borrow_mut();
         if i.core.in_flight() != Some(id) {
