@@ -21,7 +21,8 @@
 //! definite answer. A new [`Submitter`] of the same name, after a reload, finds them. Retries
 //! keep the key; when and whether to retry is the core's call, never this driver's. A second
 //! `submit` of the same body joins the one under way; across tabs, a Web Lock named after the
-//! key lets one attempt out at a time. A body JSON cannot carry is refused before anything is
+//! key lets one attempt out at a time (every attempt of a key another tab can know: retries,
+//! resumed records, and all attempts with `localStorage`). A body JSON cannot carry is refused before anything is
 //! stored or sent. Storage that cannot be used degrades to memory with a warning; an unreadable
 //! record is removed with a warning. Keys and jitter come from `crypto.getRandomValues`.
 //!
