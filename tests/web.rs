@@ -665,6 +665,46 @@ async fn secrets_go_with_every_attempt_and_never_to_storage() {
 }
 
 #[test]
+async fn another_secret_after_a_reload_is_a_conflict_never_retried() {
+    // The first attempt is abandoned (timeout) while the server commits it; after the "reload"
+    // the person types another secret, so the same key now comes with another body: 422.
+    let case = Case::new("conflict");
+    case.plan(&["delay=1000"]);
+    let secret = |v: &str| vec![("email".to_owned(), Value::String(v.to_owned()))];
+    let body = r#"{"subject":"Printer","body":"3rd floor"}"#;
+    let first = case.submitter(r#""timeoutMs":200,"retry":{"attempts":1}"#);
+    first.set_secrets(secret("ana@example.com"));
+    let unsure = submit(&first, body).await;
+    assert_eq!(text(&unsure, "outcome"), "unsure");
+    drop(first);
+    JsFuture::from(sleep(1200)).await.unwrap(); // the server finishes the first attempt
+    let again = case.submitter("");
+    again.set_secrets(secret("bob@example.com"));
+    let result = settle(again.try_again_js()).await.unwrap();
+    assert_eq!(text(&result, "outcome"), "conflict");
+    assert_eq!(number(&result, "status"), 422.0);
+    assert_eq!(text(&result, "key"), text(&unsure, "key"));
+    assert_eq!(statuses(&case), ["error", "422"], "not retried");
+    assert_eq!(case.stored(), None, "definite: forgotten");
+    assert_eq!(case.tickets().await, 1.0);
+}
+
+#[test]
+async fn a_400_naming_the_key_is_misconfigured_and_not_retried() {
+    // The key sent under another header: the server answers that Idempotency-Key is missing.
+    let case = Case::new("misconf");
+    let s = case.submitter(r#""keyHeader":"X-Tenant""#);
+    let result = submit(&s, TICKET).await;
+    assert_eq!(text(&result, "outcome"), "misconfigured");
+    assert_eq!(number(&result, "status"), 400.0);
+    assert!(
+        text(&get(&result, "body"), "title").contains("Idempotency-Key"),
+        "the problem details are the body"
+    );
+    assert_eq!(case.stored(), None);
+}
+
+#[test]
 async fn wrong_options_are_errors_that_name_the_option() {
     let cases = [
         (r#"{}"#, "options.url"),
