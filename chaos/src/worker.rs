@@ -71,8 +71,9 @@ pub struct WorkerArgs {
     /// Submissions sent at once.
     #[arg(long, default_value_t = 8)]
     pub concurrency: usize,
-    /// The client's attempt timeout, in milliseconds.
-    #[arg(long, default_value_t = 3000)]
+    /// The client's attempt timeout, in milliseconds: below the longest `delay` fault (1 s), so
+    /// some attempts time out while the server still works, and the retry meets a 409.
+    #[arg(long, default_value_t = 800)]
     pub timeout_ms: u64,
     /// The client's lease, in milliseconds.
     #[arg(long, default_value_t = 500)]
