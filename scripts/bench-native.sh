@@ -8,6 +8,8 @@ export CARGO_PROFILE_RELEASE_OPT_LEVEL=3
 # Faster builds on small machines; the figures are about I/O and syncs, not inlining across crates.
 export CARGO_PROFILE_RELEASE_LTO=${CARGO_PROFILE_RELEASE_LTO:-false}
 export CARGO_PROFILE_RELEASE_CODEGEN_UNITS=${CARGO_PROFILE_RELEASE_CODEGEN_UNITS:-16}
+# Symbols for a profiler (perf); no effect on speed.
+export CARGO_PROFILE_RELEASE_DEBUG=${CARGO_PROFILE_RELEASE_DEBUG:-1}
 target=${CARGO_TARGET_DIR:-target}
 cargo build --release -p oncekey-server
 cargo build --release --example bench_native

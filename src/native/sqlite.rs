@@ -6,11 +6,18 @@
 //! a file from a newer oncekey, a foreign database or a damaged file is refused with a clear
 //! [`Error::is_corrupt`] instead of being changed.
 //!
-//! Every method is one transaction; a claim is `BEGIN IMMEDIATE`, so two processes deciding
-//! about the same lease are serialised by SQLite's own lock.
+//! # Group commit
+//!
+//! One writer thread owns the connection. Every call is queued to it; it takes all the calls
+//! waiting, runs each in its own savepoint inside one `BEGIN IMMEDIATE` transaction, and commits
+//! once: concurrent submissions share a sync instead of queueing for one each. A batch that
+//! writes a record (`save`) or removes one (`remove`) commits with `synchronous = FULL`; a batch
+//! of lease changes only (claim, renew, release) commits with `NORMAL` (no sync of its own: a
+//! lease lost in a power cut is simply free again, and the next full commit syncs it anyway).
+//! Two processes deciding about the same lease are serialised by SQLite's own write lock.
 
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{mpsc, Mutex};
 use std::time::Duration;
 
 use rusqlite::{params, Connection, ErrorCode, OptionalExtension, TransactionBehavior};
@@ -31,8 +38,35 @@ const MIGRATIONS: &[&str] = &["CREATE TABLE oncekey_pending (
 #[derive(Debug)]
 pub struct SqliteStore {
     path: PathBuf,
-    conn: Mutex<Connection>,
+    jobs: Mutex<Option<mpsc::Sender<Job>>>,
+    writer: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
+
+type Reply = std::result::Result<Done, BoxError>;
+
+enum Done {
+    Claim(Claim),
+    Bool(bool),
+    Unit,
+    List(Vec<Listed>),
+}
+
+struct Job {
+    run: Box<dyn FnOnce(&Connection) -> rusqlite::Result<Done> + Send>,
+    durable: bool,
+    reply: mpsc::SyncSender<Reply>,
+}
+
+impl std::fmt::Debug for Job {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Job")
+            .field("durable", &self.durable)
+            .finish()
+    }
+}
+
+/// The most calls one commit carries.
+const MAX_BATCH: usize = 512;
 
 fn sql_error(path: &Path, what: &str, e: rusqlite::Error) -> Error {
     let corrupt = matches!(
@@ -56,90 +90,204 @@ impl SqliteStore {
     pub fn open(path: impl AsRef<Path>) -> Result<SqliteStore> {
         let path = path.as_ref().to_path_buf();
         create_private(&path)?;
-        let conn = Connection::open(&path).map_err(|e| sql_error(&path, "opened", e))?;
-        let store = SqliteStore {
-            conn: Mutex::new(conn),
+        let mut conn = Connection::open(&path).map_err(|e| sql_error(&path, "opened", e))?;
+        prepare(&path, &mut conn)?;
+        let (jobs, queue) = mpsc::channel::<Job>();
+        let writer_path = path.clone();
+        let writer = std::thread::Builder::new()
+            .name("oncekey-sqlite".into())
+            .spawn(move || write_batches(&writer_path, conn, queue))
+            .map_err(|e| Error::store("the store's writer thread could not start", e))?;
+        Ok(SqliteStore {
             path,
-        };
-        store.prepare()?;
-        Ok(store)
+            jobs: Mutex::new(Some(jobs)),
+            writer: Mutex::new(Some(writer)),
+        })
     }
 
     /// The file's path.
     pub fn path(&self) -> &Path {
         &self.path
     }
+}
 
-    fn prepare(&self) -> Result<()> {
-        let mut conn = self.conn();
-        let err = |what: &str, e| sql_error(&self.path, what, e);
-        conn.busy_timeout(Duration::from_secs(10))
-            .map_err(|e| err("opened", e))?;
-        let mode: String = conn
-            .query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))
+fn prepare(path: &Path, conn: &mut Connection) -> Result<()> {
+    let err = |what: &str, e| sql_error(path, what, e);
+    conn.busy_timeout(Duration::from_secs(10))
+        .map_err(|e| err("opened", e))?;
+    let mode: String = conn
+        .query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))
+        .map_err(|e| err("read", e))?;
+    if !mode.eq_ignore_ascii_case("wal") {
+        return Err(Error::store(
+            format!("the store {} could not be put in WAL mode", path.display()),
+            format!("journal_mode is {mode}"),
+        ));
+    }
+    conn.execute_batch("PRAGMA synchronous = FULL;")
+        .map_err(|e| err("opened", e))?;
+    let tx = conn
+        .transaction_with_behavior(TransactionBehavior::Immediate)
+        .map_err(|e| err("opened", e))?;
+    let version: usize = tx
+        .query_row("PRAGMA user_version", [], |r| r.get::<_, i64>(0))
+        .map_err(|e| err("read", e))?
+        .try_into()
+        .unwrap_or(usize::MAX);
+    if version > MIGRATIONS.len() {
+        return Err(Error::corrupt(
+            format!(
+                "the store {} has schema version {version}, made by a newer oncekey; this one reads up to {}",
+                path.display(),
+                MIGRATIONS.len()
+            ),
+            "refusing to change it",
+        ));
+    }
+    if version == 0 {
+        let tables: i64 = tx
+            .query_row(
+                "SELECT count(*) FROM sqlite_master WHERE type = 'table'",
+                [],
+                |r| r.get(0),
+            )
             .map_err(|e| err("read", e))?;
-        if !mode.eq_ignore_ascii_case("wal") {
-            return Err(Error::store(
-                format!(
-                    "the store {} could not be put in WAL mode",
-                    self.path.display()
-                ),
-                format!("journal_mode is {mode}"),
-            ));
-        }
-        conn.execute_batch("PRAGMA synchronous = FULL;")
-            .map_err(|e| err("opened", e))?;
-        let tx = conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)
-            .map_err(|e| err("opened", e))?;
-        let version: usize = tx
-            .query_row("PRAGMA user_version", [], |r| r.get::<_, i64>(0))
-            .map_err(|e| err("read", e))?
-            .try_into()
-            .unwrap_or(usize::MAX);
-        if version > MIGRATIONS.len() {
+        if tables > 0 {
             return Err(Error::corrupt(
                 format!(
-                    "the store {} has schema version {version}, made by a newer oncekey; this one reads up to {}",
-                    self.path.display(),
-                    MIGRATIONS.len()
+                    "{} is a SQLite database of something else, not an oncekey store",
+                    path.display()
                 ),
                 "refusing to change it",
             ));
         }
-        if version == 0 {
-            let tables: i64 = tx
-                .query_row(
-                    "SELECT count(*) FROM sqlite_master WHERE type = 'table'",
-                    [],
-                    |r| r.get(0),
-                )
-                .map_err(|e| err("read", e))?;
-            if tables > 0 {
-                return Err(Error::corrupt(
-                    format!(
-                        "{} is a SQLite database of something else, not an oncekey store",
-                        self.path.display()
-                    ),
-                    "refusing to change it",
-                ));
+    }
+    for (i, step) in MIGRATIONS.iter().enumerate().skip(version) {
+        tx.execute_batch(step).map_err(|e| err("migrated", e))?;
+        tx.pragma_update(None, "user_version", (i + 1) as i64)
+            .map_err(|e| err("migrated", e))?;
+    }
+    tx.commit().map_err(|e| err("migrated", e))
+}
+
+impl SqliteStore {
+    /// Runs `run` on the writer thread, in the next batch, and waits for its answer.
+    fn call(
+        &self,
+        durable: bool,
+        run: impl FnOnce(&Connection) -> rusqlite::Result<Done> + Send + 'static,
+    ) -> Reply {
+        let (reply, answer) = mpsc::sync_channel(1);
+        let job = Job {
+            run: Box::new(run),
+            durable,
+            reply,
+        };
+        let sent = match &*self.jobs.lock().unwrap_or_else(|e| e.into_inner()) {
+            Some(jobs) => jobs.send(job).is_ok(),
+            None => false,
+        };
+        let gone = || -> BoxError {
+            Box::new(Error::store(
+                format!("the store {} is closed", self.path.display()),
+                "its writer thread stopped",
+            ))
+        };
+        if !sent {
+            return Err(gone());
+        }
+        answer.recv().unwrap_or_else(|_| Err(gone()))
+    }
+}
+
+impl Drop for SqliteStore {
+    fn drop(&mut self) {
+        // Closing the queue ends the writer, which closes the connection (and checkpoints).
+        self.jobs.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(writer) = self.writer.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            let _ = writer.join();
+        }
+    }
+}
+
+/// The writer thread: takes every job waiting, runs each in a savepoint of one transaction,
+/// commits once, answers each.
+fn write_batches(path: &Path, conn: Connection, queue: mpsc::Receiver<Job>) {
+    let mut full = true;
+    while let Ok(first) = queue.recv() {
+        let mut batch = vec![first];
+        while batch.len() < MAX_BATCH {
+            match queue.try_recv() {
+                Ok(job) => batch.push(job),
+                Err(_) => break,
             }
         }
-        for (i, step) in MIGRATIONS.iter().enumerate().skip(version) {
-            tx.execute_batch(step).map_err(|e| err("migrated", e))?;
-            tx.pragma_update(None, "user_version", (i + 1) as i64)
-                .map_err(|e| err("migrated", e))?;
+        let durable = batch.iter().any(|j| j.durable);
+        let fail_all = |batch: Vec<Job>, what: &str, e: rusqlite::Error| {
+            let message = sql_error(path, what, e).to_string();
+            let corrupt = message.contains("damaged");
+            for job in batch {
+                let e = if corrupt {
+                    Error::corrupt(
+                        format!("the store {} failed", path.display()),
+                        message.clone(),
+                    )
+                } else {
+                    Error::store(
+                        format!("the store {} failed", path.display()),
+                        message.clone(),
+                    )
+                };
+                let _ = job.reply.send(Err(Box::new(e)));
+            }
+        };
+        if durable != full {
+            let level = if durable { "FULL" } else { "NORMAL" };
+            if let Err(e) = conn.pragma_update(None, "synchronous", level) {
+                fail_all(batch, "written", e);
+                continue;
+            }
+            full = durable;
         }
-        tx.commit().map_err(|e| err("migrated", e))
-    }
-
-    fn conn(&self) -> std::sync::MutexGuard<'_, Connection> {
-        // The connection holds no state of ours between calls; a panic mid-call rolled back.
-        self.conn.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    fn fail(&self, what: &str, e: rusqlite::Error) -> BoxError {
-        Box::new(sql_error(&self.path, what, e))
+        if let Err(e) = conn.execute_batch("BEGIN IMMEDIATE") {
+            fail_all(batch, "written", e);
+            continue;
+        }
+        let mut answers = Vec::with_capacity(batch.len());
+        let mut replies = Vec::with_capacity(batch.len());
+        for job in batch {
+            let answer =
+                conn.execute_batch("SAVEPOINT oncekey_op")
+                    .and_then(|()| match (job.run)(&conn) {
+                        Ok(done) => conn.execute_batch("RELEASE oncekey_op").map(|()| done),
+                        Err(e) => {
+                            let _ =
+                                conn.execute_batch("ROLLBACK TO oncekey_op; RELEASE oncekey_op");
+                            Err(e)
+                        }
+                    });
+            answers.push(answer);
+            replies.push(job.reply);
+        }
+        match conn.execute_batch("COMMIT") {
+            Ok(()) => {
+                for (answer, reply) in answers.into_iter().zip(replies) {
+                    let _ = reply.send(
+                        answer.map_err(|e| -> BoxError { Box::new(sql_error(path, "written", e)) }),
+                    );
+                }
+            }
+            Err(e) => {
+                let _ = conn.execute_batch("ROLLBACK");
+                let message = sql_error(path, "written", e).to_string();
+                for reply in replies {
+                    let _ = reply.send(Err(Box::new(Error::store(
+                        format!("the store {} failed", path.display()),
+                        message.clone(),
+                    ))));
+                }
+            }
+        }
     }
 }
 
@@ -166,125 +314,137 @@ fn create_private(_path: &Path) -> Result<()> {
     Ok(())
 }
 
+fn unexpected() -> BoxError {
+    "the store's writer answered another kind of call".into()
+}
+
 impl Store for SqliteStore {
     fn claim(&self, name: &str, lease: &Lease, now: Timestamp) -> Result<Claim, BoxError> {
-        let mut conn = self.conn();
-        let tx = conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)
-            .map_err(|e| self.fail("written", e))?;
-        let row: Option<(Option<String>, Option<String>, Option<i64>)> = tx
-            .query_row(
-                "SELECT record, lease_owner, lease_until FROM oncekey_pending WHERE name = ?1",
-                [name],
-                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
-            )
-            .optional()
-            .map_err(|e| self.fail("read", e))?;
-        let record = match row {
-            Some((record, Some(owner), Some(until))) => {
-                let until = Timestamp::from_millis(until.max(0) as u64);
-                if owner != lease.owner && until > now {
-                    return Ok(Claim::Busy(Lease { owner, until }));
-                }
-                record
-            }
-            Some((record, _, _)) => record,
-            None => None,
-        };
-        tx.execute(
-            "INSERT INTO oncekey_pending (name, record, lease_owner, lease_until) VALUES (?1, NULL, ?2, ?3)
-             ON CONFLICT (name) DO UPDATE SET lease_owner = excluded.lease_owner, lease_until = excluded.lease_until",
-            params![name, lease.owner, millis(lease.until)],
-        )
-        .map_err(|e| self.fail("written", e))?;
-        tx.commit().map_err(|e| self.fail("written", e))?;
-        Ok(Claim::Taken(record))
+        let (name, lease) = (name.to_owned(), lease.clone());
+        match self.call(false, move |conn| claim(conn, &name, &lease, now))? {
+            Done::Claim(c) => Ok(c),
+            _ => Err(unexpected()),
+        }
     }
 
     fn save(&self, name: &str, record: &str, lease: &Lease) -> Result<bool, BoxError> {
-        let n = self
-            .conn()
-            .execute(
+        let (name, record, lease) = (name.to_owned(), record.to_owned(), lease.clone());
+        let done = self.call(true, move |conn| {
+            conn.prepare_cached(
                 "UPDATE oncekey_pending SET record = ?2, lease_until = ?4 WHERE name = ?1 AND lease_owner = ?3",
-                params![name, record, lease.owner, millis(lease.until)],
-            )
-            .map_err(|e| self.fail("written", e))?;
-        Ok(n == 1)
+            )?
+            .execute(params![name, record, lease.owner, millis(lease.until)])
+            .map(|n| Done::Bool(n == 1))
+        })?;
+        match done {
+            Done::Bool(b) => Ok(b),
+            _ => Err(unexpected()),
+        }
     }
 
     fn renew(&self, name: &str, lease: &Lease) -> Result<bool, BoxError> {
-        let n = self
-            .conn()
-            .execute(
+        let (name, lease) = (name.to_owned(), lease.clone());
+        let done = self.call(false, move |conn| {
+            conn.prepare_cached(
                 "UPDATE oncekey_pending SET lease_until = ?3 WHERE name = ?1 AND lease_owner = ?2",
-                params![name, lease.owner, millis(lease.until)],
-            )
-            .map_err(|e| self.fail("written", e))?;
-        Ok(n == 1)
+            )?
+            .execute(params![name, lease.owner, millis(lease.until)])
+            .map(|n| Done::Bool(n == 1))
+        })?;
+        match done {
+            Done::Bool(b) => Ok(b),
+            _ => Err(unexpected()),
+        }
     }
 
     fn remove(&self, name: &str, owner: &str) -> Result<bool, BoxError> {
-        let n = self
-            .conn()
-            .execute(
-                "DELETE FROM oncekey_pending WHERE name = ?1 AND lease_owner = ?2",
-                params![name, owner],
-            )
-            .map_err(|e| self.fail("written", e))?;
-        Ok(n == 1)
+        let (name, owner) = (name.to_owned(), owner.to_owned());
+        let done = self.call(true, move |conn| {
+            conn.prepare_cached("DELETE FROM oncekey_pending WHERE name = ?1 AND lease_owner = ?2")?
+                .execute(params![name, owner])
+                .map(|n| Done::Bool(n == 1))
+        })?;
+        match done {
+            Done::Bool(b) => Ok(b),
+            _ => Err(unexpected()),
+        }
     }
 
     fn release(&self, name: &str, owner: &str) -> Result<(), BoxError> {
-        let mut conn = self.conn();
-        let tx = conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)
-            .map_err(|e| self.fail("written", e))?;
-        tx.execute(
-            "DELETE FROM oncekey_pending WHERE name = ?1 AND lease_owner = ?2 AND record IS NULL",
-            params![name, owner],
-        )
-        .map_err(|e| self.fail("written", e))?;
-        tx.execute(
-            "UPDATE oncekey_pending SET lease_owner = NULL, lease_until = NULL WHERE name = ?1 AND lease_owner = ?2",
-            params![name, owner],
-        )
-        .map_err(|e| self.fail("written", e))?;
-        tx.commit().map_err(|e| self.fail("written", e))?;
+        let (name, owner) = (name.to_owned(), owner.to_owned());
+        self.call(false, move |conn| {
+            conn.prepare_cached(
+                "DELETE FROM oncekey_pending WHERE name = ?1 AND lease_owner = ?2 AND record IS NULL",
+            )?
+            .execute(params![name, owner])?;
+            conn.prepare_cached(
+                "UPDATE oncekey_pending SET lease_owner = NULL, lease_until = NULL WHERE name = ?1 AND lease_owner = ?2",
+            )?
+            .execute(params![name, owner])?;
+            Ok(Done::Unit)
+        })?;
         Ok(())
     }
 
     fn list(&self) -> Result<Vec<Listed>, BoxError> {
-        let conn = self.conn();
-        let mut stmt = conn
-            .prepare(
-                "SELECT name, record, lease_owner, lease_until FROM oncekey_pending
-                 WHERE record IS NOT NULL ORDER BY name",
-            )
-            .map_err(|e| self.fail("read", e))?;
-        let rows = stmt
-            .query_map([], |r| {
-                let owner: Option<String> = r.get(2)?;
-                let until: Option<i64> = r.get(3)?;
-                Ok(Listed {
-                    name: r.get(0)?,
-                    // A record that is not text is read as lossy text, so it fails to parse as a
-                    // record (one unreadable record) instead of failing the whole list.
-                    record: match r.get_ref(1)? {
-                        rusqlite::types::ValueRef::Text(t) | rusqlite::types::ValueRef::Blob(t) => {
-                            String::from_utf8_lossy(t).into_owned()
-                        }
-                        other => format!("{other:?}"),
-                    },
-                    lease: owner.zip(until).map(|(owner, until)| Lease {
-                        owner,
-                        until: Timestamp::from_millis(until.max(0) as u64),
-                    }),
-                })
-            })
-            .map_err(|e| self.fail("read", e))?;
-        rows.collect::<rusqlite::Result<Vec<_>>>()
-            .map_err(|e| self.fail("read", e))
+        match self.call(false, list)? {
+            Done::List(l) => Ok(l),
+            _ => Err(unexpected()),
+        }
     }
+}
+
+fn claim(conn: &Connection, name: &str, lease: &Lease, now: Timestamp) -> rusqlite::Result<Done> {
+    let row: Option<(Option<String>, Option<String>, Option<i64>)> = conn
+        .prepare_cached(
+            "SELECT record, lease_owner, lease_until FROM oncekey_pending WHERE name = ?1",
+        )?
+        .query_row([name], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+        .optional()?;
+    let record = match row {
+        Some((record, Some(owner), Some(until))) => {
+            let until = Timestamp::from_millis(until.max(0) as u64);
+            if owner != lease.owner && until > now {
+                return Ok(Done::Claim(Claim::Busy(Lease { owner, until })));
+            }
+            record
+        }
+        Some((record, _, _)) => record,
+        None => None,
+    };
+    conn.prepare_cached(
+        "INSERT INTO oncekey_pending (name, record, lease_owner, lease_until) VALUES (?1, NULL, ?2, ?3)
+         ON CONFLICT (name) DO UPDATE SET lease_owner = excluded.lease_owner, lease_until = excluded.lease_until",
+    )?
+    .execute(params![name, lease.owner, millis(lease.until)])?;
+    Ok(Done::Claim(Claim::Taken(record)))
+}
+
+fn list(conn: &Connection) -> rusqlite::Result<Done> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT name, record, lease_owner, lease_until FROM oncekey_pending
+         WHERE record IS NOT NULL ORDER BY name",
+    )?;
+    let rows = stmt.query_map([], |r| {
+        let owner: Option<String> = r.get(2)?;
+        let until: Option<i64> = r.get(3)?;
+        Ok(Listed {
+            name: r.get(0)?,
+            // A record that is not text is read as lossy text, so it fails to parse as a
+            // record (one unreadable record) instead of failing the whole list.
+            record: match r.get_ref(1)? {
+                rusqlite::types::ValueRef::Text(t) | rusqlite::types::ValueRef::Blob(t) => {
+                    String::from_utf8_lossy(t).into_owned()
+                }
+                other => format!("{other:?}"),
+            },
+            lease: owner.zip(until).map(|(owner, until)| Lease {
+                owner,
+                until: Timestamp::from_millis(until.max(0) as u64),
+            }),
+        })
+    })?;
+    rows.collect::<rusqlite::Result<Vec<_>>>().map(Done::List)
 }
 
 fn millis(t: Timestamp) -> i64 {
@@ -310,15 +470,64 @@ mod tests {
         use std::os::unix::fs::PermissionsExt;
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("s.db");
+        let store = SqliteStore::open(&path).unwrap();
+        let lease = Lease {
+            owner: "o".into(),
+            until: Timestamp::from_millis(1),
+        };
+        store.claim("n", &lease, Timestamp::from_millis(0)).unwrap();
+        assert!(store.save("n", "{}", &lease).unwrap());
+        for file in ["s.db", "s.db-wal", "s.db-shm"] {
+            let mode = std::fs::metadata(dir.path().join(file))
+                .unwrap()
+                .permissions()
+                .mode()
+                & 0o777;
+            assert_eq!(mode, 0o600, "{file}");
+        }
+        drop(store);
         drop(SqliteStore::open(&path).unwrap());
-        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
-        assert_eq!(mode, 0o600);
-        let again = SqliteStore::open(&path).unwrap();
-        let v: i64 = again
-            .conn()
+        let v: i64 = Connection::open(&path)
+            .unwrap()
             .query_row("PRAGMA user_version", [], |r| r.get(0))
             .unwrap();
         assert_eq!(v, MIGRATIONS.len() as i64);
+    }
+
+    #[test]
+    fn concurrent_calls_share_commits_and_all_land() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = std::sync::Arc::new(SqliteStore::open(dir.path().join("s.db")).unwrap());
+        let threads: Vec<_> = (0..32)
+            .map(|i| {
+                let store = store.clone();
+                std::thread::spawn(move || {
+                    let name = format!("n{i:02}");
+                    let lease = Lease {
+                        owner: format!("o{i}"),
+                        until: Timestamp::from_millis(100),
+                    };
+                    let t = Timestamp::from_millis(0);
+                    assert_eq!(store.claim(&name, &lease, t).unwrap(), Claim::Taken(None));
+                    assert!(store.save(&name, &format!("{{{i}}}"), &lease).unwrap());
+                    // Another owner's claim in the same batch is refused.
+                    let other = Lease {
+                        owner: "x".into(),
+                        until: Timestamp::from_millis(100),
+                    };
+                    assert!(matches!(
+                        store.claim(&name, &other, t).unwrap(),
+                        Claim::Busy(_)
+                    ));
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        let listed = store.list().unwrap();
+        assert_eq!(listed.len(), 32);
+        assert_eq!(listed[7].record, "{7}");
     }
 
     #[test]
