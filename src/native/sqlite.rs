@@ -51,8 +51,11 @@ enum Done {
     List(Vec<Listed>),
 }
 
+/// One call, run on the writer's connection inside the batch's transaction.
+type Run = Box<dyn FnOnce(&Connection) -> rusqlite::Result<Done> + Send>;
+
 struct Job {
-    run: Box<dyn FnOnce(&Connection) -> rusqlite::Result<Done> + Send>,
+    run: Run,
     durable: bool,
     reply: mpsc::SyncSender<Reply>,
 }
