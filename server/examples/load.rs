@@ -24,6 +24,7 @@ struct Args {
     dir: Option<String>,
     keyed_url: Option<String>,
     plain_url: Option<String>,
+    only: Option<String>,
 }
 
 fn args() -> Args {
@@ -34,6 +35,7 @@ fn args() -> Args {
         dir: None,
         keyed_url: None,
         plain_url: None,
+        only: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -45,6 +47,8 @@ fn args() -> Args {
             "--dir" => a.dir = Some(value()),
             "--keyed-url" => a.keyed_url = Some(value()),
             "--plain-url" => a.plain_url = Some(value()),
+            // For profiling one side: `--only keyed` or `--only plain`.
+            "--only" => a.only = Some(value()),
             "--help" | "-h" => {
                 println!("see the comment at the top of server/examples/load.rs");
                 std::process::exit(0);
@@ -177,6 +181,21 @@ async fn main() {
         .build()
         .unwrap();
     let (n, c) = (args.requests, args.concurrency);
+    if let Some(only) = &args.only {
+        let url = if only == "keyed" {
+            &keyed_url
+        } else {
+            &plain_url
+        };
+        for round in 0..args.rounds {
+            let r = run(&client, url, &format!("only{round}"), n, c).await;
+            println!(
+                "{only}: {:.0} req/s, {:.0} us CPU per request",
+                r.rate, r.cpu_us
+            );
+        }
+        return;
+    }
     // Warm up both: connections, page cache, prepared statements.
     run(&client, &keyed_url, "warm", n / 10 + 1, c).await;
     run(&client, &plain_url, "warm", n / 10 + 1, c).await;

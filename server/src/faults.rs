@@ -3,6 +3,10 @@
 //! Off unless the server is started with `--faults` (or `--fault-rate`). A request asks for one
 //! with an `X-Fault` header; with a fault rate, requests that ask for none get one at random from
 //! a seeded generator, so a chaos run can be repeated.
+//!
+//! `fail-before` hits any ticket request. The others hit the request that does the work: a
+//! request answered from a receipt (a replay), a `409` or a `422` is answered normally, so a
+//! client that retries through a `drop-reply` sees the lost ticket replayed.
 
 use std::sync::Mutex;
 use std::time::Duration;
