@@ -16,7 +16,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::check::{self, Violation};
-use crate::plan::{intents, Rng, TENANT};
+use crate::plan::{intents, sha256_hex, Rng, TENANT};
 use crate::worker::{Break, Files};
 
 /// The conductor's options.
@@ -354,6 +354,9 @@ pub struct Totals {
     pub worker_crashes: u64,
     /// Violations, with their run.
     pub violations: Vec<(u32, Violation)>,
+    /// The digests of what the seed decided in each run (submissions, kill points and pauses,
+    /// the server's fault seeds).
+    pub plan: String,
 }
 
 /// Runs one run and adds what it saw to `totals`.
@@ -397,6 +400,18 @@ pub fn run(args: &RunArgs, run: u32, totals: &mut Totals) -> Result<(), String> 
     let mut incarnation = 0u64;
     let fault_seed =
         |incarnation: u64| Rng::new(args.seed, &format!("server {run} {incarnation}")).next_u64();
+    // What the seed decides, so that two runs can be compared: equal seeds, equal digests.
+    let mut decided = String::new();
+    for intent in &plan {
+        decided.push_str(&intent.body);
+    }
+    for (at, target, pause) in &kills {
+        decided.push_str(&format!("|{at} {target:?} {pause}"));
+    }
+    for k in 0..=u64::from(args.server_kills) {
+        decided.push_str(&format!("|{}", fault_seed(k)));
+    }
+    totals.plan.push_str(&sha256_hex(decided.as_bytes()));
 
     let mut server = Server {
         bin,

@@ -100,6 +100,13 @@ fn print_table(args: &conductor::RunArgs, t: &conductor::Totals, secs: f64) {
     );
     row("runs", t.runs.to_string());
     row(
+        "seeded plan",
+        format!(
+            "{} (submissions, kill points, fault seeds; equal seeds, equal digests)",
+            &plan::sha256_hex(t.plan.as_bytes())[..16]
+        ),
+    );
+    row(
         "submissions",
         format!(
             "{} ({} valid, {} invalid)",
