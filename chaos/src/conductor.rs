@@ -54,6 +54,12 @@ pub struct RunArgs {
     /// The server's `--lease`: how long a crashed request holds its key.
     #[arg(long, default_value = "1s")]
     pub server_lease: String,
+    /// Who picks the faults: `server` (its `--fault-rate`, drawn in the order requests arrive)
+    /// or `client` (each attempt asks for one with `X-Fault`, chosen from the seed, the
+    /// submission and the attempt's number, so the same seed gives every submission the same
+    /// faults whatever the timing).
+    #[arg(long, value_enum, default_value_t = FaultsFrom::Server)]
+    pub faults_from: FaultsFrom,
     /// Plant one known mistake in the workers; the run must then report violations.
     #[arg(long = "break", value_enum)]
     pub mistake: Option<Break>,
@@ -66,6 +72,15 @@ pub struct RunArgs {
     /// Give up on a run that takes longer than this many seconds.
     #[arg(long, default_value_t = 600)]
     pub run_timeout: u64,
+}
+
+/// Who picks the random faults.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum FaultsFrom {
+    /// The server, with `--fault-rate` and `--seed`.
+    Server,
+    /// The workers, with an `X-Fault` header on chosen attempts.
+    Client,
 }
 
 /// The reference server's binary: `ONCEKEY_SERVER_BIN`, else next to this binary in the target
@@ -123,14 +138,21 @@ impl Server {
                 .stdin(Stdio::null())
                 .stdout(Stdio::piped())
                 .stderr(log);
-            if let Some((rate, seed)) = faults {
-                cmd.args([
-                    "--faults",
-                    "--fault-rate",
-                    &rate.to_string(),
-                    "--seed",
-                    &seed.to_string(),
-                ]);
+            match faults {
+                Some((rate, seed)) if rate > 0.0 => {
+                    cmd.args([
+                        "--faults",
+                        "--fault-rate",
+                        &rate.to_string(),
+                        "--seed",
+                        &seed.to_string(),
+                    ]);
+                }
+                // Faults asked for by the workers (`X-Fault`), none at random.
+                Some(_) => {
+                    cmd.arg("--faults");
+                }
+                None => {}
             }
             let mut child = cmd
                 .spawn()
@@ -231,6 +253,8 @@ struct Workers {
     url: String,
     concurrency: usize,
     mistake: Option<Break>,
+    /// Rate and seed of the faults the workers ask for (`--faults-from client`).
+    faults: Option<(f64, u64)>,
     children: Vec<Option<Child>>,
     done: Vec<bool>,
     kills: u64,
@@ -256,6 +280,14 @@ impl Workers {
             .stderr(log);
         if let Some(mistake) = self.mistake {
             cmd.args(["--break", &mistake.to_string()]);
+        }
+        if let Some((rate, seed)) = self.faults {
+            cmd.args([
+                "--fault-rate",
+                &rate.to_string(),
+                "--fault-seed",
+                &seed.to_string(),
+            ]);
         }
         let child = cmd
             .spawn()
@@ -332,6 +364,8 @@ pub struct Totals {
     pub invalid: u64,
     /// Attempts by status (or `network-error`, `timeout`), from the workers.
     pub attempts: BTreeMap<String, u64>,
+    /// Faults the workers asked for, by kind (`--faults-from client`).
+    pub asked_faults: BTreeMap<String, u64>,
     /// The servers' counters, polled (a killed server's last moments may be missing).
     pub server: BTreeMap<String, u64>,
     /// Final outcomes taken by the workers.
@@ -425,13 +459,24 @@ pub fn run(args: &RunArgs, run: u32, totals: &mut Totals) -> Result<(), String> 
         restarts: 0,
     };
     let faults = args.fault_rate > 0.0;
-    server.start(faults.then(|| (args.fault_rate, fault_seed(incarnation))))?;
+    // The server's random faults, or none when the workers ask for theirs.
+    let server_rate = match args.faults_from {
+        FaultsFrom::Server => args.fault_rate,
+        FaultsFrom::Client => 0.0,
+    };
+    server.start(faults.then(|| (server_rate, fault_seed(incarnation))))?;
     let mut ws = Workers {
         exe,
         dir: dir.clone(),
         url: server.url(),
         concurrency: args.concurrency,
         mistake: args.mistake,
+        faults: (faults && args.faults_from == FaultsFrom::Client).then(|| {
+            (
+                args.fault_rate,
+                Rng::new(args.seed, &format!("client faults {run}")).next_u64(),
+            )
+        }),
         children: (0..workers).map(|_| None).collect(),
         done: vec![false; workers],
         kills: 0,
@@ -474,7 +519,7 @@ pub fn run(args: &RunArgs, run: u32, totals: &mut Totals) -> Result<(), String> 
                     server_kills += 1;
                     std::thread::sleep(Duration::from_millis(pause));
                     incarnation += 1;
-                    server.start(faults.then(|| (args.fault_rate, fault_seed(incarnation))))?;
+                    server.start(faults.then(|| (server_rate, fault_seed(incarnation))))?;
                     server.restarts += 1;
                 }
                 Some(index) if !ws.done[index] => {
@@ -523,7 +568,10 @@ pub fn run(args: &RunArgs, run: u32, totals: &mut Totals) -> Result<(), String> 
     for index in 0..workers {
         let text = std::fs::read_to_string(Files::of(&dir, index).attempts).unwrap_or_default();
         for line in text.lines().filter(|l| !l.is_empty()) {
-            *totals.attempts.entry(line.to_owned()).or_default() += 1;
+            match line.strip_prefix("fault:") {
+                Some(kind) => *totals.asked_faults.entry(kind.to_owned()).or_default() += 1,
+                None => *totals.attempts.entry(line.to_owned()).or_default() += 1,
+            }
         }
     }
     for (k, v) in &server.counted {

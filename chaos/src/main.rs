@@ -88,9 +88,13 @@ fn join(map: &BTreeMap<String, u64>) -> String {
 fn print_table(args: &conductor::RunArgs, t: &conductor::Totals, secs: f64) {
     let row = |label: &str, value: String| println!("{label:<28} {value}");
     println!(
-        "oncekey chaos: seed {}, fault rate {}, {} workers x {} at once{}",
+        "oncekey chaos: seed {}, fault rate {} (from the {}), {} workers x {} at once{}",
         args.seed,
         args.fault_rate,
+        match args.faults_from {
+            conductor::FaultsFrom::Server => "server",
+            conductor::FaultsFrom::Client => "workers",
+        },
         args.workers,
         args.concurrency,
         match args.mistake {
@@ -139,6 +143,16 @@ fn print_table(args: &conductor::RunArgs, t: &conductor::Totals, secs: f64) {
             t.server.get("faults").copied().unwrap_or(0)
         ),
     );
+    if !t.asked_faults.is_empty() {
+        row(
+            "faults asked by workers",
+            format!(
+                "{}: {} (X-Fault; only the attempt that does the work suffers one)",
+                t.asked_faults.values().sum::<u64>(),
+                join(&t.asked_faults)
+            ),
+        );
+    }
     let server: BTreeMap<String, u64> = t
         .server
         .iter()

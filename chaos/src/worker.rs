@@ -23,14 +23,15 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use oncekey::{
-    BoxError, Claim, Client, Key, Lease, Listed, Outcome, RetryPolicy, Settlement, SqliteStore,
-    Store, Timestamp,
+    BoxError, Claim, Client, Key, Lease, Listed, Outcome, Outgoing, RetryPolicy, Settlement,
+    SqliteStore, Store, Timestamp,
 };
+use reqwest::header::{HeaderMap, HeaderValue};
 use tokio::sync::Semaphore;
 use tracing_subscriber::layer::{Context, SubscriberExt};
 use tracing_subscriber::Layer;
 
-use crate::plan::{read_events, sha256_hex, Event, Intent, Journal, TENANT};
+use crate::plan::{read_events, sha256_hex, Event, Intent, Journal, Rng, TENANT};
 
 /// One known mistake a worker can make, to prove the checks catch it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -81,6 +82,28 @@ pub struct WorkerArgs {
     /// The mistake to make, if any.
     #[arg(long = "break", value_enum)]
     pub mistake: Option<Break>,
+    /// Ask the server for a fault on this fraction of attempts (`X-Fault`), chosen from the
+    /// seed, the submission's name and the attempt's number (`--faults-from client`).
+    #[arg(long, default_value_t = 0.0)]
+    pub fault_rate: f64,
+    /// The seed of those faults.
+    #[arg(long, default_value_t = 0)]
+    pub fault_seed: u64,
+}
+
+/// The fault attempt `attempt` of submission `name` asks for: the same for a seed whatever the
+/// timing, and across restarts (the attempt's number is stored with the record).
+pub fn chosen_fault(seed: u64, rate: f64, name: &str, attempt: u32) -> Option<String> {
+    let mut rng = Rng::new(seed, &format!("{name} {attempt}"));
+    if rng.unit() >= rate {
+        return None;
+    }
+    Some(match rng.below(4) {
+        0 => "drop-reply".to_owned(),
+        1 => "fail-before".to_owned(),
+        2 => "crash-before-commit".to_owned(),
+        _ => format!("delay={}", 50 + rng.below(950)),
+    })
 }
 
 /// The files of worker `index` in a run's folder.
@@ -453,6 +476,9 @@ pub fn main(args: WorkerArgs) -> Result<(), String> {
         .append(true)
         .open(&files.attempts)
         .map_err(|e| format!("{}: {e}", files.attempts.display()))?;
+    let faults_log = attempts
+        .try_clone()
+        .map_err(|e| format!("{}: {e}", files.attempts.display()))?;
     let subscriber = tracing_subscriber::registry().with(AttemptLog {
         file: Mutex::new(attempts),
     });
@@ -501,7 +527,20 @@ pub fn main(args: WorkerArgs) -> Result<(), String> {
         cap: Duration::from_secs(2),
         budget: Duration::from_secs(120),
     };
+    let (rate, seed) = (args.fault_rate, args.fault_seed);
+    let faults_log = Mutex::new(faults_log);
     let client = Client::builder()
+        .header_provider(move |out: &Outgoing<'_>| {
+            let mut headers = HeaderMap::new();
+            if let Some(fault) = chosen_fault(seed, rate, out.name, out.attempt) {
+                if let Ok(value) = HeaderValue::from_str(&fault) {
+                    headers.insert("x-fault", value);
+                    let kind = fault.split('=').next().unwrap_or_default();
+                    let _ = lock(&faults_log).write_all(format!("fault:{kind}\n").as_bytes());
+                }
+            }
+            headers
+        })
         .store(store)
         .retry(policy)
         .timeout(Duration::from_millis(args.timeout_ms))
