@@ -502,31 +502,41 @@ impl Client {
     /// once; one result per stored name.
     pub async fn resume_pending(&self) -> Result<Vec<Resumed>> {
         let listed = self.store_call(|s| s.list()).await?;
-        // At most `resume_concurrency` at once: ten thousand stored records must not open ten
-        // thousand connections.
-        let permits = Arc::new(tokio::sync::Semaphore::new(self.inner.resume_concurrency));
-        let mut tasks = Vec::new();
-        for entry in listed {
+        // At most `resume_concurrency` at once, by as many workers taking names from one queue:
+        // ten thousand stored records must not open ten thousand connections, nor hold ten
+        // thousand spawned futures.
+        let queue: Arc<Mutex<std::collections::VecDeque<(usize, String)>>> = Arc::new(Mutex::new(
+            listed.into_iter().map(|l| l.name).enumerate().collect(),
+        ));
+        let workers = self
+            .inner
+            .resume_concurrency
+            .min(queue.lock().unwrap_or_else(|e| e.into_inner()).len());
+        let mut tasks = Vec::with_capacity(workers);
+        for _ in 0..workers {
             let client = self.clone();
-            let permits = permits.clone();
+            let queue = queue.clone();
             tasks.push(tokio::spawn(async move {
-                let _permit = permits.acquire_owned().await;
-                let result = client.run(&entry.name, Job::Resume).await;
-                Resumed {
-                    name: entry.name,
-                    result,
+                let mut done = Vec::new();
+                loop {
+                    let next = queue.lock().unwrap_or_else(|e| e.into_inner()).pop_front();
+                    let Some((i, name)) = next else { break };
+                    let result = client.run(&name, Job::Resume).await;
+                    done.push((i, Resumed { name, result }));
                 }
+                done
             }));
         }
-        let mut out = Vec::with_capacity(tasks.len());
+        let mut out = Vec::new();
         for task in tasks {
             match task.await {
-                Ok(r) => out.push(r),
+                Ok(done) => out.extend(done),
                 Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
                 Err(_) => {}
             }
         }
-        Ok(out)
+        out.sort_by_key(|(i, _)| *i);
+        Ok(out.into_iter().map(|(_, r)| r).collect())
     }
 
     /// "Try again" for one stored submission (typically unsure): a new round of retries, with

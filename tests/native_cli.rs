@@ -1,0 +1,191 @@
+//! The `oncekey` command line: outcomes as exit codes, clear messages, `--help`.
+#![cfg(not(all(target_arch = "wasm32", any(target_os = "unknown", target_os = "none"))))]
+
+mod support;
+
+use std::process::{Command, Output};
+
+use support::*;
+
+fn oncekey(args: &[&str]) -> Output {
+    Command::new(cli_bin()).args(args).output().unwrap()
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+#[test]
+fn help_explains_the_outcomes() {
+    let out = oncekey(&["send", "--help"]);
+    assert!(out.status.success());
+    let help = text(&out.stdout);
+    for word in [
+        "succeeded",
+        "refused",
+        "conflict",
+        "misconfigured",
+        "unsure",
+        "oncekey resume",
+    ] {
+        assert!(help.contains(word), "{word}: {help}");
+    }
+}
+
+#[test]
+fn send_resume_list_and_discard_with_exit_codes() {
+    let server = Server::start();
+    let tenant = tenant("cli");
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("pending.db");
+    let store = store.to_str().unwrap();
+    let body = dir.path().join("body.json");
+    std::fs::write(&body, ticket("from the shell").to_string()).unwrap();
+    let at_body = format!("@{}", body.display());
+    let header = format!("X-Tenant: {tenant}");
+    let url = server.tickets_url();
+
+    let out = oncekey(&[
+        "send", "--store", store, "--name", "t1", "-H", &header, "--json", &at_body, "POST", &url,
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("\"subject\":\"from the shell\""));
+    assert!(text(&out.stderr).contains("succeeded (201)"));
+
+    // Refused (a bad ticket): exit 3, and says what to do.
+    let out = oncekey(&[
+        "send",
+        "--store",
+        store,
+        "--name",
+        "t2",
+        "-H",
+        &header,
+        "--json",
+        r#"{"subject":"","body":"","email":"x"}"#,
+        "POST",
+        &url,
+    ]);
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("refused"));
+
+    // Unsure (every attempt fails): exit 6, the record is kept, listed, and resumable.
+    let out = oncekey(&[
+        "send",
+        "--store",
+        store,
+        "--name",
+        "t3",
+        "-H",
+        &header,
+        "-H",
+        "X-Fault: fail-before",
+        "--attempts",
+        "2",
+        "--base",
+        "10ms",
+        "--json",
+        &at_body,
+        "POST",
+        &url,
+    ]);
+    assert_eq!(out.status.code(), Some(6), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("oncekey resume"));
+    let out = oncekey(&["list", "--store", store]);
+    assert!(
+        text(&out.stdout).starts_with("t3\t"),
+        "{}",
+        text(&out.stdout)
+    );
+    // Another body under the pending name: exit 8, nothing sent.
+    let out = oncekey(&[
+        "send",
+        "--store",
+        store,
+        "--name",
+        "t3",
+        "-H",
+        &header,
+        "--json",
+        r#"{"subject":"x"}"#,
+        "POST",
+        &url,
+    ]);
+    assert_eq!(out.status.code(), Some(8), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("pending"));
+    let out = oncekey(&["discard", "--store", store, "--name", "t3"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let out = oncekey(&["resume", "--store", store]);
+    assert_eq!(out.status.code(), Some(0));
+    assert!(text(&out.stderr).contains("nothing pending"));
+
+    // Failures are non-zero with a clear message.
+    let out = oncekey(&[
+        "send", "--store", store, "--name", "t4", "--json", "{oops", "POST", &url,
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).contains("error:"),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = oncekey(&[
+        "send",
+        "--store",
+        "/nonexistent/dir/p.db",
+        "--name",
+        "t5",
+        "POST",
+        &url,
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).contains("/nonexistent/dir/p.db"),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = oncekey(&[
+        "send",
+        "--store",
+        store,
+        "--name",
+        "t6",
+        "--secret-header",
+        "Authorization=NOT_SET_ANYWHERE",
+        "POST",
+        &url,
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out.stderr).contains("NOT_SET_ANYWHERE"));
+    let out = oncekey(&[
+        "send",
+        "--store",
+        store,
+        "--name",
+        "t7",
+        "-H",
+        "Authorization: Bearer x",
+        "POST",
+        &url,
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).contains("secret"),
+        "{}",
+        text(&out.stderr)
+    );
+
+    // A corrupt store file: a clear error naming it.
+    let junk = dir.path().join("junk.db");
+    std::fs::write(&junk, "not a database ".repeat(500)).unwrap();
+    let out = oncekey(&["resume", "--store", junk.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).contains("not a SQLite database"),
+        "{}",
+        text(&out.stderr)
+    );
+
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    assert_eq!(rt.block_on(server.tickets(&tenant)), 1);
+}
