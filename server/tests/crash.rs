@@ -1,6 +1,7 @@
 //! The real binary, killed with SIGKILL in the middle of many keyed requests and restarted on
 //! the same database file: no receipt without its ticket, no ticket without its receipt, and
-//! retrying every key afterwards makes exactly one ticket per key.
+//! retrying every key afterwards makes exactly one ticket per key. Unix only (signals).
+#![cfg(unix)]
 
 mod common;
 
@@ -209,4 +210,23 @@ async fn a_killed_server_leaves_no_receipt_without_its_ticket_and_retries_make_o
     drop(server);
     let (tickets, processing) = check_database(&db);
     assert_eq!((tickets, processing), (KEYS as i64, 0));
+}
+
+#[tokio::test]
+async fn sigterm_shuts_down_gracefully_and_keeps_committed_tickets() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("term.db");
+    let client = common::client();
+    let mut server = Process::start(&db);
+    let first = Answer::read(request(&client, &server.url, 0).send().await.unwrap()).await;
+    assert_eq!(first.status, 201);
+    let pid = libc::pid_t::try_from(server.child.id()).unwrap();
+    // SAFETY: kill(2) on our own child's pid, which has not been waited for yet.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+    let exit = server.child.wait().unwrap();
+    assert!(exit.success(), "a graceful exit, not {exit:?}");
+    let server = Process::start(&db);
+    let again = Answer::read(request(&client, &server.url, 0).send().await.unwrap()).await;
+    assert!(again.replayed);
+    assert_eq!(again.body, first.body);
 }

@@ -198,3 +198,22 @@ async fn claim_then_work_commits_the_claim_then_the_work() {
     store.stop();
     writer.join();
 }
+
+#[tokio::test]
+async fn a_released_claim_frees_the_key_for_the_retry() {
+    let (store, writer) = Store::open(":memory:").unwrap();
+    let a = claim_request(1, 1_000, b"fp");
+    claim(&store, &a).await;
+    store
+        .run_light(move |conn| store::release(conn, &a))
+        .await
+        .unwrap();
+    assert_eq!(counts(&store).await.processing, 0);
+    // Well within A's lease, the retry is not told to wait: nothing was done, it does the work.
+    assert!(matches!(
+        claim(&store, &claim_request(2, 1_001, b"fp")).await,
+        Claim::Taken { took_over: false }
+    ));
+    store.stop();
+    writer.join();
+}
