@@ -83,7 +83,7 @@ async fn a_timeout_then_409_with_retry_after_keeps_the_key_and_waits() {
     let plan = Plan::new();
     // The first attempt outlives the client's timeout; the server holds the key meanwhile, so
     // the second attempt gets 409 with Retry-After: 1.
-    plan.fault("t", 1, "delay=700");
+    plan.fault("t", 1, "delay=1000");
     let client = Client::builder()
         .store(MemoryStore::new())
         .retry(fast())
