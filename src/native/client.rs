@@ -444,8 +444,8 @@ struct FlightGuard<'a> {
     done: watch::Sender<Option<Arc<Result<Settlement>>>>,
 }
 
-impl Drop for FlightGuard<'_> {
-    fn drop(&mut self) {
+impl FlightGuard<'_> {
+    fn remove(&self) {
         let mut flights = self
             .client
             .flights
@@ -454,6 +454,19 @@ impl Drop for FlightGuard<'_> {
         if flights.get(&self.name).is_some_and(|f| f.id == self.id) {
             flights.remove(&self.name);
         }
+    }
+
+    /// Ends the flight (so a caller waking up finds the name free) and hands its result to the
+    /// callers that joined it.
+    fn finish(self, result: Arc<Result<Settlement>>) {
+        self.remove();
+        let _ = self.done.send(Some(result));
+    }
+}
+
+impl Drop for FlightGuard<'_> {
+    fn drop(&mut self) {
+        self.remove();
     }
 }
 
@@ -639,16 +652,13 @@ impl Client {
                     }
                 }
             };
-            let joined = match joined {
-                Ok(joined) => Some(joined),
+            let (theirs, mut done) = match joined {
+                Ok(joined) => joined,
                 Err(guard) => {
                     let result = Arc::new(self.fly(name, job).await);
-                    let _ = guard.done.send(Some(result.clone()));
+                    guard.finish(result.clone());
                     return share(&result);
                 }
-            };
-            let Some((theirs, mut done)) = joined else {
-                continue;
             };
             match (&identity, &theirs) {
                 (Some(mine), Some(theirs)) if mine != theirs => {
