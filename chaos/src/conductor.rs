@@ -34,8 +34,9 @@ pub struct RunArgs {
     /// Seed of every random choice: submissions, faults, kills and pauses (timing still varies).
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
-    /// The fraction of ticket requests the server gives a random fault (lost reply, 503 before
-    /// the work, crash before commit, delay).
+    /// The fraction of ticket requests given a random fault (lost reply, 503 before the work,
+    /// crash before commit, delay): by the server, or by the workers' attempts with
+    /// `--faults-from client`.
     #[arg(long, default_value_t = 0.3)]
     pub fault_rate: f64,
     /// Submissions each worker sends at once.
@@ -402,7 +403,8 @@ pub fn run(args: &RunArgs, run: u32, totals: &mut Totals) -> Result<(), String> 
         .prefix(&format!("oncekey-chaos-{}-r{run}-", args.seed))
         .tempdir_in(&base)
         .map_err(|e| format!("{}: {e}", base.display()))?;
-    let dir = tmp.path().to_path_buf();
+    // Kept when the run fails or finds violations of a correct worker, for a look inside.
+    let dir = tmp.keep();
     let workers = args.workers.max(1);
 
     let plan = intents(args.seed, run, args.submissions, args.invalid_percent);
@@ -588,13 +590,14 @@ pub fn run(args: &RunArgs, run: u32, totals: &mut Totals) -> Result<(), String> 
     totals.server_kills += server_kills;
     totals.worker_kills += ws.kills;
     totals.worker_crashes += ws.crashes;
+    let keep = args.keep || (!found.violations.is_empty() && args.mistake.is_none());
     eprintln!(
         "run {run}: {} submissions, {} tickets, {} violations, {:.1} s{}",
         plan.len(),
         found.tickets,
         found.violations.len(),
         started.elapsed().as_secs_f64(),
-        if args.keep {
+        if keep {
             format!(" (kept in {})", dir.display())
         } else {
             String::new()
@@ -605,8 +608,8 @@ pub fn run(args: &RunArgs, run: u32, totals: &mut Totals) -> Result<(), String> 
         .extend(found.violations.into_iter().map(|v| (run, v)));
     drop(ws);
     drop(server);
-    if args.keep {
-        let _ = tmp.keep();
+    if !keep {
+        let _ = std::fs::remove_dir_all(&dir);
     }
     Ok(())
 }
