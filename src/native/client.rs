@@ -974,7 +974,17 @@ impl Client {
             .await
             .map_err(failure)?;
         let status = response.status().as_u16();
-        let headers = response.headers().clone();
+        // Copied, not cloned: a parsed header value is a slice of the connection's whole read
+        // buffer, which a kept clone would hold alive (7 KiB per settlement kept).
+        let mut headers = HeaderMap::with_capacity(response.headers().len());
+        for (n, v) in response.headers() {
+            if let (Ok(n), Ok(v)) = (
+                HeaderName::from_bytes(n.as_str().as_bytes()),
+                HeaderValue::from_bytes(v.as_bytes()),
+            ) {
+                headers.append(n, v);
+            }
+        }
         let bytes = response.bytes().await.map_err(failure)?;
         let text = if status == 400 {
             String::from_utf8_lossy(&bytes).into_owned()
