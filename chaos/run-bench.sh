@@ -32,3 +32,10 @@ if [ "${CHAOS_BREAKS:-1}" != 0 ]; then
         echo "ok: --break $mistake was caught"
     done
 fi
+
+# The browser run: 100 submissions through the demo's form kit. On with CHAOS_BROWSER=1; needs
+# the built demo (www/dist) and package (pkg), as tests/e2e does.
+if [ "${CHAOS_BROWSER:-0}" != 0 ]; then
+    echo "== chaos: browser run (seed $seed)"
+    node chaos/e2e/browser-chaos.mjs --submissions 100 --pages 4 --seed "$seed"
+fi

@@ -34,3 +34,10 @@ if [ "$code" -ne 1 ] || ! printf '%s\n' "$out" | grep -q '^guarantee violations 
     exit 1
 fi
 echo "ok: --break new-key was caught (exit 1, as it must)"
+
+# The browser run (headless Chromium through the demo's form kit), small: on with
+# CHAOS_BROWSER=1. Needs the built demo (www/dist) and package (pkg), as tests/e2e does.
+if [ "${CHAOS_BROWSER:-0}" != 0 ]; then
+    echo "== chaos: browser run (seed $seed)"
+    node chaos/e2e/browser-chaos.mjs --submissions 24 --pages 3 --seed "$seed"
+fi

@@ -1,0 +1,294 @@
+// The browser chaos run: headless Chromium submits tickets through the demo's form (the form
+// kit) while this script reloads the page mid-request, takes the browser offline and back,
+// double-clicks Send, and picks the demo's network conditions; the server also injects random
+// faults (--fault-rate). Then the guarantees are checked against the server:
+//   1. every intended submission has exactly one ticket, or was refused (an invalid email) and
+//      has none;
+//   2. no ticket exists that no submission intended;
+//   3. the answer the page showed for each success names its one ticket (#id), replayed or not;
+//   4. nothing is left pending in any page's sessionStorage, every form is settled.
+// Prints a table; the last line is "guarantee violations 0", or the script exits 1 listing them.
+//
+//   node chaos/e2e/browser-chaos.mjs [--submissions 100] [--pages 4] [--seed 1] [--fault-rate 0.2]
+//
+// Needs the built demo (www/dist) and package (pkg), and the reference server
+// (ONCEKEY_SERVER_BIN, else target/debug/oncekey-server), like tests/e2e.
+import { launchBrowser, startServer, stats, tickets } from '../../tests/e2e/harness.mjs'
+
+const args = Object.fromEntries(
+  process.argv.slice(2).reduce((pairs, arg, i, all) => {
+    if (arg.startsWith('--')) pairs.push([arg.slice(2), all[i + 1]])
+    return pairs
+  }, []),
+)
+const SUBMISSIONS = Number(args.submissions ?? 100)
+const PAGES = Number(args.pages ?? 4)
+const SEED = BigInt(args.seed ?? 1)
+const FAULT_RATE = Number(args['fault-rate'] ?? 0.2)
+
+/** SplitMix64, as the native harness and the server use. */
+function rng(seed, stream) {
+  let state = seed
+  for (const c of stream) state = ((state << 8n) ^ BigInt(c.charCodeAt(0))) & 0xffffffffffffffffn
+  const next = () => {
+    state = (state + 0x9e3779b97f4a7c15n) & 0xffffffffffffffffn
+    let z = state
+    z = ((z ^ (z >> 30n)) * 0xbf58476d1ce4e5b9n) & 0xffffffffffffffffn
+    z = ((z ^ (z >> 27n)) * 0x94d049bb133111ebn) & 0xffffffffffffffffn
+    return z ^ (z >> 31n)
+  }
+  return {
+    below: (n) => Number(next() % BigInt(n)),
+    unit: () => Number(next() >> 11n) / 2 ** 53,
+  }
+}
+
+const KIT = '#ticket-form'
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms))
+const debug = process.env.CHAOS_DEBUG ? (...a) => console.error(new Date().toISOString().slice(11, 23), ...a) : () => {}
+const subjectOf = (i) => `browser chaos ${SEED} submission ${i}`
+const parseSubject = (s) => {
+  const m = /^browser chaos (\d+) submission (\d+)$/.exec(s)
+  return m && BigInt(m[1]) === SEED ? Number(m[2]) : null
+}
+
+// What the seed decides for each submission.
+const plan = []
+{
+  const r = rng(SEED, 'browser plan')
+  for (let i = 0; i < SUBMISSIONS; i++) {
+    const conditions = ['', '', '', 'drop-reply', 'fail-before', 'delay=3000']
+    plan.push({
+      i,
+      valid: r.below(100) >= 5,
+      condition: conditions[r.below(conditions.length)],
+      doubleClick: r.unit() < 0.3,
+      reloadAfter: r.unit() < 0.3 ? r.below(1500) : null,
+      offline: r.unit() < 0.2 ? { after: r.below(500), for: 200 + r.below(2500) } : null,
+    })
+  }
+}
+
+const counts = { reloads: 0, offline: 0, doubleClicks: 0, conditions: {}, tryAgain: 0, sendAgain: 0, reopened: 0, refilled: 0 }
+const results = new Map()
+const violations = []
+const pageErrors = []
+const stuck = []
+
+async function fill(page, p) {
+  await page.fill(`${KIT} [name=subject]`, subjectOf(p.i))
+  await page.fill(`${KIT} [name=email]`, p.valid ? `b${p.i}@example.com` : 'not-an-email')
+  await page.fill(`${KIT} [name=body]`, `Sent through every fault at once (${p.i}).`)
+}
+
+async function formState(page) {
+  return page.evaluate((sel) => {
+    const form = document.querySelector(sel)
+    return form && {
+      state: form.getAttribute('data-oncekey-state'),
+      busy: form.getAttribute('aria-busy') === 'true',
+      status: form.querySelector('[role=status]')?.textContent ?? '',
+      subject: form.querySelector('[name=subject]')?.value ?? '',
+    }
+  }, KIT)
+}
+
+const DEFINITE = ['succeeded', 'refused', 'conflict', 'misconfigured']
+
+/** Waits until the form can take a new submission. */
+async function untilReady(page, what) {
+  const until = Date.now() + 60000
+  for (;;) {
+    const s = await formState(page).catch(() => null)
+    if (s && !s.busy && (s.state === 'idle' || DEFINITE.includes(s.state))) return
+    if (s && s.state === 'unsure') {
+      const button = page.locator(`${KIT} .oncekey-try-again`)
+      if (await button.count()) await button.first().click().catch(() => {})
+    }
+    if (Date.now() > until) {
+      stuck.push(`${what}: the form was not ready within 60 s (last ${JSON.stringify(s)})`)
+      return
+    }
+    await sleep(100)
+  }
+}
+
+/** Waits until submission `p` is settled, pressing Try again when unsure (and Send again if the
+ * form is idle with its fields filled, as a person would when a press did not register). */
+async function untilDefinite(page, context, url, p) {
+  const subject = subjectOf(p.i)
+  const until = Date.now() + 60000
+  let idleSince = null
+  let goneSince = null
+  for (;;) {
+    // Null mid-reload (the page's context was replaced), or after a reload while offline (the
+    // browser's error page): back online, a person opens the page again.
+    const s = await formState(page).catch(() => null)
+    if (!s) {
+      goneSince ??= Date.now()
+      if (Date.now() - goneSince > 3000) {
+        counts.reopened += 1
+        debug(`submission ${p.i}: page gone (${page.url()}: ${(await page.content().catch(() => "")).slice(0, 300)}), opening it again`)
+        goneSince = null
+        await context.setOffline(false)
+        await page.goto(url).catch(() => {})
+      }
+    } else {
+      goneSince = null
+    }
+    if (s && !s.busy) {
+      if (s.state === 'succeeded' && s.status.includes(subject)) return s
+      if (s.state !== 'succeeded' && DEFINITE.includes(s.state) && s.subject === subject) return s
+    }
+    if (s && s.state === 'unsure') {
+      await context.setOffline(false)
+      const button = page.locator(`${KIT} .oncekey-try-again`)
+      if (await button.count()) {
+        counts.tryAgain += 1
+        await button.first().click().catch(() => {})
+      }
+    }
+    if (s && s.state === 'idle' && !s.busy) {
+      idleSince ??= Date.now()
+      if (Date.now() - idleSince > 2000) {
+        idleSince = null
+        if (s.subject === subject) {
+          counts.sendAgain += 1
+          debug(`submission ${p.i}: idle with its fields: Send again`)
+        } else {
+          // Reloaded before the kit stored anything: nothing was sent (the record is stored
+          // before the first byte), and the typed fields are gone. The person types it again.
+          counts.refilled += 1
+          debug(`submission ${p.i}: idle with ${JSON.stringify(s)}: typing it again`)
+          await fill(page, p).catch(() => {})
+        }
+        await page.click(`${KIT} button[type=submit]`).catch(() => {})
+      }
+    } else {
+      idleSince = null
+    }
+    if (Date.now() > until) {
+      stuck.push(`submission ${p.i}: no definite outcome within 60 s (last ${JSON.stringify(s)})`)
+      return null
+    }
+    await sleep(100)
+  }
+}
+
+async function drive(browser, base, tenant, slice) {
+  const context = await browser.newContext()
+  const page = await context.newPage()
+  // Errors of the page itself (not the network's) are findings: listed with the violations.
+  page.on('pageerror', (e) => {
+    pageErrors.push(String(e).split('\n')[0])
+    debug(`page error: ${e.stack ?? e}`)
+  })
+  page.on('console', (m) => {
+    if (m.type() === 'error' && !/Failed to load resource|net::ERR_/.test(m.text())) {
+      pageErrors.push(m.text().split('\n')[0])
+      debug(`console error: ${m.text()}`)
+    }
+  })
+  const url = `${base}/?tenant=${tenant}&attempts=30&base=50&cap=1000&budget=60000`
+  await page.goto(url)
+  await page.waitForSelector(`${KIT}[data-oncekey-state]`)
+  for (const p of slice) {
+    await untilReady(page, `before submission ${p.i}`)
+    await fill(page, p)
+    if (p.condition) {
+      await page.check(`input[name=condition][value="${p.condition}"]`)
+      counts.conditions[p.condition] = (counts.conditions[p.condition] ?? 0) + 1
+    }
+    debug(`submission ${p.i}: ${JSON.stringify(p)}`)
+    const chaos = []
+    if (p.offline) {
+      counts.offline += 1
+      chaos.push(
+        (async () => {
+          await sleep(p.offline.after)
+          await context.setOffline(true)
+          await sleep(p.offline.for)
+          await context.setOffline(false)
+        })(),
+      )
+    }
+    if (p.doubleClick) {
+      counts.doubleClicks += 1
+      await page.dblclick(`${KIT} button[type=submit]`)
+    } else {
+      await page.click(`${KIT} button[type=submit]`)
+    }
+    if (p.reloadAfter !== null) {
+      counts.reloads += 1
+      await sleep(p.reloadAfter)
+      await page.reload().catch(() => {})
+      await page.waitForSelector(`${KIT}[data-oncekey-state]`).catch(() => {})
+    }
+    await Promise.all(chaos)
+    await context.setOffline(false)
+    const s = await untilDefinite(page, context, url, p)
+    if (s) results.set(p.i, s)
+  }
+  // (4) Nothing pending in this page's storage, the form settled.
+  const left = await page.evaluate(() =>
+    Object.keys(sessionStorage).filter((k) => k.startsWith('oncekey:') && k !== 'oncekey:probe'),
+  )
+  for (const k of left) violations.push(`(4) ${k} is still stored in a page's sessionStorage`)
+  await context.close()
+}
+
+const started = Date.now()
+const server = await startServer(['--fault-rate', String(FAULT_RATE), '--seed', String(SEED), '--lease', '2s'])
+const browser = await launchBrowser()
+const tenant = `browser-chaos-${SEED}-${process.pid}`
+try {
+  const slices = Array.from({ length: PAGES }, (_, k) => plan.filter((p) => p.i % PAGES === k))
+  await Promise.all(slices.map((slice) => drive(browser, server.url, tenant, slice)))
+
+  const list = await (await fetch(`${server.url}/api/tickets?limit=10000`, { headers: { 'X-Tenant': tenant } })).json()
+  const bySubmission = new Map()
+  for (const t of list) {
+    const i = parseSubject(t.subject)
+    if (i === null || i >= SUBMISSIONS) {
+      violations.push(`(2) ticket #${t.id} ${JSON.stringify(t.subject)} was intended by no submission`)
+      continue
+    }
+    bySubmission.set(i, [...(bySubmission.get(i) ?? []), t])
+  }
+  const outcomes = {}
+  for (const p of plan) {
+    const r = results.get(p.i)
+    const found = bySubmission.get(p.i) ?? []
+    outcomes[r?.state ?? 'none'] = (outcomes[r?.state ?? 'none'] ?? 0) + 1
+    if (!r) violations.push(`(1) submission ${p.i}: never settled`)
+    else if (r.state === 'succeeded') {
+      if (found.length !== 1) violations.push(`(1) submission ${p.i}: succeeded with ${found.length} tickets (${found.map((t) => '#' + t.id).join(', ')})`)
+      else if (!new RegExp(`#${found[0].id}\\b`).test(r.status)) violations.push(`(3) submission ${p.i}: the page said ${JSON.stringify(r.status)}, its ticket is #${found[0].id}`)
+    } else if (r.state === 'refused') {
+      if (found.length !== 0) violations.push(`(1) submission ${p.i}: refused, but has ${found.length} ticket(s)`)
+      if (p.valid) violations.push(`(1) submission ${p.i}: a valid submission was refused (${JSON.stringify(r.status)})`)
+    } else violations.push(`(1) submission ${p.i}: ended ${r.state} (${JSON.stringify(r.status)})`)
+  }
+  const st = await stats(server.url, tenant)
+  const row = (label, value) => console.log(`${label.padEnd(28)} ${value}`)
+  console.log(`oncekey browser chaos: seed ${SEED}, fault rate ${FAULT_RATE}, ${PAGES} pages`)
+  row('submissions', `${SUBMISSIONS} (${plan.filter((p) => p.valid).length} valid, ${plan.filter((p) => !p.valid).length} invalid)`)
+  row('outcomes', Object.entries(outcomes).map(([k, v]) => `${k} ${v}`).join(', '))
+  row('tickets', list.length)
+  row('chaos', `reloads ${counts.reloads}, offline spells ${counts.offline}, double-clicks ${counts.doubleClicks}, Try again pressed ${counts.tryAgain}, Send pressed again on an idle form ${counts.sendAgain}, page opened again after an offline reload ${counts.reopened}, typed again after a reload lost an unsent form ${counts.refilled}`)
+  row('conditions picked', Object.entries(counts.conditions).map(([k, v]) => `${k} ${v}`).join(', ') || '-')
+  row('server counters', `faults ${st.faults}, replays ${st.replays}, in progress (409) ${st.in_progress}, takeovers ${st.takeovers}, invalid ${st.invalid}, errors ${st.errors}`)
+  row('time', `${((Date.now() - started) / 1000).toFixed(1)} s`)
+  const distinct = [...new Set(pageErrors)]
+  row('page errors', `${pageErrors.length}${distinct.length ? ': ' + distinct.slice(0, 3).join(' | ') : ''}`)
+  for (const st of stuck) console.log(`  stuck: ${st}`)
+  if (violations.length) {
+    console.log('\nviolations:')
+    for (const v of violations) console.log(`  ${v}`)
+  }
+  console.log(`guarantee violations ${violations.length}`)
+  process.exitCode = violations.length || pageErrors.length ? 1 : 0
+} finally {
+  await browser.close()
+  await server.stop()
+}
