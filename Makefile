@@ -6,15 +6,18 @@ SHELL := /bin/bash
 
 WASM := wasm32-unknown-unknown
 TARGET_DIR := $(or $(CARGO_TARGET_DIR),$(CURDIR)/target)
-SERVER_BIN := $(TARGET_DIR)/debug/oncekey-server
-export ONCEKEY_SERVER_BIN := $(SERVER_BIN)
+export ONCEKEY_SERVER_BIN := $(TARGET_DIR)/debug/oncekey-server
+# Benchmarks and the demo run optimized native code; the release profile itself is tuned for
+# the size of the browser package.
+RELEASE_NATIVE := CARGO_PROFILE_RELEASE_OPT_LEVEL=3
 
-.PHONY: help setup lint test test-native test-web test-e2e pkg demo bench
+.PHONY: help setup lint server test test-native test-web test-e2e test-chaos pkg www demo bench chaos
 
 help:
 	@echo "make demo   build everything and serve the demo on http://127.0.0.1:8080"
-	@echo "make test   every test: lints, native, headless browser, end-to-end"
+	@echo "make test   every test: lints, native, headless browser, end-to-end, chaos"
 	@echo "make bench  benchmarks (sizes, throughput, overhead), printed as figures"
+	@echo "make chaos  the large chaos run"
 	@echo "make pkg    the npm package in pkg/ (release, wasm-opt'd)"
 	@echo "make setup  install what is missing (wasm32 target, wasm-pack, wasm-bindgen-cli, chromium, npm tools)"
 
@@ -28,23 +31,48 @@ lint: setup
 	RUSTDOCFLAGS="-D warnings" cargo doc --no-deps -p oncekey -p oncekey-server
 	RUSTDOCFLAGS="-D warnings" cargo doc --no-deps -p oncekey --target $(WASM)
 
-# The native tests start the reference server binary as their peer.
-test-native: setup
+# The reference server: the peer of the native, browser, end-to-end and chaos tests.
+server: setup
 	cargo build -p oncekey-server
+
+test-native: server
 	cargo test --workspace
 
-test-web: setup
+test-web: server
 	bash scripts/test-web.sh
-
-test: lint test-native test-web
 
 pkg: setup
 	bash scripts/build-pkg.sh
 
-demo: pkg
-	@echo "The demo page arrives with the form kit (issue 5). Serving the package and the API:"
-	CARGO_PROFILE_RELEASE_OPT_LEVEL=3 cargo run --release -p oncekey-server -- \
-		--addr 127.0.0.1:8080 --db oncekey-demo.db --pkg pkg --faults
+# The demo imports the package through npm ("oncekey": "file:../pkg"), as a user's app would.
+www: pkg
+	npm ci --prefix www --no-audit --no-fund --loglevel=error
+	npm run --prefix www build
 
-bench: setup
-	@echo "== core: nothing to time (sans-IO); see the browser and native figures below"
+test-e2e: server www
+	node --test --test-concurrency=1 tests/e2e/
+
+test-chaos: server
+	bash chaos/run-tests.sh
+
+test: lint test-native test-web test-chaos
+
+demo: www
+	$(RELEASE_NATIVE) cargo build --release -p oncekey-server
+	@echo "== the demo: http://127.0.0.1:8080"
+	$(TARGET_DIR)/release/oncekey-server --addr 127.0.0.1:8080 --db oncekey-demo.db \
+		--www www/dist --pkg pkg --faults
+
+bench: server
+	@echo "== browser package: size and overhead"
+	bash scripts/bench-web.sh
+	@echo "== native client: throughput against plain reqwest, peak memory"
+	bash scripts/bench-native.sh
+	@echo "== reference server: the key check's cost"
+	$(RELEASE_NATIVE) cargo run -q --release -p oncekey-server --example load -- \
+		--requests 10000 --concurrency 64 --rounds 3
+	@echo "== chaos: the large run"
+	bash chaos/run-bench.sh
+
+chaos: server
+	bash chaos/run-bench.sh

@@ -4,12 +4,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-BINARYEN_VERSION=132.0.0
-TOOLS=.tools
-WASM_OPT="$TOOLS/node_modules/binaryen/bin/wasm-opt"
-
-if [ ! -x "$WASM_OPT" ] || ! grep -q "\"version\": \"$BINARYEN_VERSION\"" "$TOOLS/node_modules/binaryen/package.json" 2>/dev/null; then
-  npm i --prefix "$TOOLS" -E "binaryen@$BINARYEN_VERSION" --no-audit --no-fund --loglevel=error
+# tools/package.json pins binaryen; scripts/setup.sh installs it (and this does, if missing).
+WASM_OPT=tools/node_modules/binaryen/bin/wasm-opt
+if [ ! -f "$WASM_OPT" ]; then
+  npm ci --prefix tools --no-audit --no-fund --loglevel=error
 fi
 
 wasm-pack build --release --target web --out-dir pkg --out-name oncekey

@@ -48,14 +48,19 @@ if [ ! -x /usr/bin/chromium ] || [ ! -x /usr/bin/chromedriver ]; then
     fi
 fi
 
-# npm tools: binaryen 132's wasm-opt (Debian's binaryen breaks this rustc's modules) and
-# playwright-core (drives /usr/bin/chromium; never downloads a browser).
+# npm tools: binaryen 132's wasm-opt (Debian's binaryen breaks this rustc's modules), and for
+# the browser tests playwright-core (drives /usr/bin/chromium; never downloads a browser) and
+# TypeScript (checks the package's declarations).
 if ! command -v npm >/dev/null; then
     missing+=("Node.js 20 and npm (apt-get install nodejs npm)")
 else
-    if [ ! -d tools/node_modules/binaryen ] || [ ! -d tools/node_modules/playwright-core ]; then
-        say "installing npm tools (binaryen, playwright-core)"
+    if [ ! -d tools/node_modules/binaryen ]; then
+        say "installing binaryen (wasm-opt) from npm"
         npm ci --prefix tools --no-audit --no-fund --loglevel=error
+    fi
+    if [ ! -d tests/pages/node_modules/playwright-core ] || [ ! -d tests/pages/node_modules/typescript ]; then
+        say "installing playwright-core and typescript for the browser tests"
+        npm ci --prefix tests/pages --no-audit --no-fund --loglevel=error
     fi
 fi
 

@@ -16,8 +16,8 @@ pub mod core;
 mod web;
 #[cfg(all(target_arch = "wasm32", any(target_os = "unknown", target_os = "none")))]
 pub use crate::web::{
-    Credentials, Error, Event, ListenerId, Options, Result, Settling, StorageKind, Submitted,
-    Submitter,
+    attach_form, auto_attach, Credentials, Error, Event, FormKit, ListenerId, Options, Result,
+    Settling, StorageKind, Submitted, Submitter,
 };
 
 pub use crate::core::{

@@ -238,6 +238,14 @@ fn the_budget_counts_across_a_restore() {
     d3.drain(&mut s3);
     assert_eq!(s3.state(), State::Unsure);
     assert!(d3.sent.is_empty());
+    let settled = d3
+        .settled
+        .last()
+        .expect("a resumed, spent round settles unsure");
+    assert_eq!(
+        (settled.outcome, settled.gave_up),
+        (Outcome::Unsure, Some(GiveUp::BudgetSpent))
+    );
     assert_eq!(s3.pending().unwrap().key, a.key);
     // Without resume it is unsure even within the budget.
     let mut s4 = Submission::new("new-ticket", RetryPolicy::default());

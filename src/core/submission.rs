@@ -349,7 +349,7 @@ impl Submission {
 
     /// Takes up a record found in storage at start-up. The submission is [`State::Unsure`], or,
     /// with `resume`, sends its next attempt at once (unless its round's attempts or budget are
-    /// already spent, when it stays unsure).
+    /// already spent: then it settles [`Outcome::Unsure`] with the reason).
     pub fn restore(
         &mut self,
         now: Timestamp,
@@ -378,14 +378,23 @@ impl Submission {
         });
         let spent = {
             let r = &self.pending.as_ref().expect("just set").record;
-            r.round_attempts >= self.policy.attempts
-                || now > r.round_started_at + self.policy.budget
+            if r.round_attempts >= self.policy.attempts {
+                Some(GiveUp::AttemptsSpent)
+            } else if now > r.round_started_at + self.policy.budget {
+                Some(GiveUp::BudgetSpent)
+            } else {
+                None
+            }
         };
-        if resume && !spent {
-            self.send_next();
-        } else {
-            self.state = State::Unsure;
-            self.changed();
+        match (resume, spent) {
+            (true, None) => self.send_next(),
+            // Asked to resume, but its round was spent before the restart: it settles unsure
+            // at once, so a caller waiting on it hears why.
+            (true, Some(why)) => self.give_up(why),
+            (false, _) => {
+                self.state = State::Unsure;
+                self.changed();
+            }
         }
         Ok(())
     }

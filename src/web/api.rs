@@ -36,6 +36,11 @@ export interface SubmitterOptions {
   method?: string;
   /** Added to every attempt; never stored (they may carry credentials). */
   headers?: Record<string, string>;
+  /**
+   * Called before every attempt; the headers it returns go on that attempt only and are never
+   * stored (a fresh token, a per-request trace id). A throw is reported and the attempt goes on.
+   */
+  attemptHeaders?: (attempt: { attempt: number; key: string }) => Record<string, string>;
   /** Default "Idempotency-Key". */
   keyHeader?: string;
   /** "bare" (default) or "sf-string" (a quoted structured-field string). */

@@ -33,6 +33,7 @@
 
 mod api;
 mod error;
+mod form;
 mod js;
 mod options;
 mod storage;
@@ -40,6 +41,7 @@ mod submitter;
 mod text;
 
 pub use error::{Error, Result};
+pub use form::{attach_form, auto_attach, FormKit};
 pub use options::{Credentials, Options};
 pub use storage::StorageKind;
 pub use submitter::{Event, ListenerId, Settling, Submitted, Submitter};

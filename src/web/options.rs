@@ -40,7 +40,7 @@ impl Credentials {
 }
 
 /// How a [`Submitter`](super::Submitter) sends, retries and stores.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Options {
     /// Where to send.
     pub url: String,
@@ -49,6 +49,9 @@ pub struct Options {
     /// Headers added to every attempt. They are not stored, so they may carry credentials; a
     /// page that resumes a stored submission must give them again.
     pub headers: Vec<(String, String)>,
+    /// Called before every attempt with `{ attempt, key }`; the headers it returns go on that
+    /// attempt only and are never stored.
+    pub attempt_headers: Option<js_sys::Function>,
     /// The header that carries the key, `Idempotency-Key` by default.
     pub key_header: String,
     /// How the key is written in its header.
@@ -76,6 +79,7 @@ impl Options {
             url: url.to_owned(),
             method: "POST".to_owned(),
             headers: Vec::new(),
+            attempt_headers: None,
             key_header: DEFAULT_KEY_HEADER.to_owned(),
             key_format: KeyFormat::Bare,
             timeout: Some(DEFAULT_TIMEOUT),
@@ -130,6 +134,7 @@ const KNOWN: &[&str] = &[
     "url",
     "method",
     "headers",
+    "attemptHeaders",
     "keyHeader",
     "keyFormat",
     "timeoutMs",
@@ -228,6 +233,15 @@ pub(crate) fn from_js(value: &JsValue) -> Result<Options> {
             };
             options.headers.push((name, v));
         }
+    }
+    let attempt_headers = get(value, "attemptHeaders");
+    if !attempt_headers.is_undefined() {
+        options.attempt_headers = Some(attempt_headers.dyn_into().map_err(|v| {
+            Error::option(format!(
+                "options.attemptHeaders must be a function returning headers, not {}",
+                show(&v)
+            ))
+        })?);
     }
     let retry = get(value, "retry");
     if !retry.is_undefined() {

@@ -548,6 +548,11 @@ fn request_init(
     for (name, value) in request.headers.iter().chain(&options.headers) {
         headers.set(name, value)?;
     }
+    if let Some(f) = &options.attempt_headers {
+        for (name, value) in attempt_headers(f, attempt) {
+            headers.set(&name, &value)?;
+        }
+    }
     headers.set(
         &options.key_header,
         &attempt.key.header_value(options.key_format),
@@ -564,6 +569,38 @@ fn request_init(
         init.set_body(&JsValue::from_str(&body));
     }
     Ok(init)
+}
+
+/// What `options.attemptHeaders` gives for this attempt. A throw or a value that is not an
+/// object of strings is reported on the console and adds nothing: the attempt still goes out.
+fn attempt_headers(f: &Function, attempt: &Attempt) -> Vec<(String, String)> {
+    let info = js_sys::Object::new();
+    let _ = js_sys::Reflect::set(&info, &"attempt".into(), &JsValue::from(attempt.number));
+    let _ = js_sys::Reflect::set(
+        &info,
+        &"key".into(),
+        &JsValue::from_str(attempt.key.as_str()),
+    );
+    let given = match f.call1(&JsValue::NULL, &info) {
+        Ok(v) => v,
+        Err(e) => {
+            js::warn(&format!(
+                "oncekey: options.attemptHeaders threw: {}",
+                super::error::describe(&e)
+            ));
+            return Vec::new();
+        }
+    };
+    if !given.is_object() {
+        return Vec::new();
+    }
+    js_sys::Object::entries(given.unchecked_ref())
+        .iter()
+        .filter_map(|entry| {
+            let pair: js_sys::Array = entry.unchecked_into();
+            Some((pair.get(0).as_string()?, pair.get(1).as_string()?))
+        })
+        .collect()
 }
 
 /// The request with the secrets merged into its JSON object body (the same on every attempt).

@@ -7,7 +7,7 @@ import path from 'node:path'
 import { fileURLToPath } from 'node:url'
 
 export const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..')
-const require = createRequire(path.join(root, 'tools/package.json'))
+const require = createRequire(path.join(root, 'tests/pages/package.json'))
 const { chromium } = require('playwright-core')
 
 export const CHROMIUM_ARGS = [

@@ -1,9 +1,15 @@
 import init, { attachForm } from 'oncekey'
 import './style.css'
 
-// Each visitor (and each end-to-end test) can have its own ticket lists: /?tenant=NAME.
-const tenant = new URLSearchParams(location.search).get('tenant') || 'demo'
+// Each visitor (and each end-to-end test) can have its own ticket lists: /?tenant=NAME. The
+// retry policy can be tried out too: /?attempts=3&base=50&budget=4000 (milliseconds).
+const params = new URLSearchParams(location.search)
+const tenant = params.get('tenant') || 'demo'
 const plainTenant = `${tenant}-plain`
+const retry = {}
+for (const name of ['attempts', 'base', 'cap', 'budget']) {
+  if (params.has(name)) retry[name] = Number(params.get(name))
+}
 
 const $ = (id) => document.getElementById(id)
 
@@ -111,6 +117,7 @@ const form = $('ticket-form')
 form.addEventListener('oncekey:change', (e) => showLive(e.detail))
 attachForm(form, {
   headers: { 'X-Tenant': tenant },
+  ...(Object.keys(retry).length ? { retry } : {}),
   // Called for every attempt and never stored: the demo's fault goes on the next request only.
   attemptHeaders: faultHeaders,
   successMessage: (ticket) => `Ticket #${ticket.id} created: “${ticket.subject}”.`,
