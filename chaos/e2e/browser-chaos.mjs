@@ -192,49 +192,62 @@ async function drive(browser, base, tenant, slice) {
   const url = `${base}/?tenant=${tenant}&attempts=30&base=50&cap=1000&budget=60000`
   await page.goto(url)
   await page.waitForSelector(`${KIT}[data-oncekey-state]`)
-  for (const p of slice) {
-    await untilReady(page, `before submission ${p.i}`)
-    await fill(page, p)
-    if (p.condition) {
-      await page.check(`input[name=condition][value="${p.condition}"]`)
-      counts.conditions[p.condition] = (counts.conditions[p.condition] ?? 0) + 1
+  page.on('crash', () => {
+    pageErrors.push('the page crashed')
+    debug('page crashed')
+  })
+  for (const [n, p] of slice.entries()) {
+    try {
+      await untilReady(page, `before submission ${p.i}`)
+      await fill(page, p)
+      if (p.condition) {
+        await page.check(`input[name=condition][value="${p.condition}"]`)
+        counts.conditions[p.condition] = (counts.conditions[p.condition] ?? 0) + 1
+      }
+      debug(`submission ${p.i}: ${JSON.stringify(p)}`)
+      const chaos = []
+      if (p.offline) {
+        counts.offline += 1
+        chaos.push(
+          (async () => {
+            await sleep(p.offline.after)
+            await context.setOffline(true)
+            await sleep(p.offline.for)
+            await context.setOffline(false)
+          })().catch(() => {}),
+        )
+      }
+      if (p.doubleClick) {
+        counts.doubleClicks += 1
+        await page.dblclick(`${KIT} button[type=submit]`)
+      } else {
+        await page.click(`${KIT} button[type=submit]`)
+      }
+      if (p.reloadAfter !== null) {
+        counts.reloads += 1
+        await sleep(p.reloadAfter)
+        await page.reload().catch(() => {})
+        await page.waitForSelector(`${KIT}[data-oncekey-state]`).catch(() => {})
+      }
+      await Promise.all(chaos)
+      await context.setOffline(false)
+      const s = await untilDefinite(page, context, url, p)
+      if (s) results.set(p.i, s)
+    } catch (e) {
+      stuck.push(`submission ${p.i}: ${String(e.message ?? e).split('\n')[0]}`)
+      if (page.isClosed()) {
+        for (const q of slice.slice(n + 1)) stuck.push(`submission ${q.i}: not sent, its page is gone`)
+        return
+      }
+      await context.setOffline(false).catch(() => {})
     }
-    debug(`submission ${p.i}: ${JSON.stringify(p)}`)
-    const chaos = []
-    if (p.offline) {
-      counts.offline += 1
-      chaos.push(
-        (async () => {
-          await sleep(p.offline.after)
-          await context.setOffline(true)
-          await sleep(p.offline.for)
-          await context.setOffline(false)
-        })(),
-      )
-    }
-    if (p.doubleClick) {
-      counts.doubleClicks += 1
-      await page.dblclick(`${KIT} button[type=submit]`)
-    } else {
-      await page.click(`${KIT} button[type=submit]`)
-    }
-    if (p.reloadAfter !== null) {
-      counts.reloads += 1
-      await sleep(p.reloadAfter)
-      await page.reload().catch(() => {})
-      await page.waitForSelector(`${KIT}[data-oncekey-state]`).catch(() => {})
-    }
-    await Promise.all(chaos)
-    await context.setOffline(false)
-    const s = await untilDefinite(page, context, url, p)
-    if (s) results.set(p.i, s)
   }
   // (4) Nothing pending in this page's storage, the form settled.
-  const left = await page.evaluate(() =>
-    Object.keys(sessionStorage).filter((k) => k.startsWith('oncekey:') && k !== 'oncekey:probe'),
-  )
+  const left = await page
+    .evaluate(() => Object.keys(sessionStorage).filter((k) => k.startsWith('oncekey:') && k !== 'oncekey:probe'))
+    .catch((e) => [`(sessionStorage unreadable: ${e.message})`])
   for (const k of left) violations.push(`(4) ${k} is still stored in a page's sessionStorage`)
-  await context.close()
+  await context.close().catch(() => {})
 }
 
 const started = Date.now()
