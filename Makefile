@@ -55,7 +55,7 @@ test-e2e: server www
 test-chaos: server
 	bash chaos/run-tests.sh
 
-test: lint test-native test-web test-chaos
+test: lint test-native test-web test-e2e test-chaos
 
 demo: www
 	$(RELEASE_NATIVE) cargo build --release -p oncekey-server

@@ -483,6 +483,10 @@ pub async fn create_ticket(
         tracing::info!(%tenant, key = key.short(), "fault fail-before: 503");
         return unavailable("fault injected: fail-before (nothing was done)");
     }
+    if fault == Some(Fault::Offline) {
+        tracing::info!(%tenant, key = key.short(), "fault offline: closing the connection, nothing done");
+        return finish(Outcome::CloseConnection, &abort).await;
+    }
     let bytes = match read_body(&headers, body).await {
         Ok(b) => b,
         Err(problem) => return respond(&problem),
@@ -680,6 +684,9 @@ async fn plain(app: Arc<App>, headers: HeaderMap, body: Body, abort: ConnectionA
     }
     if fault == Some(Fault::FailBefore) {
         return unavailable("fault injected: fail-before (nothing was done)");
+    }
+    if fault == Some(Fault::Offline) {
+        return finish(Outcome::CloseConnection, &abort).await;
     }
     let bytes = match read_body(&headers, body).await {
         Ok(b) => b,

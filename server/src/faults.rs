@@ -4,7 +4,7 @@
 //! with an `X-Fault` header; with a fault rate, requests that ask for none get one at random from
 //! a seeded generator, so a chaos run can be repeated.
 //!
-//! `fail-before` hits any ticket request. The others hit the request that does the work: a
+//! `fail-before` and `offline` hit any ticket request. The others hit the request that does the work: a
 //! request answered from a receipt (a replay), a `409` or a `422` is answered normally, so a
 //! client that retries through a `drop-reply` sees the lost ticket replayed.
 
@@ -21,6 +21,9 @@ pub enum Fault {
     DropReply,
     /// `503` before any work.
     FailBefore,
+    /// Close the connection before any work and without an answer: to the client, the network
+    /// is down (the demo's "offline"). Nothing was done.
+    Offline,
     /// Hold the answer this long while holding the key's claim (a second request with the same
     /// key meanwhile gets `409`).
     Delay(Duration),
@@ -30,11 +33,13 @@ pub enum Fault {
 }
 
 impl Fault {
-    /// Reads an `X-Fault` value: `drop-reply`, `fail-before`, `delay=MS`, `crash-before-commit`.
+    /// Reads an `X-Fault` value: `drop-reply`, `fail-before`, `offline`, `delay=MS`,
+    /// `crash-before-commit`.
     pub fn parse(value: &str) -> Result<Fault, String> {
         match value.trim() {
             "drop-reply" => Ok(Fault::DropReply),
             "fail-before" => Ok(Fault::FailBefore),
+            "offline" => Ok(Fault::Offline),
             "crash-before-commit" => Ok(Fault::CrashBeforeCommit),
             other => {
                 let ms = other
@@ -42,7 +47,7 @@ impl Fault {
                     .and_then(|ms| ms.parse::<u64>().ok())
                     .ok_or_else(|| {
                         format!(
-                            "unknown fault {other:?}; known: drop-reply, fail-before, delay=MS, crash-before-commit"
+                            "unknown fault {other:?}; known: drop-reply, fail-before, offline, delay=MS, crash-before-commit"
                         )
                     })?;
                 Ok(Fault::Delay(Duration::from_millis(ms).min(MAX_DELAY)))
@@ -101,6 +106,7 @@ mod tests {
     fn fault_names_parse() {
         assert_eq!(Fault::parse("drop-reply"), Ok(Fault::DropReply));
         assert_eq!(Fault::parse(" fail-before "), Ok(Fault::FailBefore));
+        assert_eq!(Fault::parse("offline"), Ok(Fault::Offline));
         assert_eq!(
             Fault::parse("delay=250"),
             Ok(Fault::Delay(Duration::from_millis(250)))

@@ -325,6 +325,28 @@ async fn a_dropped_reply_then_a_retry_makes_one_ticket() {
 }
 
 #[tokio::test]
+async fn offline_closes_the_connection_and_does_nothing() {
+    let desk = Desk::start("offline").await;
+    for path_key in [Some("k-offline"), None] {
+        let lost = match path_key {
+            Some(k) => desk.post(Some(k), TICKET),
+            None => desk.post_to("/api/plain/tickets", None, TICKET),
+        }
+        .header("X-Fault", "offline")
+        .send()
+        .await;
+        let error = lost.expect_err("a transport error, not a status");
+        assert!(!error.is_status());
+    }
+    assert_eq!(desk.stat("tickets").await, 0, "nothing was done");
+    assert_eq!(desk.stat("receipts").await, 0);
+    let retry = send(desk.post(Some("k-offline"), TICKET)).await;
+    assert_eq!(retry.status, 201);
+    assert!(!retry.replayed, "the retry does the work");
+    assert_eq!(desk.stat("tickets").await, 1);
+}
+
+#[tokio::test]
 async fn fail_before_is_a_503_that_stores_nothing() {
     let desk = Desk::start("fail-before").await;
     let failed = send(

@@ -79,6 +79,12 @@ impl std::fmt::Debug for Kit {
     }
 }
 
+thread_local! {
+    /// Attached forms stay wired until `detach()`, whether or not the page keeps the `FormKit`
+    /// it was given: wasm-bindgen frees a Rust object when its JavaScript wrapper is collected.
+    static ATTACHED: RefCell<Vec<Rc<RefCell<Kit>>>> = const { RefCell::new(Vec::new()) };
+}
+
 fn get(obj: &JsValue, name: &str) -> JsValue {
     Reflect::get(obj, &JsValue::from_str(name)).unwrap_or(JsValue::UNDEFINED)
 }
@@ -238,6 +244,7 @@ fn attach(form: HtmlFormElement, options: &JsValue) -> Result<FormKit, Error> {
             .set_attribute("data-oncekey-state", k.submitter.current_state().as_str());
     }
     kit.take_up_pending(resume);
+    ATTACHED.with(|a| a.borrow_mut().push(kit.inner.clone()));
     Ok(kit)
 }
 
@@ -246,6 +253,7 @@ impl FormKit {
     /// Undoes everything the kit did: listeners, locks, attributes, the elements it made. A
     /// pending submission stays stored.
     pub fn detach(&self) {
+        ATTACHED.with(|a| a.borrow_mut().retain(|k| !Rc::ptr_eq(k, &self.inner)));
         let mut k = self.inner.borrow_mut();
         if let Some(id) = k.listener.take() {
             k.submitter.off(id);

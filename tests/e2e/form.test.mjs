@@ -78,6 +78,25 @@ test('a double-click on Send makes one ticket', async () => {
   await context.close()
 })
 
+test('an attached form stays wired after the page drops its kit and garbage is collected', async () => {
+  // The demo keeps no reference to what attachForm returned.
+  const { tenant, page, context, errors } = await openDemo('gc')
+  await page.evaluate(async () => {
+    for (let i = 0; i < 5; i++) {
+      window.gc()
+      await new Promise((r) => setTimeout(r, 20))
+    }
+  })
+  await fill(page, KIT, { subject: 'After GC' })
+  await page.click(`${KIT} button[type=submit]`)
+  await settled(page, 'succeeded')
+  const list = await tickets(server.url, tenant)
+  assert.equal(list.length, 1)
+  assert.equal((await stats(server.url, tenant)).missing_keys, 0, 'no keyless native form post')
+  assert.deepEqual(pageErrors(errors), [])
+  await context.close()
+})
+
 test('a lost reply is retried with the same key, makes one ticket, and the page shows its id', async () => {
   const { tenant, page, context, errors } = await openDemo('lost')
   await condition(page, 'drop-reply')

@@ -61,7 +61,11 @@ export function startServer(extra = []) {
 }
 
 export function launchBrowser() {
-  return chromium.launch({ executablePath: '/usr/bin/chromium', args: CHROMIUM_ARGS })
+  // --expose-gc: a test collects garbage to show attached forms stay wired.
+  return chromium.launch({
+    executablePath: '/usr/bin/chromium',
+    args: [...CHROMIUM_ARGS, '--js-flags=--expose-gc'],
+  })
 }
 
 /** The tickets the server holds for a tenant. */
