@@ -66,6 +66,9 @@ demo: www
 bench: server
 	@echo "== browser package: size and overhead"
 	bash scripts/bench-web.sh
+	@echo "== form kit: submit to locked form and to first request, beside a hand-written form"
+	$(MAKE) -s www
+	node tests/e2e/bench-form.mjs 100
 	@echo "== native client: throughput against plain reqwest, peak memory"
 	bash scripts/bench-native.sh
 	@echo "== reference server: the key check's cost"

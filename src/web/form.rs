@@ -578,9 +578,14 @@ impl FormKit {
             }
         }
         labels.dedup();
+        // "password", "password and pin", "password, card and pin".
+        let listed = match labels.split_last() {
+            Some((last, rest)) if !rest.is_empty() => format!("{} and {last}", rest.join(", ")),
+            _ => labels.join(""),
+        };
         k.say(&format!(
-            "This request was interrupted by a reload. For your safety {} {} not kept: please enter {} again, then send; it goes out as the same request.",
-            labels.join(", "),
+            "This request was interrupted by a reload. For your safety, {} {} not kept: please enter {} again, then send; it goes out as the same request.",
+            listed,
             if labels.len() == 1 { "was" } else { "were" },
             if labels.len() == 1 { "it" } else { "them" },
         ));

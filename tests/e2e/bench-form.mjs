@@ -1,0 +1,48 @@
+// The form kit's cost to a person pressing Send: time from the submit event to the locked form
+// and to the first request, median over N runs in headless Chromium, beside the same form wired
+// by a minimal hand-written handler (the page without the kit). Prints figures; asserts nothing.
+import { launchBrowser, startServer, uniqueTenant } from './harness.mjs'
+
+const runs = Number(process.argv[2] || 100)
+const median = (xs) => {
+  const s = [...xs].sort((a, b) => a - b)
+  return s.length % 2 ? s[(s.length - 1) / 2] : (s[s.length / 2 - 1] + s[s.length / 2]) / 2
+}
+
+const server = await startServer()
+const browser = await launchBrowser()
+try {
+  const page = await browser.newPage()
+  await page.goto(`${server.url}/e2e/bench-form.html?tenant=${uniqueTenant('bench')}`)
+  await page.waitForFunction(() => window.benchReady === true)
+  const times = { kit: { locked: [], request: [] }, plain: { locked: [], request: [] } }
+  for (let i = 0; i < runs; i++) {
+    // Alternate, so drift in the machine's load hits both alike.
+    for (const which of i % 2 ? ['plain', 'kit'] : ['kit', 'plain']) {
+      await page.evaluate(() => window.benchReset())
+      if (which === 'kit') {
+        await page.click('#kit button')
+        await page.waitForSelector('#kit[data-oncekey-state="succeeded"]')
+        await page.evaluate(() => document.getElementById('kit').setAttribute('data-oncekey-state', 'idle'))
+      } else {
+        const before = await page.evaluate(() => Number(document.getElementById('plain').dataset.done || 0))
+        await page.click('#plain button')
+        await page.waitForFunction((n) => Number(document.getElementById('plain').dataset.done || 0) > n, before)
+      }
+      const m = await page.evaluate(() => window.benchMarks())
+      times[which].locked.push(m.locked - m.submit)
+      times[which].request.push(m.request - m.submit)
+    }
+  }
+  const fmt = (ms) => `${(ms * 1000).toFixed(0).padStart(6)} µs`
+  console.log(`form kit, median of ${runs} submissions each (headless Chromium, loopback server):`)
+  console.log(`                      submit -> locked     submit -> first request`)
+  for (const which of ['kit', 'plain']) {
+    const label = which === 'kit' ? 'with the kit       ' : 'hand-written, no kit'
+    console.log(`  ${label}   ${fmt(median(times[which].locked))}          ${fmt(median(times[which].request))}`)
+  }
+  console.log(`  ratio kit/plain      ${(median(times.kit.locked) / median(times.plain.locked)).toFixed(2)}                ${(median(times.kit.request) / median(times.plain.request)).toFixed(2)}`)
+} finally {
+  await browser.close()
+  await server.stop()
+}
