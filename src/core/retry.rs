@@ -117,8 +117,12 @@ impl RetryPolicy {
             .checked_mul(1u32.checked_shl(retry).unwrap_or(u32::MAX))
             .unwrap_or(self.cap)
             .min(self.cap);
-        let ceiling_ms = u64::try_from(ceiling.as_millis()).unwrap_or(u64::MAX);
-        let ms = (u128::from(ceiling_ms) * u128::from(jitter) / u128::from(u32::MAX)) as u64;
+        // At most 2^32 - 1 ms (49 days), so the product fits in a u64: no u128 division, which
+        // would add a helper to the browser package.
+        let ceiling_ms = u64::try_from(ceiling.as_millis())
+            .unwrap_or(u64::MAX)
+            .min(u64::from(u32::MAX));
+        let ms = ceiling_ms * u64::from(jitter) / u64::from(u32::MAX);
         Duration::from_millis(ms)
     }
 

@@ -787,7 +787,8 @@ fn label_of(el: &HtmlElement) -> Option<String> {
     let first = Reflect::get(&labels, &JsValue::from_f64(0.0)).ok()?;
     let text = first.dyn_into::<HtmlElement>().ok()?.inner_text();
     let text = text.trim().to_owned();
-    (!text.is_empty()).then(|| text.to_lowercase())
+    // As written: Unicode lowercasing would add its tables to the package.
+    (!text.is_empty()).then_some(text)
 }
 
 /// The form's fields as JSON text (secrets left out) and the secrets, as the browser would
