@@ -69,7 +69,7 @@ const plan = []
   }
 }
 
-const counts = { reloads: 0, offline: 0, doubleClicks: 0, conditions: {}, tryAgain: 0, sendAgain: 0, reopened: 0, refilled: 0 }
+const counts = { reloads: 0, offline: 0, doubleClicks: 0, conditions: {}, tryAgain: 0, sendAgain: 0, reopened: 0, refilled: 0, foundInList: 0 }
 const results = new Map()
 const violations = []
 const pageErrors = []
@@ -156,8 +156,14 @@ async function untilDefinite(page, context, url, p) {
           counts.sendAgain += 1
           debug(`submission ${p.i}: idle with its fields: Send again`)
         } else {
-          // Reloaded before the kit stored anything: nothing was sent (the record is stored
-          // before the first byte), and the typed fields are gone. The person types it again.
+          // The reload emptied the form. Either the answer came (and the record was removed)
+          // just before it, or nothing was stored, so nothing was sent (the record is stored
+          // before the first byte). A person looks at the ticket list first, then types it again.
+          const mine = (await listTickets()).find((t) => t.subject === subject)
+          if (mine) {
+            counts.foundInList += 1
+            return { state: 'succeeded', busy: false, status: `found in the list: #${mine.id}`, subject }
+          }
           counts.refilled += 1
           debug(`submission ${p.i}: idle with ${JSON.stringify(s)}: typing it again`)
           await fill(page, p).catch(() => {})
@@ -205,6 +211,9 @@ async function drive(browser, base, tenant, slice) {
         counts.conditions[p.condition] = (counts.conditions[p.condition] ?? 0) + 1
       }
       debug(`submission ${p.i}: ${JSON.stringify(p)}`)
+      // The previous outcome must not be taken for this one: the kit sets the attribute again
+      // on its next change.
+      await page.evaluate((sel) => document.querySelector(sel)?.setAttribute('data-oncekey-state', 'chaos-sent'), KIT)
       const chaos = []
       if (p.offline) {
         counts.offline += 1
@@ -250,10 +259,13 @@ async function drive(browser, base, tenant, slice) {
   await context.close().catch(() => {})
 }
 
+let listTickets = async () => []
 const started = Date.now()
 const server = await startServer(['--fault-rate', String(FAULT_RATE), '--seed', String(SEED), '--lease', '2s'])
 const browser = await launchBrowser()
 const tenant = `browser-chaos-${SEED}-${process.pid}`
+listTickets = async () =>
+  (await fetch(`${server.url}/api/tickets?limit=10000`, { headers: { 'X-Tenant': tenant } })).json()
 try {
   const slices = Array.from({ length: PAGES }, (_, k) => plan.filter((p) => p.i % PAGES === k))
   await Promise.all(slices.map((slice) => drive(browser, server.url, tenant, slice)))
@@ -288,7 +300,7 @@ try {
   row('submissions', `${SUBMISSIONS} (${plan.filter((p) => p.valid).length} valid, ${plan.filter((p) => !p.valid).length} invalid)`)
   row('outcomes', Object.entries(outcomes).map(([k, v]) => `${k} ${v}`).join(', '))
   row('tickets', list.length)
-  row('chaos', `reloads ${counts.reloads}, offline spells ${counts.offline}, double-clicks ${counts.doubleClicks}, Try again pressed ${counts.tryAgain}, Send pressed again on an idle form ${counts.sendAgain}, page opened again after an offline reload ${counts.reopened}, typed again after a reload lost an unsent form ${counts.refilled}`)
+  row('chaos', `reloads ${counts.reloads}, offline spells ${counts.offline}, double-clicks ${counts.doubleClicks}, Try again pressed ${counts.tryAgain}, Send pressed again on an idle form ${counts.sendAgain}, page opened again after an offline reload ${counts.reopened}, typed again after a reload emptied the form ${counts.refilled}, found in the ticket list instead ${counts.foundInList}`)
   row('conditions picked', Object.entries(counts.conditions).map(([k, v]) => `${k} ${v}`).join(', ') || '-')
   row('server counters', `faults ${st.faults}, replays ${st.replays}, in progress (409) ${st.in_progress}, takeovers ${st.takeovers}, invalid ${st.invalid}, errors ${st.errors}`)
   row('time', `${((Date.now() - started) / 1000).toFixed(1)} s`)
