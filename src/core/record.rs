@@ -24,7 +24,9 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-use super::body::{self, BodyError};
+use std::collections::BTreeMap;
+
+use super::body::{self, BodyError, Value};
 use super::key::Key;
 use super::time::Timestamp;
 
@@ -287,6 +289,117 @@ impl TryFrom<Wire> for Record {
     }
 }
 
+impl Record {
+    /// The record as JSON text in the shape above, written without a serde format, so that the
+    /// browser build carries none (serde's machinery costs the package tens of kilobytes).
+    pub fn to_json(&self) -> String {
+        let w = Wire::from(self.clone());
+        let mut m = BTreeMap::new();
+        let num = |n: u64| Value::Number(n.to_string());
+        let text = |s: String| Value::String(s);
+        m.insert("v".to_owned(), num(u64::from(RECORD_VERSION)));
+        for (name, value) in [
+            ("name", w.name),
+            ("key", w.key),
+            ("method", w.method),
+            ("url", w.url),
+            ("body", w.body),
+        ] {
+            if let Some(v) = value {
+                m.insert(name.to_owned(), text(v));
+            }
+        }
+        let headers = w
+            .headers
+            .into_iter()
+            .map(|(n, v)| Value::Array(vec![text(n), text(v)]))
+            .collect();
+        m.insert("headers".to_owned(), Value::Array(headers));
+        let encoding = match w.encoding {
+            Encoding::Json => "json",
+            Encoding::Form => "form",
+        };
+        m.insert("encoding".to_owned(), text(encoding.to_owned()));
+        for (name, value) in [
+            ("startedAt", w.started_at),
+            ("attempts", w.attempts.map(u64::from)),
+            ("roundStartedAt", w.round_started_at),
+            ("roundAttempts", w.round_attempts.map(u64::from)),
+        ] {
+            if let Some(v) = value {
+                m.insert(name.to_owned(), num(v));
+            }
+        }
+        Value::Object(m).to_canonical()
+    }
+
+    /// Reads [`Record::to_json`]'s text (or serde's, which has the same shape) with the same
+    /// checks as the serde path: a corrupt, foreign or unknown-version record is an error that
+    /// names what is wrong.
+    pub fn from_json(text: &str) -> Result<Record, RecordError> {
+        let value = body::parse(text).map_err(|e| RecordError(format!("it is not JSON ({e})")))?;
+        let Value::Object(m) = value else {
+            return Err(RecordError("it is not a JSON object".into()));
+        };
+        fn string(m: &BTreeMap<String, Value>, field: &str) -> Result<Option<String>, RecordError> {
+            match m.get(field) {
+                None | Some(Value::Null) => Ok(None),
+                Some(Value::String(s)) => Ok(Some(s.clone())),
+                Some(_) => Err(RecordError(format!("its {field:?} is not a string"))),
+            }
+        }
+        fn whole<T: std::str::FromStr>(
+            m: &BTreeMap<String, Value>,
+            field: &str,
+        ) -> Result<Option<T>, RecordError> {
+            match m.get(field) {
+                None | Some(Value::Null) => Ok(None),
+                Some(Value::Number(n)) => n.parse().map(Some).map_err(|_| {
+                    RecordError(format!("its {field:?} is not a whole number in range"))
+                }),
+                Some(_) => Err(RecordError(format!("its {field:?} is not a number"))),
+            }
+        }
+        let headers = match m.get("headers") {
+            None | Some(Value::Null) => Vec::new(),
+            Some(Value::Array(items)) => items
+                .iter()
+                .map(|item| match item {
+                    Value::Array(pair) => match pair.as_slice() {
+                        [Value::String(n), Value::String(v)] => Ok((n.clone(), v.clone())),
+                        _ => Err(RecordError(
+                            "its \"headers\" are not [name, value] pairs".into(),
+                        )),
+                    },
+                    _ => Err(RecordError(
+                        "its \"headers\" are not [name, value] pairs".into(),
+                    )),
+                })
+                .collect::<Result<_, _>>()?,
+            Some(_) => return Err(RecordError("its \"headers\" is not a list".into())),
+        };
+        let encoding = match string(&m, "encoding")?.as_deref() {
+            None | Some("json") => Encoding::Json,
+            Some("form") => Encoding::Form,
+            Some(other) => return Err(RecordError(format!("its encoding {other:?} is unknown"))),
+        };
+        Record::try_from(Wire {
+            v: whole(&m, "v")?,
+            name: string(&m, "name")?,
+            key: string(&m, "key")?,
+            method: string(&m, "method")?,
+            url: string(&m, "url")?,
+            headers,
+            body: string(&m, "body")?,
+            encoding,
+            started_at: whole(&m, "startedAt")?,
+            attempts: whole(&m, "attempts")?,
+            round_started_at: whole(&m, "roundStartedAt")?,
+            round_attempts: whole(&m, "roundAttempts")?,
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -354,6 +467,60 @@ mod tests {
         }
         assert!(serde_json::from_str::<Record>("[1,2]").is_err());
         assert!(serde_json::from_str::<Record>(r#"{"v":"one"}"#).is_err());
+    }
+
+    #[test]
+    fn the_core_json_and_serde_agree() {
+        let mut r = record();
+        r.request = Request::new("POST", "/x", r#"{"a":"1 2"}"#, Encoding::Form).unwrap();
+        r.request
+            .headers
+            .push(("X-Tenant".into(), "acme \"quoted\"".into()));
+        let ours = r.to_json();
+        assert_eq!(Record::from_json(&ours).unwrap(), r);
+        assert_eq!(serde_json::from_str::<Record>(&ours).unwrap(), r);
+        assert_eq!(
+            Record::from_json(&serde_json::to_string(&r).unwrap()).unwrap(),
+            r
+        );
+        assert!(ours.contains(r#""v":1"#), "{ours}");
+    }
+
+    #[test]
+    fn the_core_json_refuses_what_serde_refuses() {
+        let cases = [
+            (r#"{"v":2,"key":"k"}"#, "version 2"),
+            (r#"{"key":"k"}"#, "no version"),
+            (
+                r#"{"v":1,"name":"n","method":"POST","url":"/x","body":"{}","startedAt":1,"attempts":0}"#,
+                "no \"key\"",
+            ),
+            (
+                r#"{"v":1,"name":"n","key":"a b","method":"POST","url":"/x","body":"{}","startedAt":1,"attempts":0}"#,
+                "key is unusable",
+            ),
+            (
+                r#"{"v":1,"name":"n","key":"k","method":"POST","url":"/x","body":"{oops","startedAt":1,"attempts":0}"#,
+                "not valid JSON",
+            ),
+            (
+                r#"{"v":1,"name":"n","key":"k","method":"POST","url":"/x","body":"{}","startedAt":1.5,"attempts":0}"#,
+                "whole number",
+            ),
+            (
+                r#"{"v":1,"name":"n","key":"k","method":"POST","url":"/x","body":"{}","startedAt":1,"attempts":-1}"#,
+                "whole number",
+            ),
+            (r#"{"v":1,"name":7}"#, "not a string"),
+            (r#"{"v":1,"headers":{"a":"b"}}"#, "not a list"),
+            ("[1,2]", "not a JSON object"),
+            ("{oops", "not JSON"),
+            ("", "not JSON"),
+        ];
+        for (text, expected) in cases {
+            let err = Record::from_json(text).unwrap_err().to_string();
+            assert!(err.contains(expected), "{text}: {err}");
+        }
     }
 
     #[test]

@@ -38,7 +38,6 @@ mod js;
 mod options;
 mod storage;
 mod submitter;
-mod text;
 
 pub use error::{Error, Result};
 pub use form::{attach_form, auto_attach, FormKit};

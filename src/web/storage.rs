@@ -2,7 +2,7 @@
 //!
 //! CONTRACT.md section 5, in the browser: one record per name, under `oncekey:<name>`, in
 //! `sessionStorage` by default, `localStorage` or memory on request. gloo-storage gives access to
-//! the storage (`raw()`); values stay strings, the record's JSON text (see [`super::text`]).
+//! the storage (`raw()`); values stay strings, the record's JSON text ([`Record::to_json`], written by the core without a serde format).
 //!
 //! Storage that cannot be used (blocked in a sandboxed frame, disabled, quota exceeded) degrades
 //! to memory with a warning; the submission still happens once. A record that cannot be read is
@@ -16,7 +16,6 @@ use wasm_bindgen::{JsCast, JsValue};
 use crate::core::Record;
 
 use super::error::describe;
-use super::text;
 
 /// Where a [`Submitter`](super::Submitter) keeps its pending record.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -219,12 +218,11 @@ fn probe(kind: StorageKind) -> Result<web_sys::Storage, String> {
 }
 
 fn encode(record: &Record) -> String {
-    // A Record always serializes: strings, integers and a list of pairs.
-    text::encode(record).unwrap_or_default()
+    record.to_json()
 }
 
 fn decode(text: &str, name: &str) -> Result<Record, String> {
-    let record = text::decode(text).map_err(|e| e.to_string())?;
+    let record = Record::from_json(text).map_err(|e| e.0)?;
     if record.name != name {
         return Err(format!("it belongs to {:?}", record.name));
     }
