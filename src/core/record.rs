@@ -437,29 +437,31 @@ mod tests {
         assert_eq!(back, record());
     }
 
+    /// Unreadable records and what their error must say, for both ways of reading.
+    const UNREADABLE: &[(&str, &str)] = &[
+        (r#"{"v":2,"key":"k"}"#, "version 2"),
+        (r#"{"key":"k"}"#, "no version"),
+        (
+            r#"{"v":1,"name":"n","method":"POST","url":"/x","body":"{}","startedAt":1,"attempts":0}"#,
+            "no \"key\"",
+        ),
+        (
+            r#"{"v":1,"name":"n","key":"a b","method":"POST","url":"/x","body":"{}","startedAt":1,"attempts":0}"#,
+            "key is unusable",
+        ),
+        (
+            r#"{"v":1,"name":"n","key":"k","method":"POST","url":"/x","body":"{oops","startedAt":1,"attempts":0}"#,
+            "not valid JSON",
+        ),
+        (
+            r#"{"v":1,"name":"n","key":"k","method":"PO ST","url":"/x","body":"{}","startedAt":1,"attempts":0}"#,
+            "not an HTTP method",
+        ),
+    ];
+
     #[test]
     fn unreadable_records_are_errors_that_say_why() {
-        let cases = [
-            (r#"{"v":2,"key":"k"}"#, "version 2"),
-            (r#"{"key":"k"}"#, "no version"),
-            (
-                r#"{"v":1,"name":"n","method":"POST","url":"/x","body":"{}","startedAt":1,"attempts":0}"#,
-                "no \"key\"",
-            ),
-            (
-                r#"{"v":1,"name":"n","key":"a b","method":"POST","url":"/x","body":"{}","startedAt":1,"attempts":0}"#,
-                "key is unusable",
-            ),
-            (
-                r#"{"v":1,"name":"n","key":"k","method":"POST","url":"/x","body":"{oops","startedAt":1,"attempts":0}"#,
-                "not valid JSON",
-            ),
-            (
-                r#"{"v":1,"name":"n","key":"k","method":"PO ST","url":"/x","body":"{}","startedAt":1,"attempts":0}"#,
-                "not an HTTP method",
-            ),
-        ];
-        for (text, expected) in cases {
+        for (text, expected) in UNREADABLE {
             let err = serde_json::from_str::<Record>(text)
                 .unwrap_err()
                 .to_string();
@@ -489,20 +491,6 @@ mod tests {
     #[test]
     fn the_core_json_refuses_what_serde_refuses() {
         let cases = [
-            (r#"{"v":2,"key":"k"}"#, "version 2"),
-            (r#"{"key":"k"}"#, "no version"),
-            (
-                r#"{"v":1,"name":"n","method":"POST","url":"/x","body":"{}","startedAt":1,"attempts":0}"#,
-                "no \"key\"",
-            ),
-            (
-                r#"{"v":1,"name":"n","key":"a b","method":"POST","url":"/x","body":"{}","startedAt":1,"attempts":0}"#,
-                "key is unusable",
-            ),
-            (
-                r#"{"v":1,"name":"n","key":"k","method":"POST","url":"/x","body":"{oops","startedAt":1,"attempts":0}"#,
-                "not valid JSON",
-            ),
             (
                 r#"{"v":1,"name":"n","key":"k","method":"POST","url":"/x","body":"{}","startedAt":1.5,"attempts":0}"#,
                 "whole number",
@@ -517,7 +505,7 @@ mod tests {
             ("{oops", "not JSON"),
             ("", "not JSON"),
         ];
-        for (text, expected) in cases {
+        for (text, expected) in UNREADABLE.iter().copied().chain(cases) {
             let err = Record::from_json(text).unwrap_err().to_string();
             assert!(err.contains(expected), "{text}: {err}");
         }
