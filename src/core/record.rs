@@ -102,10 +102,17 @@ impl From<BodyError> for RequestError {
     }
 }
 
-fn is_token(s: &str) -> bool {
+/// An HTTP token (RFC 9110 section 5.6.2): what a method or a header name must be.
+pub(crate) fn is_token(s: &str) -> bool {
     !s.is_empty()
         && s.bytes()
             .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
+}
+
+/// Whether a header can be sent: its name a token, its value free of line breaks and control
+/// characters (a tab is allowed).
+pub(crate) fn is_sendable_header(name: &str, value: &str) -> bool {
+    is_token(name) && !value.chars().any(|c| c.is_control() && c != '\t')
 }
 
 impl Request {
@@ -130,7 +137,7 @@ impl Request {
 
     /// Adds a header to be stored and sent on every attempt.
     pub fn header(mut self, name: &str, value: &str) -> Result<Request, RequestError> {
-        if !is_token(name) || value.chars().any(|c| c.is_control() && c != '\t') {
+        if !is_sendable_header(name, value) {
             return Err(RequestError::Header(name.to_owned()));
         }
         self.headers.push((name.to_owned(), value.to_owned()));
@@ -163,7 +170,7 @@ impl Request {
             return Err(RequestError::Url(self.url.clone()));
         }
         for (name, value) in &self.headers {
-            if !is_token(name) || value.chars().any(|c| c.is_control() && c != '\t') {
+            if !is_sendable_header(name, value) {
                 return Err(RequestError::Header(name.clone()));
             }
         }

@@ -9,6 +9,7 @@ use std::time::Duration;
 use js_sys::{Object, Reflect};
 use wasm_bindgen::{JsCast, JsValue};
 
+use crate::core::record::{is_sendable_header, is_token};
 use crate::core::{Encoding, KeyFormat, RetryPolicy, DEFAULT_KEY_HEADER};
 
 use super::error::{Error, Result};
@@ -109,7 +110,7 @@ impl Options {
             )));
         }
         for (name, value) in &self.headers {
-            if !is_token(name) || value.chars().any(|c| c.is_control() && c != '\t') {
+            if !is_sendable_header(name, value) {
                 return Err(Error::option(format!(
                     "options.headers has a header that cannot be sent: {name:?}"
                 )));
@@ -122,12 +123,6 @@ impl Options {
             .validate()
             .map_err(|e| Error::option(format!("options.{e}")))
     }
-}
-
-fn is_token(s: &str) -> bool {
-    !s.is_empty()
-        && s.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
 }
 
 const KNOWN: &[&str] = &[
