@@ -450,6 +450,33 @@ async fn finish(outcome: Outcome, abort: &ConnectionAbort) -> Response {
     }
 }
 
+/// For both ticket routes: counts a request's fault, and answers the ones that strike before
+/// any work (`fail-before`: 503; `offline`: the connection closed). `None`: go on.
+async fn fault_before_work(
+    app: &App,
+    tenant: &str,
+    key: Option<&str>,
+    fault: Option<Fault>,
+    abort: &ConnectionAbort,
+) -> Option<Response> {
+    let fault = fault?;
+    app.count(tenant, |c| c.faults += 1);
+    let key = key.unwrap_or("-");
+    match fault {
+        Fault::FailBefore => {
+            tracing::info!(%tenant, key, "fault fail-before: 503");
+            Some(unavailable(
+                "fault injected: fail-before (nothing was done)",
+            ))
+        }
+        Fault::Offline => {
+            tracing::info!(%tenant, key, "fault offline: closing the connection, nothing done");
+            Some(finish(Outcome::CloseConnection, abort).await)
+        }
+        _ => None,
+    }
+}
+
 /// `POST /api/tickets`: keyed, unless the server runs with `--no-key-check`.
 pub async fn create_ticket(
     State(app): State<Arc<App>>,
@@ -476,16 +503,8 @@ pub async fn create_ticket(
             return respond(&problem);
         }
     };
-    if fault.is_some() {
-        app.count(&tenant, |c| c.faults += 1);
-    }
-    if fault == Some(Fault::FailBefore) {
-        tracing::info!(%tenant, key = key.short(), "fault fail-before: 503");
-        return unavailable("fault injected: fail-before (nothing was done)");
-    }
-    if fault == Some(Fault::Offline) {
-        tracing::info!(%tenant, key = key.short(), "fault offline: closing the connection, nothing done");
-        return finish(Outcome::CloseConnection, &abort).await;
+    if let Some(early) = fault_before_work(&app, &tenant, Some(key.short()), fault, &abort).await {
+        return early;
     }
     let bytes = match read_body(&headers, body).await {
         Ok(b) => b,
@@ -679,14 +698,8 @@ async fn plain(app: Arc<App>, headers: HeaderMap, body: Body, abort: ConnectionA
         Ok(f) => f,
         Err(problem) => return respond(&problem),
     };
-    if fault.is_some() {
-        app.count(&tenant, |c| c.faults += 1);
-    }
-    if fault == Some(Fault::FailBefore) {
-        return unavailable("fault injected: fail-before (nothing was done)");
-    }
-    if fault == Some(Fault::Offline) {
-        return finish(Outcome::CloseConnection, &abort).await;
+    if let Some(early) = fault_before_work(&app, &tenant, None, fault, &abort).await {
+        return early;
     }
     let bytes = match read_body(&headers, body).await {
         Ok(b) => b,
