@@ -12,21 +12,6 @@ use support::*;
 
 const NS: uuid::Uuid = uuid::Uuid::from_u128(0x6f6e_6365_6b65_7900_8000_0000_0000_00aa);
 
-async fn send(
-    client: &Client,
-    server: &Server,
-    tenant: &str,
-    name: &str,
-) -> oncekey::Result<oncekey::Settlement> {
-    client
-        .submission(name)
-        .post(&server.tickets_url())
-        .header("X-Tenant", tenant)
-        .json(&ticket(name))?
-        .send()
-        .await
-}
-
 fn all_same(keys: &[Key]) -> bool {
     keys.windows(2).all(|w| w[0] == w[1])
 }

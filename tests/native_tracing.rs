@@ -9,21 +9,6 @@ use std::sync::Arc;
 
 use support::*;
 
-async fn send(
-    client: &oncekey::Client,
-    server: &Server,
-    tenant: &str,
-    name: &str,
-) -> oncekey::Result<oncekey::Settlement> {
-    client
-        .submission(name)
-        .post(&server.tickets_url())
-        .header("X-Tenant", tenant)
-        .json(&ticket(name))?
-        .send()
-        .await
-}
-
 #[derive(Clone, Default)]
 struct Captured(Arc<std::sync::Mutex<Vec<u8>>>);
 

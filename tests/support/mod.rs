@@ -163,6 +163,22 @@ pub fn ticket(subject: &str) -> serde_json::Value {
     })
 }
 
+/// Submits the ticket named `name` for `tenant` through `client`, to the server's ticket route.
+pub async fn send(
+    client: &Client,
+    server: &Server,
+    tenant: &str,
+    name: &str,
+) -> oncekey::Result<oncekey::Settlement> {
+    client
+        .submission(name)
+        .post(&server.tickets_url())
+        .header("X-Tenant", tenant)
+        .json(&ticket(name))?
+        .send()
+        .await
+}
+
 /// Short retry timing for tests.
 pub fn fast() -> RetryPolicy {
     RetryPolicy {
