@@ -346,6 +346,10 @@ impl FormKit {
             self.resend();
         } else {
             self.show_unsure("This request was sent before the page reloaded, and its answer was lost. Try again sends the same request; the server will not do it twice.");
+            let detail = Object::new();
+            set(&detail, "key", &JsValue::from_str(record.key.as_str()));
+            set(&detail, "attempts", &JsValue::from(record.attempts));
+            announce(&self.inner.borrow().form, State::Unsure, &detail);
         }
     }
 
@@ -539,6 +543,7 @@ impl FormKit {
     }
 
     /// Locked, with "Try again" and "Discard"; the form's own submit buttons are Try again too.
+    /// The caller announces the state, with what it knows of the submission.
     fn show_unsure(&self, message: &str) {
         let kit = self.clone();
         let on_try = Closure::<dyn FnMut(Event)>::new(move |_e: Event| kit.resend());
@@ -554,15 +559,6 @@ impl FormKit {
         }
         k.on_try = Some(on_try);
         k.on_discard = Some(on_discard);
-        let _ = k.form.set_attribute("data-oncekey-state", "unsure");
-        let change = k.submitter.pending_record();
-        let detail = Object::new();
-        set(&detail, "state", &JsValue::from_str("unsure"));
-        if let Some(r) = change {
-            set(&detail, "key", &JsValue::from_str(r.key.as_str()));
-            set(&detail, "attempts", &JsValue::from(r.attempts));
-        }
-        dispatch(&k.form, &detail);
     }
 
     /// After a reload the secrets are gone: unlock just those fields and ask for them.
@@ -589,11 +585,9 @@ impl FormKit {
             if labels.len() == 1 { "was" } else { "were" },
             if labels.len() == 1 { "it" } else { "them" },
         ));
-        let _ = k.form.set_attribute("data-oncekey-state", "unsure");
         let detail = Object::new();
-        set(&detail, "state", &JsValue::from_str("unsure"));
         set(&detail, "needsSecrets", &JsValue::TRUE);
-        dispatch(&k.form, &detail);
+        announce(&k.form, State::Unsure, &detail);
         if let Some(first) = k
             .secret_names
             .first()
@@ -680,11 +674,7 @@ impl Kit {
 
     /// Records the settled state on the form and tells listeners.
     fn finish(&self, state: State, s: Option<&Submitted>) {
-        let _ = self
-            .form
-            .set_attribute("data-oncekey-state", state.as_str());
         let detail = Object::new();
-        set(&detail, "state", &JsValue::from_str(state.as_str()));
         if let Some(s) = s {
             let _ = self
                 .form
@@ -700,15 +690,11 @@ impl Kit {
             set(&detail, "replayed", &JsValue::from_bool(s.replayed));
             set(&detail, "body", &s.body);
         }
-        dispatch(&self.form, &detail);
+        announce(&self.form, state, &detail);
     }
 
     fn tell(&self, state: State, e: &SubmitterEvent) {
-        let _ = self
-            .form
-            .set_attribute("data-oncekey-state", state.as_str());
         let detail = Object::new();
-        set(&detail, "state", &JsValue::from_str(state.as_str()));
         if let Some(k) = &e.change.key {
             set(&detail, "key", &JsValue::from_str(k.as_str()));
         }
@@ -720,11 +706,15 @@ impl Kit {
                 &JsValue::from(at.as_millis() as f64),
             );
         }
-        dispatch(&self.form, &detail);
+        announce(&self.form, state, &detail);
     }
 }
 
-fn dispatch(form: &HtmlFormElement, detail: &Object) {
+/// Marks the form with `state` and tells listeners: an `oncekey:change` event whose detail is
+/// `detail` with its `state` set here. One call per change of state.
+fn announce(form: &HtmlFormElement, state: State, detail: &Object) {
+    let _ = form.set_attribute("data-oncekey-state", state.as_str());
+    set(detail, "state", &JsValue::from_str(state.as_str()));
     let init = web_sys::CustomEventInit::new();
     init.set_detail(detail);
     init.set_bubbles(true);

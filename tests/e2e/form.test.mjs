@@ -141,10 +141,17 @@ test('a reload in the middle of a slow request restores the locked form and fini
 test('offline until the budget is spent shows Try again; back online, Try again makes one ticket', async () => {
   const { tenant, page, context } = await openDemo('offline', '&attempts=3&base=50&budget=4000')
   await fill(page, KIT, { subject: 'Offline' })
+  await page.evaluate((sel) => {
+    window.changes = []
+    document.querySelector(sel).addEventListener('oncekey:change', (e) => window.changes.push(e.detail))
+  }, KIT)
   await context.setOffline(true)
   await page.click(`${KIT} button[type=submit]`)
   await page.waitForSelector(`${KIT} button:has-text("Try again")`, { timeout: 30000 })
   assert.equal(await state(page), 'unsure')
+  const unsure = await page.evaluate(() => window.changes.filter((d) => d.state === 'unsure'))
+  assert.equal(unsure.length, 1, 'one oncekey:change for one change of state')
+  assert.equal(unsure[0].outcome, 'unsure')
   assert.equal(await page.isEditable(`${KIT} [name=subject]`), false, 'still locked while unsure')
   assert.equal(await page.getAttribute(KIT, 'aria-busy'), 'true')
   const key = await liveKey(page)
