@@ -887,29 +887,12 @@ impl Client {
                 sub.handle_timeout(now().max(at));
                 continue;
             }
-            // Restored with its round already spent: unsure, nothing sent.
-            let Some(record) = sub.pending().cloned() else {
-                return Err(Error::request(format!("nothing is stored under {name:?}")));
-            };
+            // The core always sends, waits or settles (a restored record whose round is spent
+            // settles unsure): reaching here is a bug, so say so rather than hang.
             self.release(name).await;
-            let gave_up = if record.round_attempts >= self.inner.policy.attempts {
-                GiveUp::AttemptsSpent
-            } else {
-                GiveUp::BudgetSpent
-            };
-            return Ok(Settlement {
-                name: name.to_owned(),
-                settled: Settled {
-                    outcome: Outcome::Unsure,
-                    status: None,
-                    replayed: false,
-                    key: record.key,
-                    attempts: record.attempts,
-                    gave_up: Some(gave_up),
-                },
-                headers: HeaderMap::new(),
-                body: Vec::new(),
-            });
+            return Err(Error::request(format!(
+                "the submission {name:?} neither sent, waited nor settled"
+            )));
         }
     }
 
