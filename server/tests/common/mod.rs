@@ -97,9 +97,10 @@ impl Desk {
         request
     }
 
-    pub async fn stats(&self) -> Value {
+    /// A GET for this desk's tenant, its answer read as JSON.
+    async fn get_json<T: serde::de::DeserializeOwned>(&self, path: &str) -> T {
         self.client
-            .get(self.url("/api/stats"))
+            .get(self.url(path))
             .header("X-Tenant", &self.tenant)
             .send()
             .await
@@ -107,6 +108,10 @@ impl Desk {
             .json()
             .await
             .unwrap()
+    }
+
+    pub async fn stats(&self) -> Value {
+        self.get_json("/api/stats").await
     }
 
     pub async fn stat(&self, name: &str) -> i64 {
@@ -116,15 +121,7 @@ impl Desk {
     }
 
     pub async fn tickets(&self) -> Vec<Value> {
-        self.client
-            .get(self.url("/api/tickets?limit=10000"))
-            .header("X-Tenant", &self.tenant)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap()
+        self.get_json("/api/tickets?limit=10000").await
     }
 
     /// Polls the stats until `name` reaches `value` (bounded: 2000 polls).
