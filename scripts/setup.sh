@@ -48,6 +48,19 @@ if [ ! -x /usr/bin/chromium ] || [ ! -x /usr/bin/chromedriver ]; then
     fi
 fi
 
+# PostgreSQL for the fleet tests (scripts/with-pg.sh starts a throwaway cluster from it).
+# Optional: without it those tests are skipped by name and the rest of the suite runs.
+if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 && ! command -v initdb >/dev/null; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+        say "installing Debian's postgresql"
+        apt-get update -qq || true
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null ||
+            say "WARNING: postgresql could not be installed; its tests will be skipped"
+    else
+        say "WARNING: no PostgreSQL (as root: apt-get install postgresql); its tests will be skipped"
+    fi
+fi
+
 # npm tools: binaryen 132's wasm-opt (Debian's binaryen breaks this rustc's modules), and for
 # the browser tests playwright-core (drives /usr/bin/chromium; never downloads a browser) and
 # TypeScript (checks the package's declarations).
