@@ -27,8 +27,13 @@ pub use crate::core::{
 #[cfg(not(all(target_arch = "wasm32", any(target_os = "unknown", target_os = "none"))))]
 mod native;
 
+#[cfg(all(
+    feature = "postgres",
+    not(all(target_arch = "wasm32", any(target_os = "unknown", target_os = "none")))
+))]
+pub use crate::native::PostgresStore;
 #[cfg(not(all(target_arch = "wasm32", any(target_os = "unknown", target_os = "none"))))]
 pub use crate::native::{
-    BoxError, Claim, Client, ClientBuilder, Error, HeaderProvider, Lease, Listed, MemoryStore,
+    BoxError, Claim, Client, ClientBuilder, Due, Error, HeaderProvider, Lease, Listed, MemoryStore,
     Outgoing, Pending, Result, Resumed, Settlement, SqliteStore, Store, SubmissionBuilder,
 };

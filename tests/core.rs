@@ -254,6 +254,42 @@ fn the_budget_counts_across_a_restore() {
 }
 
 #[test]
+fn a_record_never_sent_starts_its_budget_when_first_sent() {
+    // Enqueued in an outbox an hour ago (no attempt yet), taken up now by a worker: it is sent,
+    // not given up as "budget spent", and its clock starts now.
+    let enqueued = Record {
+        name: "new-ticket".into(),
+        key: Key::from_random_bytes([7; 16]),
+        request: request(TICKET),
+        started_at: T0,
+        attempts: 0,
+        round_started_at: T0,
+        round_attempts: 0,
+    };
+    let later = T0 + secs(3600);
+    let mut d = Driver::default();
+    let mut s = Submission::new("new-ticket", RetryPolicy::default());
+    s.restore(later, enqueued.clone(), true).unwrap();
+    d.drain(&mut s);
+    assert_eq!(s.state(), State::Sending);
+    assert_eq!(d.sent.len(), 1);
+    assert_eq!(d.last_sent().key, enqueued.key);
+    assert_eq!(d.last_sent().number, 1);
+    let stored = d.stored.clone().unwrap();
+    assert_eq!((stored.started_at, stored.round_started_at), (later, later));
+    // A record that was sent keeps its clock (the_budget_counts_across_a_restore).
+    let mut sent = enqueued;
+    sent.attempts = 1;
+    sent.round_attempts = 1;
+    let mut d2 = Driver::default();
+    let mut s2 = Submission::new("new-ticket", RetryPolicy::default());
+    s2.restore(later, sent, true).unwrap();
+    d2.drain(&mut s2);
+    assert!(d2.sent.is_empty(), "an old round that was sent stays spent");
+    assert_eq!(s2.state(), State::Unsure);
+}
+
+#[test]
 fn same_body_joins_other_body_is_refused() {
     let mut d = Driver::default();
     let mut s = started(&mut d);

@@ -3,12 +3,13 @@
 
 #[cfg(not(all(target_arch = "wasm32", any(target_os = "unknown", target_os = "none"))))]
 mod cli {
-    use std::path::PathBuf;
+    use std::collections::HashSet;
     use std::process::ExitCode;
+    use std::sync::Arc;
     use std::time::Duration;
 
     use clap::{Args, Parser, Subcommand};
-    use oncekey::{Client, Key, Outcome, RetryPolicy, Settlement, SqliteStore};
+    use oncekey::{Client, Key, Outcome, RetryPolicy, Settlement, SqliteStore, Store};
 
     const AFTER_HELP: &str = "\
 Outcomes and exit codes:
@@ -47,6 +48,12 @@ The answer's body goes to stdout; a one-line summary to stderr.";
         /// Finish every submission stored in the store (after a crash or an unsure outcome).
         #[command(after_help = AFTER_HELP)]
         Resume(Resume),
+        /// For a fleet sharing a store: send the submissions no live process holds (enqueued
+        /// in an outbox, or left by a process that died, once its lease ran out), polling,
+        /// until none is left but the ones this worker found unsure; with --forever, keep
+        /// polling.
+        #[command(after_help = AFTER_HELP)]
+        Work(Work),
         /// List the stored (pending) submissions.
         List(StoreArg),
         /// Deliberately drop a stored submission; the next send under its name gets a new key.
@@ -55,9 +62,10 @@ The answer's body goes to stdout; a one-line summary to stderr.";
 
     #[derive(Args, Debug)]
     struct StoreArg {
-        /// The SQLite store file (created with mode 0600 if missing).
-        #[arg(long, value_name = "PATH")]
-        store: PathBuf,
+        /// The store: a SQLite file (created with mode 0600 if missing), or, in a build with
+        /// the `postgres` feature, a postgres://user@host:port/database address.
+        #[arg(long, value_name = "PATH|URL")]
+        store: String,
     }
 
     #[derive(Args, Debug)]
@@ -132,6 +140,21 @@ The answer's body goes to stdout; a one-line summary to stderr.";
     }
 
     #[derive(Args, Debug)]
+    struct Work {
+        #[command(flatten)]
+        options: Options,
+        /// How many due submissions to take at a time.
+        #[arg(long, default_value_t = 64)]
+        batch: usize,
+        /// The pause after a poll that found nothing due.
+        #[arg(long, default_value = "200ms", value_parser = duration)]
+        poll: Duration,
+        /// Keep polling when nothing is left.
+        #[arg(long)]
+        forever: bool,
+    }
+
+    #[derive(Args, Debug)]
     struct Discard {
         #[command(flatten)]
         store: StoreArg,
@@ -166,10 +189,28 @@ The answer's body goes to stdout; a one-line summary to stderr.";
         }
     }
 
+    fn open_store(arg: &StoreArg) -> Result<Arc<dyn Store>, String> {
+        let s = arg.store.as_str();
+        if s.starts_with("postgres://") || s.starts_with("postgresql://") {
+            #[cfg(feature = "postgres")]
+            return oncekey::PostgresStore::connect(s)
+                .map(|p| Arc::new(p) as Arc<dyn Store>)
+                .map_err(|e| e.to_string());
+            #[cfg(not(feature = "postgres"))]
+            return Err(
+                "--store: this oncekey was built without PostgreSQL (cargo feature \"postgres\")"
+                    .into(),
+            );
+        }
+        SqliteStore::open(s)
+            .map(|p| Arc::new(p) as Arc<dyn Store>)
+            .map_err(|e| e.to_string())
+    }
+
     fn client(o: &Options) -> Result<Client, String> {
-        let store = SqliteStore::open(&o.store.store).map_err(|e| e.to_string())?;
+        let store = open_store(&o.store)?;
         let mut b = Client::builder()
-            .store(store)
+            .shared_store(store)
             .timeout(o.timeout)
             .lease(o.lease)
             .retry(RetryPolicy {
@@ -310,10 +351,47 @@ The answer's body goes to stdout; a one-line summary to stderr.";
         Ok(worst)
     }
 
+    async fn work(args: Work) -> Result<u8, (String, u8)> {
+        let client = client(&args.options).map_err(|e| (e, FAILED))?;
+        let failed = |e: oncekey::Error| (e.to_string(), FAILED);
+        let mut worst = 0u8;
+        // Submissions this worker settled unsure stay stored; it does not wait for them.
+        let mut unsure: HashSet<String> = HashSet::new();
+        loop {
+            let resumed = client.resume_due(args.batch).await.map_err(failed)?;
+            let found = !resumed.is_empty();
+            for r in resumed {
+                let c = match &r.result {
+                    Ok(s) => report(s),
+                    Err(e) => {
+                        eprintln!("oncekey: {}: {e}", r.name);
+                        error_code(e)
+                    }
+                };
+                if c == code(Outcome::Unsure) {
+                    unsure.insert(r.name.clone());
+                } else {
+                    unsure.remove(&r.name);
+                }
+                worst = worst.max(c);
+            }
+            if found {
+                continue;
+            }
+            if !args.forever {
+                let left = client.pending().await.map_err(failed)?;
+                if left.iter().all(|p| unsure.contains(&p.name)) {
+                    return Ok(worst);
+                }
+            }
+            tokio::time::sleep(args.poll).await;
+        }
+    }
+
     async fn list(args: StoreArg) -> Result<u8, (String, u8)> {
-        let store = SqliteStore::open(&args.store).map_err(|e| (e.to_string(), FAILED))?;
+        let store = open_store(&args).map_err(|e| (e, FAILED))?;
         let client = Client::builder()
-            .store(store)
+            .shared_store(store)
             .build()
             .map_err(|e| (e.to_string(), FAILED))?;
         let pending = client
@@ -341,9 +419,9 @@ The answer's body goes to stdout; a one-line summary to stderr.";
     }
 
     async fn discard(args: Discard) -> Result<u8, (String, u8)> {
-        let store = SqliteStore::open(&args.store.store).map_err(|e| (e.to_string(), FAILED))?;
+        let store = open_store(&args.store).map_err(|e| (e, FAILED))?;
         let client = Client::builder()
-            .store(store)
+            .shared_store(store)
             .build()
             .map_err(|e| (e.to_string(), FAILED))?;
         match client.discard(&args.name).await {
@@ -390,6 +468,7 @@ The answer's body goes to stdout; a one-line summary to stderr.";
             match cli.command {
                 Command::Send(a) => send(*a).await,
                 Command::Resume(a) => resume(a).await,
+                Command::Work(a) => work(a).await,
                 Command::List(a) => list(a).await,
                 Command::Discard(a) => discard(a).await,
             }

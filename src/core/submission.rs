@@ -369,6 +369,15 @@ impl Submission {
             .request
             .canonical_body()
             .map_err(StateError::Unreadable)?;
+        let mut record = record;
+        if record.round_attempts == 0 {
+            // Never sent in this round (a record enqueued in an outbox): its round, and its
+            // budget, begin now, not while it waited in a queue.
+            record.round_started_at = now;
+            if record.attempts == 0 {
+                record.started_at = now;
+            }
+        }
         self.pending = Some(Pending {
             record,
             canonical,

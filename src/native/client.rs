@@ -478,8 +478,13 @@ fn share(result: &Arc<Result<Settlement>>) -> Result<Settlement> {
 }
 
 enum Job {
-    Send { request: Request, key: Option<Key> },
+    Send {
+        request: Request,
+        key: Option<Key>,
+    },
     Resume,
+    /// A resume whose lease [`Store::claim_due`] already took, with the record it found.
+    Claimed(String),
     TryAgain,
 }
 
@@ -515,12 +520,37 @@ impl Client {
     /// once; one result per stored name.
     pub async fn resume_pending(&self) -> Result<Vec<Resumed>> {
         let listed = self.store_call(|s| s.list()).await?;
+        Ok(self
+            .resume_all(listed.into_iter().map(|l| (l.name, Job::Resume)).collect())
+            .await)
+    }
+
+    /// For a fleet sharing one store: takes up to `limit` stored submissions that no live
+    /// client holds (enqueued with [`PostgresStore::enqueue`](crate::PostgresStore::enqueue),
+    /// or left by a client that died, whose lease ran out) in one step of the store
+    /// ([`Store::claim_due`]: instances calling it at once get different ones), and finishes
+    /// them as [`Client::resume_pending`] does. Call it in a loop, with a pause when it finds
+    /// nothing; one result per submission taken.
+    pub async fn resume_due(&self, limit: usize) -> Result<Vec<Resumed>> {
+        let lease = self.lease_until(now());
+        let due = self
+            .store_call(move |s| s.claim_due(&lease, now(), limit))
+            .await?;
+        Ok(self
+            .resume_all(
+                due.into_iter()
+                    .map(|d| (d.name, Job::Claimed(d.record)))
+                    .collect(),
+            )
+            .await)
+    }
+
+    async fn resume_all(&self, jobs: Vec<(String, Job)>) -> Vec<Resumed> {
         // At most `resume_concurrency` at once, by as many workers taking names from one queue:
         // ten thousand stored records must not open ten thousand connections, nor hold ten
         // thousand spawned futures.
-        let queue: Arc<Mutex<std::collections::VecDeque<(usize, String)>>> = Arc::new(Mutex::new(
-            listed.into_iter().map(|l| l.name).enumerate().collect(),
-        ));
+        type Queue = std::collections::VecDeque<(usize, (String, Job))>;
+        let queue: Arc<Mutex<Queue>> = Arc::new(Mutex::new(jobs.into_iter().enumerate().collect()));
         let workers = self
             .inner
             .resume_concurrency
@@ -533,8 +563,8 @@ impl Client {
                 let mut done = Vec::new();
                 loop {
                     let next = queue.lock().unwrap_or_else(|e| e.into_inner()).pop_front();
-                    let Some((i, name)) = next else { break };
-                    let result = client.run(&name, Job::Resume).await;
+                    let Some((i, (name, job))) = next else { break };
+                    let result = client.run(&name, job).await;
                     done.push((i, Resumed { name, result }));
                 }
                 done
@@ -549,7 +579,7 @@ impl Client {
             }
         }
         out.sort_by_key(|(i, _)| *i);
-        Ok(out.into_iter().map(|(_, r)| r).collect())
+        out.into_iter().map(|(_, r)| r).collect()
     }
 
     /// "Try again" for one stored submission (typically unsure): a new round of retries, with
@@ -623,7 +653,7 @@ impl Client {
                     .canonical_body()
                     .map_err(|e| Error::request(format!("the body cannot be sent: {e}")))?,
             )),
-            Job::Resume | Job::TryAgain => None,
+            Job::Resume | Job::Claimed(_) | Job::TryAgain => None,
         };
         loop {
             // Either join the flight under way, or start ours (the map's lock is not held
@@ -688,15 +718,19 @@ impl Client {
 
     /// Claims the lease, sets up the core's submission and drives it.
     async fn fly(&self, name: &str, job: Job) -> Result<Settlement> {
-        let lease = self.lease_until(now());
-        let n = name.to_owned();
-        let claimed = self
-            .store_call(move |s| s.claim(&n, &lease, now()))
-            .await
-            .map_err(|e| e.with_name(name))?;
-        let stored = match claimed {
-            Claim::Busy(l) => return Err(Error::busy(name, &l.owner, l.until)),
-            Claim::Taken(stored) => stored,
+        let stored = if let Job::Claimed(record) = &job {
+            Some(record.clone())
+        } else {
+            let lease = self.lease_until(now());
+            let n = name.to_owned();
+            let claimed = self
+                .store_call(move |s| s.claim(&n, &lease, now()))
+                .await
+                .map_err(|e| e.with_name(name))?;
+            match claimed {
+                Claim::Busy(l) => return Err(Error::busy(name, &l.owner, l.until)),
+                Claim::Taken(stored) => stored,
+            }
         };
         match self.begin(name, job, stored) {
             Ok(Some(sub)) => self.drive(name, sub).await,
@@ -736,7 +770,7 @@ impl Client {
         };
         let unreadable = |e: StateError| Error::unreadable_record(name, e);
         match job {
-            Job::Resume => {
+            Job::Resume | Job::Claimed(_) => {
                 let Some(record) = record else {
                     return Ok(None);
                 };
@@ -1117,6 +1151,31 @@ impl SubmissionBuilder {
                 .map_err(|e| Error::request(format!("the request cannot be made: {e}")))?;
         }
         Ok((request, self.key.take()))
+    }
+
+    /// The record this submission would store, made without storing or sending anything: for
+    /// [`PostgresStore::enqueue`](crate::PostgresStore::enqueue), which writes it in the
+    /// caller's own transaction (a transactional outbox). Its key is the one given with
+    /// [`SubmissionBuilder::key`], or a new random one; it has made no attempt yet.
+    pub fn record(mut self) -> Result<Record> {
+        let (request, key) = self.request_value().map_err(|e| e.with_name(&self.name))?;
+        request.canonical_body().map_err(|e| {
+            Error::request(format!("the body cannot be sent: {e}")).with_name(&self.name)
+        })?;
+        let key = match key {
+            Some(k) => k,
+            None => Key::from_random_bytes(random_key_bytes()?),
+        };
+        let t = now();
+        Ok(Record {
+            name: self.name,
+            key,
+            request,
+            started_at: t,
+            attempts: 0,
+            round_started_at: t,
+            round_attempts: 0,
+        })
     }
 
     /// Stores the submission and sends it until a definite answer or until its retries stop.

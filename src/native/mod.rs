@@ -33,6 +33,8 @@
 
 mod client;
 mod error;
+#[cfg(feature = "postgres")]
+mod pg;
 mod sqlite;
 mod store;
 
@@ -41,5 +43,7 @@ pub use client::{
     SubmissionBuilder,
 };
 pub use error::{BoxError, Error, Result};
+#[cfg(feature = "postgres")]
+pub use pg::PostgresStore;
 pub use sqlite::SqliteStore;
-pub use store::{Claim, Lease, Listed, MemoryStore, Store};
+pub use store::{Claim, Due, Lease, Listed, MemoryStore, Store};

@@ -54,6 +54,15 @@ pub struct Listed {
     pub lease: Option<Lease>,
 }
 
+/// A submission [`Store::claim_due`] took: its name and record, now leased to the caller.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Due {
+    /// The submission's name.
+    pub name: String,
+    /// Its record's text.
+    pub record: String,
+}
+
 /// Durable storage for pending submissions, shared by every client that opens it.
 ///
 /// Each method is one atomic step. Methods block; the client calls them on tokio's blocking
@@ -82,6 +91,33 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
 
     /// Every stored record, by name.
     fn list(&self) -> Result<Vec<Listed>, BoxError>;
+
+    /// Takes the lease `lease` on up to `limit` stored submissions that no one holds (never
+    /// leased, released, or run out at `now`), oldest lease first, and answers them with their
+    /// records. Two callers at once get different submissions. The default claims them one by
+    /// one from [`Store::list`]; a shared database does it in one statement (see
+    /// `PostgresStore`).
+    fn claim_due(&self, lease: &Lease, now: Timestamp, limit: usize) -> Result<Vec<Due>, BoxError> {
+        let mut due = Vec::new();
+        for listed in self.list()? {
+            if due.len() >= limit {
+                break;
+            }
+            if listed.lease.as_ref().is_some_and(|l| l.until > now) {
+                continue;
+            }
+            if let Claim::Taken(Some(record)) = self.claim(&listed.name, lease, now)? {
+                due.push(Due {
+                    name: listed.name,
+                    record,
+                });
+            } else {
+                // Taken by someone else meanwhile, or removed: leave it.
+                self.release(&listed.name, &lease.owner)?;
+            }
+        }
+        Ok(due)
+    }
 
     /// Whether the methods may block (disk, network). `false` lets the client call them
     /// directly on the async task.
@@ -261,6 +297,44 @@ pub(crate) fn check_semantics(store: &dyn Store, other: &dyn Store) {
     store.release("m", "a").unwrap();
     assert_eq!(other.claim("m", &b(10), t(1)).unwrap(), Claim::Taken(None));
     other.release("m", "b").unwrap();
+    assert!(store.list().unwrap().is_empty());
+
+    // Due submissions: unleased (released) or run out, each taken by one caller only.
+    for name in ["d1", "d2", "d3"] {
+        assert_eq!(
+            store.claim(name, &a(1000), t(200)).unwrap(),
+            Claim::Taken(None)
+        );
+        assert!(store.save(name, &format!("{{{name}}}"), &a(1000)).unwrap());
+    }
+    store.release("d1", "a").unwrap();
+    store.release("d2", "a").unwrap();
+    // d3 is held by a until 1000: not due.
+    let mine = store.claim_due(&a(2000), t(300), 1).unwrap();
+    assert_eq!(mine.len(), 1, "the limit is kept");
+    let theirs = other.claim_due(&b(2000), t(300), 10).unwrap();
+    assert_eq!(
+        theirs.len(),
+        1,
+        "the other caller gets the one left, not d3"
+    );
+    let mut names = vec![mine[0].name.clone(), theirs[0].name.clone()];
+    names.sort();
+    assert_eq!(names, ["d1", "d2"]);
+    assert_eq!(theirs[0].record, format!("{{{}}}", theirs[0].name));
+    assert!(store.claim_due(&a(2000), t(300), 10).unwrap().is_empty());
+    // After a's leases run out (at 1000 and 2000), b takes them over.
+    let mut late: Vec<String> = other
+        .claim_due(&b(9000), t(2500), 10)
+        .unwrap()
+        .into_iter()
+        .map(|d| d.name)
+        .collect();
+    late.sort();
+    assert!(late.contains(&"d3".to_owned()) && late.contains(&mine[0].name));
+    for name in ["d1", "d2", "d3"] {
+        assert!(other.remove(name, "b").unwrap());
+    }
     assert!(store.list().unwrap().is_empty());
 }
 

@@ -1,0 +1,499 @@
+//! # The PostgreSQL store (feature `postgres`)
+//!
+//! For a fleet: several instances of a service share one table of pending submissions, so when
+//! one dies another finishes its work under the same keys.
+//!
+//! - One row per submission name in `oncekey_pending`: the record (the core's
+//!   [`Record`](crate::core::Record) as JSON text) and a lease (owner, expiry in Unix
+//!   milliseconds). Every [`Store`] method is one statement, atomic on its own; the row lock
+//!   PostgreSQL takes for the statement serialises two instances deciding about one lease.
+//! - [`Store::claim_due`] takes up to `limit` submissions whose lease has run out (or was given
+//!   up) in one `UPDATE … FROM (SELECT … FOR UPDATE SKIP LOCKED)`: instances polling the table
+//!   at once each get different rows and never wait on each other. The partial index
+//!   `oncekey_pending_due (lease_until) WHERE record IS NOT NULL` serves it.
+//! - [`PostgresStore::enqueue`] writes a new submission inside the caller's own transaction (a
+//!   transactional outbox): the withdrawal row and the submission that pays it commit together
+//!   or not at all, and a worker's [`Client::resume_due`](crate::Client::resume_due) sends it.
+//! - The schema is created and migrated on [`PostgresStore::connect`], under an advisory lock
+//!   (instances starting together migrate once), and versioned in `oncekey_store_schema`; a
+//!   database from a newer oncekey is refused unchanged.
+//! - Durability is PostgreSQL's: a record is committed (with the server's `synchronous_commit`)
+//!   before the attempt it covers is sent.
+//!
+//! Connections are plain TCP or Unix sockets (`NoTls`): run it on a private network or a
+//! loopback. Secrets never reach the table (CONTRACT.md section 5), but request bodies do.
+//!
+//! ```no_run
+//! # fn outbox() -> oncekey::Result<()> {
+//! use oncekey::{Client, PostgresStore};
+//! let url = "postgres://app@127.0.0.1/payments";
+//! let store = PostgresStore::connect(url)?;
+//! let client = Client::builder().store(store).build()?;
+//! // In the caller's transaction: the withdrawal and the submission that pays it, together.
+//! let mut db = postgres::Client::connect(url, postgres::NoTls).expect("connect");
+//! let mut tx = db.transaction().expect("begin");
+//! tx.execute("INSERT INTO withdrawals (id, amount) VALUES (77, 1200)", &[]).expect("insert");
+//! let record = client
+//!     .submission("payout-77")
+//!     .post("https://api.example.com/payouts")
+//!     .json(&serde_json::json!({ "withdrawal": 77, "amount": 1200 }))?
+//!     .record()?;
+//! PostgresStore::enqueue(&mut tx, &record)?;
+//! tx.commit().expect("commit");
+//! // Any instance's worker loop then sends it (with its key, once):
+//! // loop { client.resume_due(64).await?; tokio::time::sleep(..).await; }
+//! # Ok(()) }
+//! ```
+
+use std::sync::Mutex;
+
+use postgres::{Config, GenericClient, NoTls};
+
+use super::error::{BoxError, Error, Result};
+use super::store::{Claim, Due, Lease, Listed, Store};
+use crate::core::{Record, Timestamp};
+
+/// The schema, one step per version: `MIGRATIONS[i]` takes the version from `i` to `i + 1`.
+const MIGRATIONS: &[&str] = &["CREATE TABLE oncekey_pending (
+        name        TEXT PRIMARY KEY,
+        record      TEXT,
+        lease_owner TEXT,
+        -- Unix milliseconds; 0 when no lease is held (free to claim).
+        lease_until BIGINT NOT NULL DEFAULT 0
+    );
+    CREATE INDEX oncekey_pending_due ON oncekey_pending (lease_until) WHERE record IS NOT NULL;"];
+
+/// The advisory lock key that serialises migrations ("oncekey" in ASCII).
+const MIGRATION_LOCK: i64 = 0x6f6e_6365_6b65_79;
+
+/// Idle connections kept for reuse.
+const MAX_IDLE: usize = 16;
+
+/// The statement [`Store::claim_due`] runs (also shown by [`PostgresStore::explain_claim_due`]).
+const CLAIM_DUE: &str = "UPDATE oncekey_pending AS p SET lease_owner = $1, lease_until = $2
+     FROM (SELECT name FROM oncekey_pending
+           WHERE record IS NOT NULL AND lease_until <= $3
+           ORDER BY lease_until LIMIT $4
+           FOR UPDATE SKIP LOCKED) AS due
+     WHERE p.name = due.name
+     RETURNING p.name, p.record";
+
+/// A [`Store`] in a PostgreSQL database. See the module docs.
+pub struct PostgresStore {
+    config: Config,
+    /// Where it is, for messages: user, host, port and database, never the password.
+    place: String,
+    idle: Mutex<Vec<postgres::Client>>,
+}
+
+impl std::fmt::Debug for PostgresStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PostgresStore")
+            .field("database", &self.place)
+            .finish_non_exhaustive()
+    }
+}
+
+/// User, hosts, ports and database of a configuration, without the password.
+fn describe(config: &Config) -> String {
+    let hosts: Vec<String> = config
+        .get_hosts()
+        .iter()
+        .map(|h| match h {
+            postgres::config::Host::Tcp(h) => h.clone(),
+            #[cfg(unix)]
+            postgres::config::Host::Unix(p) => p.display().to_string(),
+        })
+        .collect();
+    let ports: Vec<String> = config.get_ports().iter().map(u16::to_string).collect();
+    format!(
+        "postgres://{}@{}{}{}/{}",
+        config.get_user().unwrap_or(""),
+        hosts.join(","),
+        if ports.is_empty() { "" } else { ":" },
+        ports.join(","),
+        config.get_dbname().unwrap_or("")
+    )
+}
+
+fn millis(t: Timestamp) -> i64 {
+    i64::try_from(t.as_millis()).unwrap_or(i64::MAX)
+}
+
+fn timestamp(ms: i64) -> Timestamp {
+    Timestamp::from_millis(u64::try_from(ms).unwrap_or(0))
+}
+
+impl PostgresStore {
+    /// Connects to the database at `url` (`postgres://user:password@host:port/db`, or the
+    /// key-value form `host=… user=…`), and creates or migrates the schema.
+    pub fn connect(url: &str) -> Result<PostgresStore> {
+        let config: Config = url.parse().map_err(|e| {
+            Error::store(
+                "the PostgreSQL address could not be read (expected postgres://user@host:port/database)",
+                e,
+            )
+        })?;
+        let store = PostgresStore {
+            place: describe(&config),
+            config,
+            idle: Mutex::new(Vec::new()),
+        };
+        let mut conn = store.connection()?;
+        match migrate(&mut conn) {
+            Ok(()) => {}
+            Err(Refused::Db(e)) => return Err(store.failed("migrated", e)),
+            Err(Refused::Newer(version)) => {
+                return Err(Error::corrupt(
+                    format!(
+                        "the store {} has schema version {version}, made by a newer oncekey; this one reads up to {}",
+                        store.place,
+                        MIGRATIONS.len()
+                    ),
+                    "refusing to change it",
+                ))
+            }
+        }
+        store.put_back(conn);
+        Ok(store)
+    }
+
+    /// Writes a new pending submission inside the caller's transaction (or on any
+    /// [`postgres::Client`]): the transactional outbox. The record comes from
+    /// [`SubmissionBuilder::record`](crate::SubmissionBuilder::record); it carries no lease, so
+    /// the first [`Client::resume_due`](crate::Client::resume_due) of any instance after the
+    /// commit claims and sends it. Its time budget starts when it is first sent.
+    ///
+    /// A submission already pending under the record's name is an error
+    /// ([`Error::is_pending_mismatch`]) and, as PostgreSQL aborts the statement's transaction,
+    /// the caller's transaction with it: the intent and its submission stay together.
+    pub fn enqueue(db: &mut impl GenericClient, record: &Record) -> Result<()> {
+        match db.execute(
+            "INSERT INTO oncekey_pending (name, record, lease_owner, lease_until)
+             VALUES ($1, $2, NULL, 0)",
+            &[&record.name, &record.to_json()],
+        ) {
+            Ok(_) => Ok(()),
+            Err(e) if e.code() == Some(&postgres::error::SqlState::UNIQUE_VIOLATION) => {
+                Err(Error::pending_mismatch(&record.name, None, "name").with_source(e))
+            }
+            Err(e) => Err(Error::store(
+                format!("the submission {:?} could not be enqueued", record.name),
+                e,
+            )),
+        }
+    }
+
+    /// The plan PostgreSQL chooses for [`Store::claim_due`]'s statement (`EXPLAIN`'s lines),
+    /// for benchmarks and for checking the index serves it.
+    pub fn explain_claim_due(&self) -> Result<Vec<String>> {
+        self.with(|c| {
+            let mut tx = c.transaction()?;
+            let rows = tx.query(
+                &format!("EXPLAIN {CLAIM_DUE}"),
+                &[&"explain", &0i64, &0i64, &64i64],
+            )?;
+            tx.rollback()?;
+            rows.iter().map(|r| r.try_get::<_, String>(0)).collect()
+        })
+    }
+
+    /// Where the store is: user, hosts, ports and database (never the password).
+    pub fn database(&self) -> &str {
+        &self.place
+    }
+
+    fn failed(&self, what: &str, e: postgres::Error) -> Error {
+        Error::store(format!("the store {} could not be {what}", self.place), e)
+    }
+
+    fn connection(&self) -> Result<postgres::Client> {
+        let pooled = self.idle.lock().unwrap_or_else(|e| e.into_inner()).pop();
+        match pooled {
+            Some(c) if !c.is_closed() => Ok(c),
+            _ => self
+                .config
+                .connect(NoTls)
+                .map_err(|e| self.failed("reached", e)),
+        }
+    }
+
+    fn put_back(&self, conn: postgres::Client) {
+        let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+        if !conn.is_closed() && idle.len() < MAX_IDLE {
+            idle.push(conn);
+        }
+    }
+
+    /// Runs `f` on a pooled connection; a connection that failed is dropped, not reused.
+    fn with<T>(
+        &self,
+        f: impl FnOnce(&mut postgres::Client) -> std::result::Result<T, postgres::Error>,
+    ) -> Result<T> {
+        let mut conn = self.connection()?;
+        let result = f(&mut conn);
+        match result {
+            Ok(v) => {
+                self.put_back(conn);
+                Ok(v)
+            }
+            Err(e) => {
+                if e.as_db_error().is_some() {
+                    // The server answered: the connection itself is fine.
+                    self.put_back(conn);
+                }
+                Err(self.failed("used", e))
+            }
+        }
+    }
+}
+
+/// Why [`migrate`] refused.
+enum Refused {
+    Db(postgres::Error),
+    /// The schema is newer than this oncekey reads.
+    Newer(usize),
+}
+
+impl From<postgres::Error> for Refused {
+    fn from(e: postgres::Error) -> Refused {
+        Refused::Db(e)
+    }
+}
+
+fn migrate(conn: &mut postgres::Client) -> std::result::Result<(), Refused> {
+    let mut tx = conn.transaction()?;
+    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])?;
+    tx.batch_execute("CREATE TABLE IF NOT EXISTS oncekey_store_schema (version INTEGER NOT NULL)")?;
+    let version: i32 = match tx.query_opt("SELECT version FROM oncekey_store_schema", &[])? {
+        Some(row) => row.try_get(0)?,
+        None => {
+            tx.execute("INSERT INTO oncekey_store_schema (version) VALUES (0)", &[])?;
+            0
+        }
+    };
+    let version = usize::try_from(version).unwrap_or(usize::MAX);
+    if version > MIGRATIONS.len() {
+        // Leave the newer schema as it is.
+        tx.rollback()?;
+        return Err(Refused::Newer(version));
+    }
+    for (i, step) in MIGRATIONS.iter().enumerate().skip(version) {
+        tx.batch_execute(step)?;
+        let v = i32::try_from(i + 1).unwrap_or(i32::MAX);
+        tx.execute("UPDATE oncekey_store_schema SET version = $1", &[&v])?;
+    }
+    Ok(tx.commit()?)
+}
+
+impl Store for PostgresStore {
+    fn claim(&self, name: &str, lease: &Lease, now: Timestamp) -> Result<Claim, BoxError> {
+        let owner = lease.owner.as_str();
+        let (until, now) = (millis(lease.until), millis(now));
+        Ok(self.with(|c| {
+            // A held row that does not change is read again: another instance may release or
+            // remove it between the two statements, so try a few times.
+            for _ in 0..8 {
+                let taken = c.query_opt(
+                    "INSERT INTO oncekey_pending (name, lease_owner, lease_until) VALUES ($1, $2, $3)
+                     ON CONFLICT (name) DO UPDATE
+                         SET lease_owner = EXCLUDED.lease_owner, lease_until = EXCLUDED.lease_until
+                         WHERE oncekey_pending.lease_owner IS NULL
+                            OR oncekey_pending.lease_owner = EXCLUDED.lease_owner
+                            OR oncekey_pending.lease_until <= $4
+                     RETURNING record",
+                    &[&name, &owner, &until, &now],
+                )?;
+                if let Some(row) = taken {
+                    return Ok(Claim::Taken(row.try_get(0)?));
+                }
+                let held = c.query_opt(
+                    "SELECT lease_owner, lease_until FROM oncekey_pending WHERE name = $1",
+                    &[&name],
+                )?;
+                if let Some(row) = held {
+                    if let Some(holder) = row.try_get::<_, Option<String>>(0)? {
+                        let until: i64 = row.try_get(1)?;
+                        if until > now && holder != owner {
+                            return Ok(Claim::Busy(Lease {
+                                owner: holder,
+                                until: timestamp(until),
+                            }));
+                        }
+                    }
+                }
+            }
+            // Still changing under us: report it busy to an unknown holder rather than spin.
+            Ok(Claim::Busy(Lease {
+                owner: "(changing)".into(),
+                until: timestamp(now),
+            }))
+        })?)
+    }
+
+    fn save(&self, name: &str, record: &str, lease: &Lease) -> Result<bool, BoxError> {
+        Ok(self.with(|c| {
+            c.execute(
+                "UPDATE oncekey_pending SET record = $2, lease_until = $4
+                 WHERE name = $1 AND lease_owner = $3",
+                &[&name, &record, &lease.owner, &millis(lease.until)],
+            )
+            .map(|n| n == 1)
+        })?)
+    }
+
+    fn renew(&self, name: &str, lease: &Lease) -> Result<bool, BoxError> {
+        Ok(self.with(|c| {
+            c.execute(
+                "UPDATE oncekey_pending SET lease_until = $3 WHERE name = $1 AND lease_owner = $2",
+                &[&name, &lease.owner, &millis(lease.until)],
+            )
+            .map(|n| n == 1)
+        })?)
+    }
+
+    fn remove(&self, name: &str, owner: &str) -> Result<bool, BoxError> {
+        Ok(self.with(|c| {
+            c.execute(
+                "DELETE FROM oncekey_pending WHERE name = $1 AND lease_owner = $2",
+                &[&name, &owner],
+            )
+            .map(|n| n == 1)
+        })?)
+    }
+
+    fn release(&self, name: &str, owner: &str) -> Result<(), BoxError> {
+        Ok(self.with(|c| {
+            c.execute(
+                "DELETE FROM oncekey_pending WHERE name = $1 AND lease_owner = $2 AND record IS NULL",
+                &[&name, &owner],
+            )?;
+            c.execute(
+                "UPDATE oncekey_pending SET lease_owner = NULL, lease_until = 0
+                 WHERE name = $1 AND lease_owner = $2",
+                &[&name, &owner],
+            )
+            .map(|_| ())
+        })?)
+    }
+
+    fn list(&self) -> Result<Vec<Listed>, BoxError> {
+        Ok(self.with(|c| {
+            c.query(
+                "SELECT name, record, lease_owner, lease_until FROM oncekey_pending
+                 WHERE record IS NOT NULL ORDER BY name",
+                &[],
+            )?
+            .iter()
+            .map(|r| {
+                Ok(Listed {
+                    name: r.try_get(0)?,
+                    record: r.try_get(1)?,
+                    lease: r
+                        .try_get::<_, Option<String>>(2)?
+                        .map(|owner| -> std::result::Result<Lease, postgres::Error> {
+                            Ok(Lease {
+                                owner,
+                                until: timestamp(r.try_get(3)?),
+                            })
+                        })
+                        .transpose()?,
+                })
+            })
+            .collect()
+        })?)
+    }
+
+    fn claim_due(&self, lease: &Lease, now: Timestamp, limit: usize) -> Result<Vec<Due>, BoxError> {
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        Ok(self.with(|c| {
+            c.query(
+                CLAIM_DUE,
+                &[&lease.owner, &millis(lease.until), &millis(now), &limit],
+            )?
+            .iter()
+            .map(|r| {
+                Ok(Due {
+                    name: r.try_get(0)?,
+                    record: r.try_get(1)?,
+                })
+            })
+            .collect()
+        })?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A fresh database in the cluster at `ONCEKEY_PG_URL` (`None`, with the test named as
+    /// skipped, when it is unset).
+    fn fresh_database(test: &str) -> Option<String> {
+        let Ok(base) = std::env::var("ONCEKEY_PG_URL") else {
+            // Straight to stderr, past the test harness's capture, so the skip shows.
+            use std::io::Write;
+            let _ = writeln!(
+                std::io::stderr(),
+                "SKIPPED {test}: no PostgreSQL (ONCEKEY_PG_URL is unset; make test starts one)"
+            );
+            return None;
+        };
+        let name = format!("oncekey_unit_{}_{}", std::process::id(), rand_u32());
+        let mut admin = postgres::Client::connect(&base, NoTls).expect("the test cluster");
+        admin
+            .batch_execute(&format!("CREATE DATABASE {name}"))
+            .expect("create database");
+        let (head, _) = base.rsplit_once('/').expect("a URL with a database");
+        Some(format!("{head}/{name}"))
+    }
+
+    fn rand_u32() -> u32 {
+        let mut b = [0u8; 4];
+        getrandom::fill(&mut b).expect("random");
+        u32::from_le_bytes(b)
+    }
+
+    #[test]
+    fn postgres_store_has_the_semantics() {
+        let Some(url) = fresh_database("postgres_store_has_the_semantics") else {
+            return;
+        };
+        let one = PostgresStore::connect(&url).unwrap();
+        let two = PostgresStore::connect(&url).unwrap();
+        crate::native::store::check_semantics(&one, &two);
+    }
+
+    #[test]
+    fn a_newer_schema_is_refused_and_left_alone() {
+        let Some(url) = fresh_database("a_newer_schema_is_refused_and_left_alone") else {
+            return;
+        };
+        drop(PostgresStore::connect(&url).unwrap());
+        let mut db = postgres::Client::connect(&url, NoTls).unwrap();
+        db.batch_execute("UPDATE oncekey_store_schema SET version = 99")
+            .unwrap();
+        let err = PostgresStore::connect(&url).unwrap_err();
+        assert!(err.is_corrupt(), "{err}");
+        let text = err.to_string();
+        assert!(text.contains("schema version 99"), "{text}");
+        let version: i32 = db
+            .query_one("SELECT version FROM oncekey_store_schema", &[])
+            .unwrap()
+            .get(0);
+        assert_eq!(version, 99);
+    }
+
+    #[test]
+    fn a_bad_address_is_named_without_its_password() {
+        let err = PostgresStore::connect("postgres://u:hunter2@127.0.0.1:1/db").unwrap_err();
+        let text = err.to_string();
+        assert!(
+            text.contains("127.0.0.1") && text.contains("could not be reached"),
+            "{text}"
+        );
+        assert!(!text.contains("hunter2"), "{text}");
+        let err = PostgresStore::connect("postgres://[nope").unwrap_err();
+        assert!(err.to_string().contains("PostgreSQL address"), "{err}");
+    }
+}
