@@ -23,7 +23,7 @@ use sha2::{Digest, Sha256};
 use tokio_util::sync::CancellationToken;
 
 use crate::faults::{Fault, RandomFaults};
-use crate::store::{self, Claim, ClaimRequest, Claimed, Failure, NewTicket, Store, Stored};
+use crate::store::{Claim, ClaimRequest, Claimed, Failure, NewTicket, Store, Stored, Tx};
 
 /// The largest request body read, in bytes.
 pub const MAX_BODY: usize = 64 * 1024;
@@ -546,10 +546,10 @@ async fn keyed(
     let c = claim.clone();
     let ticket = submission.ticket;
     // The ticket and the receipt's answer, in one transaction, if the lease is still ours.
-    let work = move |conn: &rusqlite::Connection| {
+    let work = move |tx: &mut dyn Tx| {
         let (answer, ticket_id) = match &ticket {
             Ok(new) => {
-                let ticket = store::insert_ticket(conn, new, Some(&c.key))?;
+                let ticket = tx.insert_ticket(new, Some(&c.key))?;
                 let answer = Stored {
                     status: 201,
                     content_type: JSON.to_owned(),
@@ -559,7 +559,7 @@ async fn keyed(
             }
             Err(refusal) => (refusal.clone(), None),
         };
-        store::complete(conn, &c, &answer, ticket_id, now_ms())?;
+        tx.complete(&c, &answer, ticket_id, now_ms())?;
         if crash {
             return Err(Failure::Aborted);
         }
@@ -654,10 +654,7 @@ async fn keyed(
             tracing::error!(%tenant, key = %short, "completion failed: {e}");
             app.count(&tenant, |c| c.errors += 1);
             // A 5xx is never stored: give the key back so the retry does the work.
-            let _ = app
-                .store
-                .run_light(move |conn| store::release(conn, &claim))
-                .await;
+            let _ = app.store.run_light(move |tx| tx.release(&claim)).await;
             Outcome::Answer(unavailable("the ticket could not be stored; retry"))
         }
     }
@@ -719,8 +716,8 @@ async fn plain(app: Arc<App>, headers: HeaderMap, body: Body, abort: ConnectionA
         let crash = fault == Some(Fault::CrashBeforeCommit);
         let done = app
             .store
-            .run(move |conn| {
-                let ticket = store::insert_ticket(conn, &new, None)?;
+            .run(move |tx| {
+                let ticket = tx.insert_ticket(&new, None)?;
                 if crash {
                     return Err(Failure::Aborted);
                 }
@@ -771,7 +768,7 @@ pub async fn list_tickets(
     let limit = q.limit.unwrap_or(100).clamp(0, 10_000);
     match app
         .store
-        .run_light(move |conn| store::list_tickets(conn, &tenant, limit))
+        .run_light(move |tx| tx.list_tickets(&tenant, limit))
         .await
     {
         Ok(tickets) => axum::Json(tickets).into_response(),
@@ -802,11 +799,7 @@ pub async fn stats(State(app): State<Arc<App>>, headers: HeaderMap) -> Response 
         Err(problem) => return respond(&problem),
     };
     let t = tenant.clone();
-    match app
-        .store
-        .run_light(move |conn| store::counts(conn, &t))
-        .await
-    {
+    match app.store.run_light(move |tx| tx.counts(&t)).await {
         Ok(counts) => {
             let counters = app
                 .counters

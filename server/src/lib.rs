@@ -46,8 +46,11 @@ use crate::store::Store;
 pub struct Config {
     /// Where to listen; port 0 picks a free port.
     pub addr: SocketAddr,
-    /// The SQLite database file, or `:memory:`.
+    /// The database: a SQLite file, `:memory:`, or a PostgreSQL URL (`postgres://...` or
+    /// `postgresql://...`), which several servers may share.
     pub db: String,
+    /// How many PostgreSQL connections this server keeps (ignored for SQLite).
+    pub db_connections: usize,
     /// Served at `/` (the demo's build output).
     pub www: Option<PathBuf>,
     /// Served at `/pkg/` (the browser package).
@@ -78,6 +81,7 @@ impl Default for Config {
         Config {
             addr: SocketAddr::from(([127, 0, 0, 1], 0)),
             db: ":memory:".to_owned(),
+            db_connections: store::DEFAULT_CONNECTIONS,
             www: None,
             pkg: None,
             mounts: Vec::new(),
@@ -99,7 +103,12 @@ pub enum StartError {
     /// The address could not be bound.
     Bind(std::io::Error),
     /// The database could not be opened.
-    Store(store::Failure),
+    Store {
+        /// The database, as [`store::describe`] shows it (no password).
+        db: String,
+        /// Why not.
+        error: store::Failure,
+    },
     /// A configuration value is not usable.
     Config(String),
 }
@@ -108,7 +117,7 @@ impl std::fmt::Display for StartError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             StartError::Bind(e) => write!(f, "cannot listen: {e}"),
-            StartError::Store(e) => write!(f, "cannot open the database: {e}"),
+            StartError::Store { db, error } => write!(f, "cannot open the database {db}: {error}"),
             StartError::Config(e) => write!(f, "{e}"),
         }
     }
@@ -233,17 +242,18 @@ pub async fn start(config: Config) -> Result<Server, StartError> {
     if config.lease.is_zero() {
         return Err(StartError::Config("--lease must be positive".into()));
     }
-    let (store, writer) = Store::open(&config.db).map_err(StartError::Store)?;
+    let db = store::describe(&config.db);
+    let (store, writer) =
+        Store::open_with(&config.db, config.db_connections).map_err(|error| StartError::Store {
+            db: db.clone(),
+            error,
+        })?;
     let listener = TcpListener::bind(config.addr)
         .await
         .map_err(StartError::Bind)?;
     let addr = listener.local_addr().map_err(StartError::Bind)?;
     let random_faults =
         (config.fault_rate > 0.0).then(|| RandomFaults::new(config.fault_rate, config.seed));
-    let first_token = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_nanos() as i64)
-        .unwrap_or(1);
     let app = Arc::new(App {
         store: store.clone(),
         faults: config.faults || random_faults.is_some(),
@@ -252,8 +262,9 @@ pub async fn start(config: Config) -> Result<Server, StartError> {
         receipt_ttl: config.receipt_ttl,
         key_check: config.key_check,
         counters: Mutex::new(HashMap::new()),
-        // Unique across restarts, so a dead process's token never matches a live request's.
-        next_token: AtomicI64::new(first_token),
+        // Unique across restarts and across the servers sharing a database, so a dead or other
+        // process's token never matches this one's.
+        next_token: AtomicI64::new(first_token()),
     });
     let router = router(app, &config);
     let stop = CancellationToken::new();
@@ -264,8 +275,23 @@ pub async fn start(config: Config) -> Result<Server, StartError> {
         let _ = tokio::task::spawn_blocking(move || writer.join()).await;
         tracing::info!("database closed");
     }));
-    tracing::info!(%addr, db = %config.db, faults = config.faults, "serving");
+    tracing::info!(%addr, %db, faults = config.faults, "serving");
     Ok(Server { addr, stop, task })
+}
+
+/// A random start for this process's claim tokens, in `0..2^62` (the counter after it has room
+/// to grow): random so that servers sharing a database never hand out the same token.
+fn first_token() -> i64 {
+    use std::hash::{BuildHasher, Hasher};
+    // The standard library seeds each `RandomState` from the operating system's generator.
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    h.write_u128(nanos);
+    h.write_u32(std::process::id());
+    (h.finish() >> 2) as i64
 }
 
 async fn serve(
@@ -332,10 +358,7 @@ async fn sweep(store: Store, ttl: Duration, every: Duration) {
             .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
             .map(|d| d.as_millis() as i64)
             .unwrap_or(0);
-        match store
-            .run_light(move |conn| store::sweep(conn, before))
-            .await
-        {
+        match store.run_light(move |tx| tx.sweep(before)).await {
             Ok(0) => {}
             Ok(n) => tracing::info!(removed = n, "swept expired receipts"),
             Err(store::Failure::Closed) => return,

@@ -16,9 +16,13 @@ struct Args {
     /// Address to listen on; port 0 picks a free one (printed as `listening on http://IP:PORT`).
     #[arg(long, default_value = "127.0.0.1:8080")]
     addr: SocketAddr,
-    /// SQLite database file, or `:memory:`.
+    /// The database: a SQLite file, `:memory:`, or a PostgreSQL URL (`postgres://USER@HOST:PORT/DB`
+    /// or `postgresql://...`), which several servers may share.
     #[arg(long, default_value = "helpdesk.db")]
     db: String,
+    /// How many PostgreSQL connections to keep (ignored for SQLite).
+    #[arg(long, default_value_t = oncekey_server::store::DEFAULT_CONNECTIONS)]
+    db_connections: usize,
     /// Folder served at `/` (the demo's build output).
     #[arg(long)]
     www: Option<PathBuf>,
@@ -78,6 +82,7 @@ async fn main() {
     let config = Config {
         addr: args.addr,
         db: args.db,
+        db_connections: args.db_connections,
         www: args.www,
         pkg: args.pkg,
         mounts: args.mounts,

@@ -6,61 +6,16 @@
 mod common;
 
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
+use common::process::Process;
 use common::{send_until_definite, Answer};
 
+const ARGS: &[&str] = &["--faults", "--lease", "300ms"];
+
 const KEYS: usize = 200;
-
-/// The server process; killed (SIGKILL) when dropped, so a failing test leaves nothing behind.
-struct Process {
-    child: Child,
-    url: String,
-}
-
-impl Process {
-    fn start(db: &Path) -> Process {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_oncekey-server"))
-            .args([
-                "--addr",
-                "127.0.0.1:0",
-                "--faults",
-                "--lease",
-                "300ms",
-                "--db",
-            ])
-            .arg(db)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("the server binary starts");
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let url = line
-            .trim()
-            .strip_prefix("listening on ")
-            .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
-            .to_owned();
-        Process { child, url }
-    }
-
-    fn kill(&mut self) {
-        let _ = self.child.kill(); // SIGKILL on Unix
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for Process {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
 
 fn body(i: usize) -> String {
     format!(r#"{{"subject":"Crash {i}","body":"b","email":"k{i}@example.com"}}"#)
@@ -126,7 +81,7 @@ async fn a_killed_server_leaves_no_receipt_without_its_ticket_and_retries_make_o
     let db = dir.path().join("crash.db");
     let client = common::client();
 
-    let mut server = Process::start(&db);
+    let mut server = Process::start(&db, ARGS);
     let answered = Arc::new(AtomicUsize::new(0));
     let (kill_now, mut kill_signal) = tokio::sync::mpsc::channel::<()>(1);
     let mut tasks = Vec::new();
@@ -170,7 +125,7 @@ async fn a_killed_server_leaves_no_receipt_without_its_ticket_and_retries_make_o
         "some work was cut off ({processing} claims held)"
     );
 
-    let server = Process::start(&db);
+    let server = Process::start(&db, ARGS);
     let mut retries = Vec::new();
     for i in 0..KEYS {
         let client = client.clone();
@@ -217,7 +172,7 @@ async fn sigterm_shuts_down_gracefully_and_keeps_committed_tickets() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("term.db");
     let client = common::client();
-    let mut server = Process::start(&db);
+    let mut server = Process::start(&db, ARGS);
     let first = Answer::read(request(&client, &server.url, 0).send().await.unwrap()).await;
     assert_eq!(first.status, 201);
     let pid = libc::pid_t::try_from(server.child.id()).unwrap();
@@ -225,7 +180,7 @@ async fn sigterm_shuts_down_gracefully_and_keeps_committed_tickets() {
     assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
     let exit = server.child.wait().unwrap();
     assert!(exit.success(), "a graceful exit, not {exit:?}");
-    let server = Process::start(&db);
+    let server = Process::start(&db, ARGS);
     let again = Answer::read(request(&client, &server.url, 0).send().await.unwrap()).await;
     assert!(again.replayed);
     assert_eq!(again.body, first.body);

@@ -1,8 +1,13 @@
-//! The claim as a lease, at the store's level: a holder whose lease was taken over cannot
-//! complete, and its work is rolled back with the refused completion.
+//! The claim as a lease, at the store's level, on SQLite and on PostgreSQL: a holder whose
+//! lease was taken over cannot complete, and its work is rolled back with the refused
+//! completion.
+
+mod common;
+
+use std::future::Future;
 
 use oncekey_server::store::{
-    self, Claim, ClaimRequest, Claimed, Failure, NewTicket, Store, Stored,
+    Claim, ClaimRequest, Claimed, Counts, Failure, NewTicket, Store, Stored,
 };
 
 fn claim_request(token: i64, now: i64, fingerprint: &[u8]) -> ClaimRequest {
@@ -27,17 +32,57 @@ fn ticket() -> NewTicket {
     }
 }
 
+/// Runs `test` on a SQLite store in memory.
+async fn on_sqlite<F: Future<Output = ()>>(test: impl FnOnce(Store) -> F) {
+    let (store, writer) = Store::open(":memory:").unwrap();
+    test(store.clone()).await;
+    store.stop();
+    writer.join();
+}
+
+/// Runs `test` on a PostgreSQL store in a fresh database, or says it is skipped.
+async fn on_postgres<F: Future<Output = ()>>(name: &str, test: impl FnOnce(Store) -> F) {
+    let Some(db) = common::pg::fresh(name) else {
+        return;
+    };
+    let (store, writer) = Store::open_with(&db.url, 2).unwrap();
+    test(store.clone()).await;
+    store.stop();
+    writer.join();
+}
+
+/// A test on both backends: `name::sqlite` and `name::postgres`.
+macro_rules! on_both {
+    ($name:ident) => {
+        mod $name {
+            #[tokio::test]
+            async fn sqlite() {
+                super::on_sqlite(super::$name).await;
+            }
+
+            #[tokio::test]
+            async fn postgres() {
+                super::on_postgres(
+                    concat!("store::", stringify!($name), "::postgres"),
+                    super::$name,
+                )
+                .await;
+            }
+        }
+    };
+}
+
 /// Inserts the ticket and completes the claim in one job, as the route does.
 async fn work(store: &Store, c: ClaimRequest) -> Result<i64, Failure> {
     store
-        .run(move |conn| {
-            let t = store::insert_ticket(conn, &ticket(), Some(&c.key))?;
+        .run(move |tx| {
+            let t = tx.insert_ticket(&ticket(), Some(&c.key))?;
             let answer = Stored {
                 status: 201,
                 content_type: "application/json".into(),
                 body: format!("{{\"id\":{}}}", t.id).into_bytes(),
             };
-            store::complete(conn, &c, &answer, Some(t.id), c.now)?;
+            tx.complete(&c, &answer, Some(t.id), c.now)?;
             Ok(t.id)
         })
         .await
@@ -45,16 +90,15 @@ async fn work(store: &Store, c: ClaimRequest) -> Result<i64, Failure> {
 
 async fn claim(store: &Store, c: &ClaimRequest) -> Claim {
     let c = c.clone();
-    store.run(move |conn| store::claim(conn, &c)).await.unwrap()
+    store.run(move |tx| tx.claim(&c)).await.unwrap()
 }
 
-async fn counts(store: &Store) -> store::Counts {
-    store.run(|conn| store::counts(conn, "t")).await.unwrap()
+async fn counts(store: &Store) -> Counts {
+    store.run(|tx| tx.counts("t")).await.unwrap()
 }
 
-#[tokio::test]
-async fn an_expired_lease_is_taken_over_and_the_old_holder_cannot_complete() {
-    let (store, writer) = Store::open(":memory:").unwrap();
+on_both!(an_expired_lease_is_taken_over_and_the_old_holder_cannot_complete);
+async fn an_expired_lease_is_taken_over_and_the_old_holder_cannot_complete(store: Store) {
     let a = claim_request(1, 1_000, b"fp");
     assert!(matches!(
         claim(&store, &a).await,
@@ -79,10 +123,7 @@ async fn an_expired_lease_is_taken_over_and_the_old_holder_cannot_complete() {
     ));
     assert_eq!(counts(&store).await.tickets, 0);
     // A's release (a 5xx path) does not free B's claim.
-    store
-        .run(move |conn| store::release(conn, &a))
-        .await
-        .unwrap();
+    store.run(move |tx| tx.release(&a)).await.unwrap();
     assert_eq!(counts(&store).await.processing, 1);
     let id = work(&store, b).await.unwrap();
     let after = counts(&store).await;
@@ -96,13 +137,10 @@ async fn an_expired_lease_is_taken_over_and_the_old_holder_cannot_complete() {
         claim(&store, &claim_request(4, 3_000, b"other")).await,
         Claim::Conflict
     ));
-    store.stop();
-    writer.join();
 }
 
-#[tokio::test]
-async fn a_receipt_older_than_its_ttl_is_forgotten() {
-    let (store, writer) = Store::open(":memory:").unwrap();
+on_both!(a_receipt_older_than_its_ttl_is_forgotten);
+async fn a_receipt_older_than_its_ttl_is_forgotten(store: Store) {
     let first = claim_request(1, 1_000, b"fp");
     claim(&store, &first).await;
     work(&store, first).await.unwrap();
@@ -112,52 +150,40 @@ async fn a_receipt_older_than_its_ttl_is_forgotten() {
         claim(&store, &later).await,
         Claim::Taken { took_over: false }
     ));
-    assert_eq!(
-        store.run(|conn| store::sweep(conn, 100_000)).await.unwrap(),
-        1
-    );
+    // The renewed claim is this request's: it completes.
+    work(&store, later).await.unwrap();
+    assert_eq!(store.run(|tx| tx.sweep(100_000)).await.unwrap(), 1);
     assert_eq!(counts(&store).await.receipts, 0);
-    store.stop();
-    writer.join();
 }
 
-#[tokio::test]
-async fn a_failed_job_rolls_back_alone() {
-    let (store, writer) = Store::open(":memory:").unwrap();
-    let ok = store.run(|conn| store::insert_ticket(conn, &ticket(), None));
-    let aborted = store.run(|conn| {
-        store::insert_ticket(conn, &ticket(), None)?;
+on_both!(a_failed_job_rolls_back_alone);
+async fn a_failed_job_rolls_back_alone(store: Store) {
+    let ok = store.run(|tx| tx.insert_ticket(&ticket(), None));
+    let aborted = store.run(|tx| {
+        tx.insert_ticket(&ticket(), None)?;
         Err::<(), _>(Failure::Aborted)
     });
     let (ok, aborted) = tokio::join!(ok, aborted);
     assert!(ok.is_ok());
     assert!(matches!(aborted, Err(Failure::Aborted)));
     assert_eq!(counts(&store).await.tickets, 1);
-    store.stop();
-    writer.join();
 }
 
-#[tokio::test]
-async fn claim_then_work_commits_the_claim_then_the_work() {
-    let (store, writer) = Store::open(":memory:").unwrap();
+on_both!(claim_then_work_commits_the_claim_then_the_work);
+async fn claim_then_work_commits_the_claim_then_the_work(store: Store) {
     let c = claim_request(1, 1_000, b"fp");
     let k = c.clone();
     let worked = store
-        .claim_then(c.clone(), move |conn| {
+        .claim_then(c.clone(), move |tx| {
             // The claim is already committed and visible when the work runs.
-            let state: String = conn.query_row(
-                "SELECT state FROM receipts WHERE tenant = ?1 AND key = ?2",
-                [&k.tenant, &k.key],
-                |r| r.get(0),
-            )?;
-            assert_eq!(state, "processing");
-            let t = store::insert_ticket(conn, &ticket(), Some(&k.key))?;
+            assert_eq!(tx.counts(&k.tenant)?.processing, 1);
+            let t = tx.insert_ticket(&ticket(), Some(&k.key))?;
             let answer = Stored {
                 status: 201,
                 content_type: "application/json".into(),
                 body: b"{}".to_vec(),
             };
-            store::complete(conn, &k, &answer, Some(t.id), k.now)?;
+            tx.complete(&k, &answer, Some(t.id), k.now)?;
             Ok(t.id)
         })
         .await
@@ -175,13 +201,12 @@ async fn claim_then_work_commits_the_claim_then_the_work() {
         .unwrap();
     assert!(matches!(again, Claimed::Not(Claim::Done(_))));
     // Work that fails is rolled back alone; its claim stays until its lease ends.
-    let failing = claim_request(3, 1_000, b"fp");
-    let mut failing = failing;
+    let mut failing = claim_request(3, 1_000, b"fp");
     failing.key = "other".into();
     let f = failing.clone();
     let failed = store
-        .claim_then(failing, move |conn| {
-            store::insert_ticket(conn, &ticket(), Some(&f.key))?;
+        .claim_then(failing, move |tx| {
+            tx.insert_ticket(&ticket(), Some(&f.key))?;
             Err::<(), _>(Failure::Aborted)
         })
         .await
@@ -195,25 +220,72 @@ async fn claim_then_work_commits_the_claim_then_the_work() {
     ));
     let after = counts(&store).await;
     assert_eq!((after.tickets, after.receipts, after.processing), (1, 1, 1));
-    store.stop();
-    writer.join();
 }
 
-#[tokio::test]
-async fn a_released_claim_frees_the_key_for_the_retry() {
-    let (store, writer) = Store::open(":memory:").unwrap();
+on_both!(a_released_claim_frees_the_key_for_the_retry);
+async fn a_released_claim_frees_the_key_for_the_retry(store: Store) {
     let a = claim_request(1, 1_000, b"fp");
     claim(&store, &a).await;
-    store
-        .run_light(move |conn| store::release(conn, &a))
-        .await
-        .unwrap();
+    store.run_light(move |tx| tx.release(&a)).await.unwrap();
     assert_eq!(counts(&store).await.processing, 0);
     // Well within A's lease, the retry is not told to wait: nothing was done, it does the work.
     assert!(matches!(
         claim(&store, &claim_request(2, 1_001, b"fp")).await,
         Claim::Taken { took_over: false }
     ));
-    store.stop();
-    writer.join();
+}
+
+on_both!(many_claimers_of_one_key_take_turns);
+/// Concurrent claims on one key (on PostgreSQL, from several connections at once): one is
+/// granted, the others wait their turn and see it held, or done.
+async fn many_claimers_of_one_key_take_turns(store: Store) {
+    let mut tasks = Vec::new();
+    for token in 0..40 {
+        let store = store.clone();
+        tasks.push(tokio::spawn(async move {
+            let c = claim_request(token, 1_000, b"fp");
+            let k = c.clone();
+            store
+                .claim_then(c, move |tx| {
+                    let t = tx.insert_ticket(&ticket(), Some(&k.key))?;
+                    let answer = Stored {
+                        status: 201,
+                        content_type: "application/json".into(),
+                        body: b"{}".to_vec(),
+                    };
+                    tx.complete(&k, &answer, Some(t.id), k.now)
+                })
+                .await
+                .unwrap()
+        }));
+    }
+    let mut worked = 0;
+    for task in tasks {
+        match task.await.unwrap() {
+            Claimed::Worked { result, .. } => {
+                result.unwrap();
+                worked += 1;
+            }
+            Claimed::Not(Claim::InProgress { .. } | Claim::Done(_)) => {}
+            Claimed::Not(other) => panic!("{other:?}"),
+        }
+    }
+    assert_eq!(worked, 1);
+    let after = counts(&store).await;
+    assert_eq!((after.tickets, after.receipts, after.processing), (1, 1, 0));
+}
+
+/// Nothing here is specific to a backend but the opening.
+#[test]
+fn a_newer_sqlite_schema_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("new.db");
+    let path = path.to_str().unwrap();
+    {
+        let conn = rusqlite::Connection::open(path).unwrap();
+        conn.execute_batch("PRAGMA user_version = 7").unwrap();
+    }
+    let err = Store::open(path).unwrap_err().to_string();
+    assert!(err.contains("schema version 7"), "{err}");
+    assert!(err.contains("newer"), "{err}");
 }

@@ -1,6 +1,9 @@
 //! Starts the server in-process on a free port and talks to it over real HTTP.
 #![allow(dead_code)]
 
+pub mod pg;
+pub mod process;
+
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 

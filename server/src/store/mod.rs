@@ -1,0 +1,476 @@
+//! # The store
+//!
+//! Receipts and tickets, in SQLite (a file, or `:memory:`) or in PostgreSQL (a `postgres://` or
+//! `postgresql://` URL), behind one seam: a request hands the store a job, a closure over a
+//! [`Tx`] (the open transaction, with the queries as methods), and hears its result once the
+//! transaction has ended. Effects are kept when the job returns `Ok`, rolled back when it
+//! returns `Err`.
+//!
+//! Jobs are *durable* ([`Store::run`]: a ticket and its receipt's answer, committed and synced
+//! before anyone hears of them) or *light* ([`Store::run_light`]: claims, releases, reads and
+//! sweeps, committed without waiting for a sync of their own; losing one in a power cut is
+//! harmless, and the next durable commit syncs it along with its own). A keyed request's claim
+//! is committed in a transaction of its own before its work begins ([`Store::claim_then`]).
+//!
+//! - SQLite: one connection, owned by a writer thread that groups waiting jobs into shared
+//!   transactions (group commit). See `sqlite.rs`.
+//! - PostgreSQL: a small pool of connections, each owned by a thread of its own, each job in a
+//!   transaction of its own. The claim reads an existing receipt `FOR UPDATE`, so claimers in
+//!   several server processes on one database take turns. See `pg.rs`.
+
+mod pg;
+mod sqlite;
+
+use std::thread::JoinHandle;
+
+/// Why a job did not leave its effect in the database.
+#[derive(Debug)]
+pub enum Failure {
+    /// SQLite said no.
+    Sqlite(rusqlite::Error),
+    /// PostgreSQL said no, or could not be reached.
+    Postgres(postgres::Error),
+    /// The database cannot be used by this server (unreachable, or a schema it does not know).
+    Open(String),
+    /// The database held a value this server cannot read.
+    Corrupt(String),
+    /// The store is closed (the server is shutting down).
+    Closed,
+    /// The job ran but its transaction did not commit.
+    NotCommitted,
+    /// The job asked for its work to be rolled back (the `crash-before-commit` fault).
+    Aborted,
+    /// The claim's lease had been taken over by another request: this request's work was
+    /// rolled back so that the key's work is done once.
+    LostLease,
+}
+
+impl From<rusqlite::Error> for Failure {
+    fn from(e: rusqlite::Error) -> Failure {
+        Failure::Sqlite(e)
+    }
+}
+
+impl From<postgres::Error> for Failure {
+    fn from(e: postgres::Error) -> Failure {
+        Failure::Postgres(e)
+    }
+}
+
+/// An error and its causes, `: `-separated (the PostgreSQL client's errors keep the server's
+/// message in their cause).
+pub(crate) fn chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        let more = c.to_string();
+        if !text.ends_with(&more) {
+            text.push_str(": ");
+            text.push_str(&more);
+        }
+        cause = c.source();
+    }
+    text
+}
+
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Failure::Sqlite(e) => write!(f, "database error: {e}"),
+            Failure::Postgres(e) => write!(f, "PostgreSQL: {}", chain(e)),
+            Failure::Open(why) => f.write_str(why),
+            Failure::Corrupt(why) => write!(f, "unreadable data in the database: {why}"),
+            Failure::Closed => f.write_str("the store is closed"),
+            Failure::NotCommitted => f.write_str("the transaction did not commit"),
+            Failure::Aborted => f.write_str("the work was aborted before commit"),
+            Failure::LostLease => f.write_str("the claim's lease was taken over"),
+        }
+    }
+}
+
+impl std::error::Error for Failure {}
+
+/// The queries, inside an open transaction. Implemented by the SQLite connection (inside the
+/// writer's transaction) and by a PostgreSQL transaction.
+pub trait Tx {
+    /// Claims a key, or reports why not: the key is new (or its receipt expired), its holder's
+    /// lease ended (a takeover), another request holds it, it was used with another body, or
+    /// its work is done.
+    fn claim(&mut self, c: &ClaimRequest) -> Result<Claim, Failure>;
+
+    /// Completes a claim with its answer, if the lease is still this request's; otherwise
+    /// [`Failure::LostLease`], and the job's other work (the ticket) is rolled back with it.
+    fn complete(
+        &mut self,
+        c: &ClaimRequest,
+        answer: &Stored,
+        ticket_id: Option<i64>,
+        now: i64,
+    ) -> Result<(), Failure>;
+
+    /// Gives a claim up (its request answered 5xx: nothing was done, the retry does the work).
+    fn release(&mut self, c: &ClaimRequest) -> Result<(), Failure>;
+
+    /// Inserts a ticket and returns it.
+    fn insert_ticket(&mut self, t: &NewTicket, key: Option<&str>) -> Result<Ticket, Failure>;
+
+    /// The tenant's newest tickets, newest first.
+    fn list_tickets(&mut self, tenant: &str, limit: i64) -> Result<Vec<Ticket>, Failure>;
+
+    /// The tenant's counts.
+    fn counts(&mut self, tenant: &str) -> Result<Counts, Failure>;
+
+    /// Removes receipts created before `before` (Unix milliseconds); returns how many.
+    fn sweep(&mut self, before: i64) -> Result<usize, Failure>;
+}
+
+/// Whether `db` names a PostgreSQL database (`postgres://...` or `postgresql://...`) rather
+/// than a SQLite file.
+pub fn is_postgres(db: &str) -> bool {
+    db.starts_with("postgres://") || db.starts_with("postgresql://")
+}
+
+/// `db` as it may be shown in logs and errors: a PostgreSQL URL's password (in the user info or
+/// as a `password=` parameter) is replaced by `***`.
+pub fn describe(db: &str) -> String {
+    let Some((scheme, rest)) = db.split_once("://").filter(|_| is_postgres(db)) else {
+        return db.to_owned();
+    };
+    // Everything before the last `@` is user info, whatever characters the password holds.
+    let (user, rest) = match rest.rfind('@') {
+        Some(at) => {
+            let info = &rest[..at];
+            let user = match info.split_once(':') {
+                Some((name, _)) => format!("{name}:***@"),
+                None => format!("{info}@"),
+            };
+            (user, &rest[at + 1..])
+        }
+        None => (String::new(), rest),
+    };
+    let (path, query) = match rest.split_once('?') {
+        Some((path, query)) => (path, Some(query)),
+        None => (rest, None),
+    };
+    let query = query
+        .map(|q| {
+            let params: Vec<&str> = q
+                .split('&')
+                .map(|p| {
+                    if p.starts_with("password=") {
+                        "password=***"
+                    } else {
+                        p
+                    }
+                })
+                .collect();
+            format!("?{}", params.join("&"))
+        })
+        .unwrap_or_default();
+    format!("{scheme}://{user}{path}{query}")
+}
+
+/// Whether a job's commit must be synced before it is answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Light,
+    Durable,
+}
+
+/// The PostgreSQL connections a store opens unless told otherwise.
+pub const DEFAULT_CONNECTIONS: usize = 8;
+
+/// The handle requests use to reach the database.
+#[derive(Debug, Clone)]
+pub struct Store(Backend);
+
+#[derive(Debug, Clone)]
+enum Backend {
+    Sqlite(sqlite::Writer),
+    Postgres(pg::Pool),
+}
+
+/// Joins the store's threads after [`Store::stop`].
+#[derive(Debug)]
+pub struct Writer(Vec<JoinHandle<()>>);
+
+impl Writer {
+    /// Waits until every job sent before the stop has been answered and the connections are
+    /// closed.
+    pub fn join(self) {
+        for thread in self.0 {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// A job to run with a transaction.
+type Work<T> = Box<dyn FnOnce(&mut dyn Tx) -> Result<T, Failure> + Send>;
+
+impl Store {
+    /// Opens (and if needed creates) the database, and starts its threads: a SQLite file (or
+    /// `:memory:`), or a PostgreSQL URL with [`DEFAULT_CONNECTIONS`] connections.
+    pub fn open(db: &str) -> Result<(Store, Writer), Failure> {
+        Store::open_with(db, DEFAULT_CONNECTIONS)
+    }
+
+    /// [`Store::open`], with this many connections if `db` is PostgreSQL (at least one).
+    pub fn open_with(db: &str, connections: usize) -> Result<(Store, Writer), Failure> {
+        if is_postgres(db) {
+            let (pool, threads) = pg::Pool::open(db, connections.max(1))?;
+            Ok((Store(Backend::Postgres(pool)), Writer(threads)))
+        } else {
+            let (writer, thread) = sqlite::Writer::open(db)?;
+            Ok((Store(Backend::Sqlite(writer)), Writer(vec![thread])))
+        }
+    }
+
+    /// Asks the store to finish the jobs sent so far and stop.
+    pub fn stop(&self) {
+        match &self.0 {
+            Backend::Sqlite(w) => w.stop(),
+            Backend::Postgres(p) => p.stop(),
+        }
+    }
+
+    /// Runs `f` in a durable transaction; its effects are kept when it returns `Ok`, and the
+    /// answer arrives once they are committed and synced.
+    pub async fn run<T, F>(&self, f: F) -> Result<T, Failure>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut dyn Tx) -> Result<T, Failure> + Send + 'static,
+    {
+        self.job(Kind::Durable, Box::new(f)).await
+    }
+
+    /// Runs `f` in a light transaction: committed (visible to every later job) but not synced
+    /// on its own. For work whose loss in a power cut is harmless: claims, reads, releases,
+    /// sweeps.
+    pub async fn run_light<T, F>(&self, f: F) -> Result<T, Failure>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut dyn Tx) -> Result<T, Failure> + Send + 'static,
+    {
+        self.job(Kind::Light, Box::new(f)).await
+    }
+
+    async fn job<T: Send + 'static>(&self, kind: Kind, f: Work<T>) -> Result<T, Failure> {
+        match &self.0 {
+            Backend::Sqlite(w) => w.run(kind, f).await,
+            Backend::Postgres(p) => p.run(kind, f).await,
+        }
+    }
+
+    /// Claims a key (see [`Tx::claim`]) in a light transaction.
+    pub async fn claim(&self, c: ClaimRequest) -> Result<Claim, Failure> {
+        self.run_light(move |tx| tx.claim(&c)).await
+    }
+
+    /// Claims a key in a light transaction and, once that has committed and if the claim was
+    /// granted, runs `work` in a durable transaction after it (SQLite: the same round's).
+    pub async fn claim_then<T, F>(&self, c: ClaimRequest, work: F) -> Result<Claimed<T>, Failure>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut dyn Tx) -> Result<T, Failure> + Send + 'static,
+    {
+        match &self.0 {
+            Backend::Sqlite(w) => w.claim_then(c, Box::new(work)).await,
+            Backend::Postgres(p) => p.claim_then(c, Box::new(work)).await,
+        }
+    }
+}
+
+/// What [`Store::claim_then`] found.
+#[derive(Debug)]
+pub enum Claimed<T> {
+    /// The key was not ours: in progress, a conflict, or done.
+    Not(Claim),
+    /// The claim was committed and the work ran in the durable transaction after it.
+    Worked {
+        /// Whether an earlier holder's lease had expired.
+        took_over: bool,
+        /// The work's result, as committed (or not).
+        result: Result<T, Failure>,
+    },
+}
+
+/// A stored response, replayed byte for byte.
+#[derive(Debug, Clone)]
+pub struct Stored {
+    /// The HTTP status.
+    pub status: u16,
+    /// The `Content-Type` it was sent with.
+    pub content_type: String,
+    /// The body bytes.
+    pub body: Vec<u8>,
+}
+
+/// What a claim on a key found.
+#[derive(Debug)]
+pub enum Claim {
+    /// The key is ours until the lease ends (`took_over`: an expired lease was taken over).
+    Taken {
+        /// Whether an earlier holder's lease had expired.
+        took_over: bool,
+    },
+    /// Another request holds the key's lease.
+    InProgress {
+        /// When its lease ends, in Unix milliseconds.
+        lease_until: i64,
+    },
+    /// The key was used with another body.
+    Conflict,
+    /// The key's work is done: here is its answer.
+    Done(Stored),
+}
+
+/// The request's side of a claim.
+#[derive(Debug, Clone)]
+pub struct ClaimRequest {
+    /// The tenant.
+    pub tenant: String,
+    /// The key.
+    pub key: String,
+    /// The fingerprint of the normalized body.
+    pub fingerprint: Vec<u8>,
+    /// This request's token, presented again at completion; unique across the processes that
+    /// share a database.
+    pub token: i64,
+    /// The time now, Unix milliseconds.
+    pub now: i64,
+    /// When this request's lease ends, Unix milliseconds.
+    pub lease_until: i64,
+    /// Receipts created before this are expired (treated as absent).
+    pub expired_before: i64,
+}
+
+/// What a receipt row holds, read by a claim; both backends decide the same way.
+struct Found {
+    fingerprint: Vec<u8>,
+    state: String,
+    lease_until: i64,
+    created_at: i64,
+    status: Option<i64>,
+    content_type: Option<String>,
+    response: Option<Vec<u8>>,
+}
+
+/// What a claim does about an existing receipt.
+enum Decision {
+    /// Older than the receipt TTL and not yet swept: the key is forgotten, claim it afresh.
+    Renew,
+    /// The holder's lease ended: take it over.
+    TakeOver,
+    /// Answer this.
+    Answer(Claim),
+}
+
+impl Found {
+    fn decide(self, c: &ClaimRequest) -> Result<Decision, Failure> {
+        if self.created_at < c.expired_before {
+            return Ok(Decision::Renew);
+        }
+        if self.fingerprint != c.fingerprint {
+            return Ok(Decision::Answer(Claim::Conflict));
+        }
+        if self.state == "done" {
+            let status = self
+                .status
+                .and_then(|s| u16::try_from(s).ok())
+                .filter(|s| (100..1000).contains(s))
+                .ok_or_else(|| {
+                    Failure::Corrupt(format!(
+                        "the receipt of key {:?} has status {:?}",
+                        c.key, self.status
+                    ))
+                })?;
+            return Ok(Decision::Answer(Claim::Done(Stored {
+                status,
+                content_type: self.content_type.unwrap_or_default(),
+                body: self.response.unwrap_or_default(),
+            })));
+        }
+        if self.lease_until > c.now {
+            return Ok(Decision::Answer(Claim::InProgress {
+                lease_until: self.lease_until,
+            }));
+        }
+        Ok(Decision::TakeOver)
+    }
+}
+
+/// A ticket to create.
+#[derive(Debug, Clone)]
+pub struct NewTicket {
+    /// The tenant it belongs to.
+    pub tenant: String,
+    /// Its subject.
+    pub subject: String,
+    /// Its text.
+    pub body: String,
+    /// Who asked.
+    pub email: String,
+    /// RFC 3339.
+    pub created_at: String,
+}
+
+/// A ticket as the API shows it.
+#[derive(Debug, Clone, serde::Serialize, PartialEq, Eq)]
+pub struct Ticket {
+    /// Its id.
+    pub id: i64,
+    /// Its subject.
+    pub subject: String,
+    /// Its text.
+    pub body: String,
+    /// Who asked.
+    pub email: String,
+    /// When it was created, RFC 3339.
+    #[serde(rename = "createdAt")]
+    pub created_at: String,
+}
+
+/// Counts kept in the database for one tenant.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Counts {
+    /// Tickets.
+    pub tickets: i64,
+    /// Completed receipts.
+    pub receipts: i64,
+    /// Receipts whose work is under way (or whose holder died before its lease ended).
+    pub processing: i64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn postgres_urls_are_told_from_sqlite_paths() {
+        assert!(is_postgres("postgres://u@h/db"));
+        assert!(is_postgres("postgresql://h"));
+        assert!(!is_postgres("helpdesk.db"));
+        assert!(!is_postgres(":memory:"));
+        assert!(!is_postgres("dir/postgres://x"));
+    }
+
+    #[test]
+    fn passwords_never_show() {
+        for (url, shown) in [
+            (
+                "postgres://u:secret@h:5432/db",
+                "postgres://u:***@h:5432/db",
+            ),
+            ("postgres://u@h/db", "postgres://u@h/db"),
+            ("postgresql://h/db", "postgresql://h/db"),
+            ("postgres://u:p@ss:w/rd@h/db", "postgres://u:***@h/db"),
+            (
+                "postgres://h/db?sslmode=disable&password=secret",
+                "postgres://h/db?sslmode=disable&password=***",
+            ),
+            ("helpdesk.db", "helpdesk.db"),
+        ] {
+            assert_eq!(describe(url), shown, "{url}");
+        }
+    }
+}

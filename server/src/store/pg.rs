@@ -1,0 +1,535 @@
+//! # The PostgreSQL backend
+//!
+//! A small pool: each connection is owned by a thread of its own (the `postgres` client is
+//! synchronous, with a little runtime inside that must not run on a thread that drives async
+//! tasks), and the threads take jobs from one queue. Every job runs in a transaction of its own
+//! (`READ COMMITTED`); a light one with `synchronous_commit = off`, which, as with SQLite's
+//! light commits, is safe because the WAL is flushed in order: a later synced commit carries it.
+//!
+//! Several server processes may share the database. What keeps a key's work to one ticket:
+//!
+//! - The claim is `INSERT ... ON CONFLICT (tenant, key) DO NOTHING`; when the row exists, it is
+//!   read `FOR UPDATE`, so concurrent claimers (in any process) wait for each other, and for a
+//!   completion under way, before deciding: done (replay), another body (conflict), a live lease
+//!   (in progress) or an ended one (take over, with this request's token).
+//! - The claim commits on its own; the work runs in a second transaction: the ticket, then
+//!   `UPDATE receipts SET state = 'done' ... WHERE ... claim_token = $token AND state =
+//!   'processing'`. No row updated means the lease was taken over: the transaction is rolled
+//!   back, ticket included.
+//! - Tokens are unique across processes (a random start per process plus a counter).
+//!
+//! The schema is created by the first server on an empty database, under an advisory lock, and
+//! versioned in `oncekey_server_schema`; a version this server does not know is refused.
+
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use postgres::{Client, Config, NoTls, Statement, Transaction};
+use tokio::sync::oneshot;
+
+use super::{
+    chain, Claim, ClaimRequest, Claimed, Counts, Decision, Failure, Found, Kind, NewTicket, Stored,
+    Ticket, Tx, Work,
+};
+
+/// The schema version this server writes.
+const SCHEMA_VERSION: i32 = 1;
+
+/// The same tables as SQLite's, in PostgreSQL's types.
+const SCHEMA: &str = "
+CREATE TABLE oncekey_server_schema (version INTEGER NOT NULL);
+
+CREATE TABLE tickets (
+    id BIGSERIAL PRIMARY KEY,
+    tenant TEXT NOT NULL,
+    subject TEXT NOT NULL,
+    body TEXT NOT NULL,
+    email TEXT NOT NULL,
+    created_at TEXT NOT NULL,
+    -- The key of the receipt written with this ticket; NULL for the unkeyed routes.
+    idempotency_key TEXT
+);
+CREATE INDEX tickets_by_tenant ON tickets (tenant, id);
+
+CREATE TABLE receipts (
+    tenant TEXT NOT NULL,
+    key TEXT NOT NULL,
+    fingerprint BYTEA NOT NULL,
+    state TEXT NOT NULL CHECK (state IN ('processing', 'done')),
+    -- Who holds the lease while processing; the completion must present it.
+    claim_token BIGINT NOT NULL,
+    lease_until BIGINT NOT NULL,
+    status INTEGER,
+    content_type TEXT,
+    response BYTEA,
+    ticket_id BIGINT REFERENCES tickets (id),
+    created_at BIGINT NOT NULL,
+    completed_at BIGINT,
+    PRIMARY KEY (tenant, key),
+    CHECK (state = 'processing' OR (status IS NOT NULL AND response IS NOT NULL))
+);
+CREATE INDEX receipts_by_age ON receipts (created_at);
+";
+
+/// Held while a server looks at (and perhaps creates) the schema: servers starting together on
+/// an empty database take turns. Any constant; this one spells \"oncekey\" in ASCII.
+const SCHEMA_LOCK: i64 = 0x006f_6e63_656b_6579;
+
+/// How long a connection attempt may take when the URL does not say (`connect_timeout`).
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The statements every connection prepares once.
+struct Statements {
+    insert_receipt: Statement,
+    lock_receipt: Statement,
+    renew_receipt: Statement,
+    take_over: Statement,
+    complete: Statement,
+    release: Statement,
+    insert_ticket: Statement,
+    list_tickets: Statement,
+    count_tickets: Statement,
+    count_receipts: Statement,
+    sweep: Statement,
+}
+
+impl Statements {
+    fn prepare(client: &mut Client) -> Result<Statements, postgres::Error> {
+        Ok(Statements {
+            insert_receipt: client.prepare(
+                "INSERT INTO receipts (tenant, key, fingerprint, state, claim_token, lease_until, created_at)
+                 VALUES ($1, $2, $3, 'processing', $4, $5, $6)
+                 ON CONFLICT (tenant, key) DO NOTHING",
+            )?,
+            lock_receipt: client.prepare(
+                "SELECT fingerprint, state, lease_until, created_at, status, content_type, response
+                 FROM receipts WHERE tenant = $1 AND key = $2 FOR UPDATE",
+            )?,
+            renew_receipt: client.prepare(
+                "UPDATE receipts SET fingerprint = $3, state = 'processing', claim_token = $4,
+                     lease_until = $5, created_at = $6, status = NULL, content_type = NULL,
+                     response = NULL, ticket_id = NULL, completed_at = NULL
+                 WHERE tenant = $1 AND key = $2",
+            )?,
+            take_over: client.prepare(
+                "UPDATE receipts SET claim_token = $3, lease_until = $4
+                 WHERE tenant = $1 AND key = $2",
+            )?,
+            complete: client.prepare(
+                "UPDATE receipts SET state = 'done', status = $4, content_type = $5, response = $6,
+                     ticket_id = $7, completed_at = $8
+                 WHERE tenant = $1 AND key = $2 AND claim_token = $3 AND state = 'processing'",
+            )?,
+            release: client.prepare(
+                "DELETE FROM receipts
+                 WHERE tenant = $1 AND key = $2 AND claim_token = $3 AND state = 'processing'",
+            )?,
+            insert_ticket: client.prepare(
+                "INSERT INTO tickets (tenant, subject, body, email, created_at, idempotency_key)
+                 VALUES ($1, $2, $3, $4, $5, $6) RETURNING id",
+            )?,
+            list_tickets: client.prepare(
+                "SELECT id, subject, body, email, created_at FROM tickets
+                 WHERE tenant = $1 ORDER BY id DESC LIMIT $2",
+            )?,
+            count_tickets: client.prepare("SELECT count(*) FROM tickets WHERE tenant = $1")?,
+            count_receipts: client.prepare(
+                "SELECT count(*) FILTER (WHERE state = 'done'), count(*) FILTER (WHERE state = 'processing')
+                 FROM receipts WHERE tenant = $1",
+            )?,
+            sweep: client.prepare("DELETE FROM receipts WHERE created_at < $1")?,
+        })
+    }
+}
+
+/// One connection and its statements.
+struct Conn {
+    client: Client,
+    statements: Statements,
+}
+
+impl Conn {
+    /// Connects; the schema must already be there (see [`migrate`]).
+    fn connect(config: &Config) -> Result<Conn, postgres::Error> {
+        let mut client = config.connect(NoTls)?;
+        let statements = Statements::prepare(&mut client)?;
+        Ok(Conn { client, statements })
+    }
+
+    /// Runs `f` in a transaction of this kind: committed if it returns `Ok`, else rolled back.
+    fn transaction<T>(
+        &mut self,
+        kind: Kind,
+        f: impl FnOnce(&mut dyn Tx) -> Result<T, Failure>,
+    ) -> Result<T, Failure> {
+        let mut tx = self.client.transaction()?;
+        if kind == Kind::Light {
+            tx.batch_execute("SET LOCAL synchronous_commit = off")?;
+        }
+        let mut tx = PgTx {
+            tx,
+            st: &self.statements,
+        };
+        // On `Err`, dropping the transaction rolls it back.
+        let value = f(&mut tx)?;
+        tx.tx.commit()?;
+        Ok(value)
+    }
+}
+
+/// Creates the schema on an empty database, or checks its version.
+fn migrate(client: &mut Client) -> Result<(), Failure> {
+    let mut tx = client.transaction()?;
+    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&SCHEMA_LOCK])?;
+    let exists: bool = tx
+        .query_one(
+            "SELECT to_regclass('oncekey_server_schema') IS NOT NULL",
+            &[],
+        )?
+        .try_get(0)?;
+    if !exists {
+        tx.batch_execute(SCHEMA)?;
+        tx.execute(
+            "INSERT INTO oncekey_server_schema (version) VALUES ($1)",
+            &[&SCHEMA_VERSION],
+        )?;
+        tx.commit()?;
+        tracing::info!(version = SCHEMA_VERSION, "created the PostgreSQL schema");
+        return Ok(());
+    }
+    let version: Option<i32> = tx
+        .query_one("SELECT max(version) FROM oncekey_server_schema", &[])?
+        .try_get(0)?;
+    match version {
+        Some(SCHEMA_VERSION) => Ok(()),
+        Some(v) if v > SCHEMA_VERSION => Err(Failure::Open(format!(
+            "the database has oncekey-server schema version {v}; this server knows version \
+             {SCHEMA_VERSION} (a newer oncekey-server made it): refusing to use it"
+        ))),
+        other => Err(Failure::Open(format!(
+            "the database's oncekey_server_schema table holds version {other:?}; this server \
+             knows version {SCHEMA_VERSION}"
+        ))),
+    }
+}
+
+/// A job for a pool thread: runs with its connection, or with why there is none.
+type Job = Box<dyn FnOnce(Result<&mut Conn, Failure>) + Send>;
+
+enum Message {
+    Job(Job),
+    Stop,
+}
+
+/// The handle requests use to reach the pool's threads.
+#[derive(Debug, Clone)]
+pub(super) struct Pool {
+    tx: mpsc::Sender<Message>,
+    threads: usize,
+}
+
+impl Pool {
+    /// Connects `connections` times (creating or checking the schema first) and starts a thread
+    /// for each connection. Errors never show the URL (its password); the caller names the
+    /// database with [`super::describe`].
+    pub(super) fn open(
+        url: &str,
+        connections: usize,
+    ) -> Result<(Pool, Vec<JoinHandle<()>>), Failure> {
+        let mut config: Config = url
+            .parse()
+            .map_err(|e: postgres::Error| Failure::Open(chain(&e)))?;
+        if config.get_connect_timeout().is_none() {
+            config.connect_timeout(CONNECT_TIMEOUT);
+        }
+        if config.get_application_name().is_none() {
+            config.application_name("oncekey-server");
+        }
+        // Connecting runs the client's own runtime: on a plain thread, never on the caller's,
+        // which may be driving async tasks. The connections stay on threads of their own.
+        let (tx, rx) = mpsc::channel();
+        let opener = std::thread::Builder::new()
+            .name("oncekey-pg-open".into())
+            .spawn(move || start_threads(config, connections, rx))
+            .map_err(|e| Failure::Open(format!("cannot start a thread: {e}")))?;
+        let threads = opener
+            .join()
+            .map_err(|_| Failure::Open("opening the database panicked".into()))?
+            .map_err(|e| match e {
+                Failure::Postgres(e) => Failure::Open(chain(&e)),
+                other => other,
+            })?;
+        let pool = Pool {
+            tx,
+            threads: threads.len(),
+        };
+        Ok((pool, threads))
+    }
+
+    /// Asks every thread to finish the jobs sent so far and stop.
+    pub(super) fn stop(&self) {
+        for _ in 0..self.threads {
+            let _ = self.tx.send(Message::Stop);
+        }
+    }
+
+    /// Runs `f` in a transaction of this kind.
+    pub(super) async fn run<T: Send + 'static>(
+        &self,
+        kind: Kind,
+        f: Work<T>,
+    ) -> Result<T, Failure> {
+        let (reply, answer) = oneshot::channel();
+        self.send(Box::new(move |conn| {
+            let _ = reply.send(conn.and_then(|conn| conn.transaction(kind, f)));
+        }))?;
+        answer.await.map_err(|_| Failure::Closed)?
+    }
+
+    /// Claims a key in a light transaction, commits, and if the claim was granted runs `work`
+    /// in a durable transaction on the same connection.
+    pub(super) async fn claim_then<T: Send + 'static>(
+        &self,
+        c: ClaimRequest,
+        work: Work<T>,
+    ) -> Result<Claimed<T>, Failure> {
+        let (reply, answer) = oneshot::channel();
+        self.send(Box::new(move |conn| {
+            let result =
+                conn.and_then(
+                    |conn| match conn.transaction(Kind::Light, |tx| tx.claim(&c))? {
+                        Claim::Taken { took_over } => Ok(Claimed::Worked {
+                            took_over,
+                            result: conn.transaction(Kind::Durable, work),
+                        }),
+                        found => Ok(Claimed::Not(found)),
+                    },
+                );
+            let _ = reply.send(result);
+        }))?;
+        answer.await.map_err(|_| Failure::Closed)?
+    }
+
+    fn send(&self, job: Job) -> Result<(), Failure> {
+        self.tx.send(Message::Job(job)).map_err(|_| Failure::Closed)
+    }
+}
+
+/// Connects (the first connection creates or checks the schema), then starts one thread per
+/// connection, all taking jobs from `rx`.
+fn start_threads(
+    config: Config,
+    connections: usize,
+    rx: mpsc::Receiver<Message>,
+) -> Result<Vec<JoinHandle<()>>, Failure> {
+    let mut first = config.connect(NoTls)?;
+    migrate(&mut first)?;
+    let statements = Statements::prepare(&mut first)?;
+    let mut conns = vec![Conn {
+        client: first,
+        statements,
+    }];
+    for _ in 1..connections {
+        conns.push(Conn::connect(&config)?);
+    }
+    let rx = Arc::new(Mutex::new(rx));
+    let mut threads = Vec::with_capacity(connections);
+    for (i, conn) in conns.into_iter().enumerate() {
+        let (config, rx) = (config.clone(), rx.clone());
+        let thread = std::thread::Builder::new()
+            .name(format!("oncekey-pg-{i}"))
+            .spawn(move || work(conn, config, rx))
+            .map_err(|e| Failure::Open(format!("cannot start a thread: {e}")))?;
+        threads.push(thread);
+    }
+    Ok(threads)
+}
+
+/// A pool thread: runs jobs until told to stop, reconnecting when its connection was lost.
+fn work(conn: Conn, config: Config, rx: Arc<Mutex<mpsc::Receiver<Message>>>) {
+    let mut conn = Some(conn);
+    loop {
+        let message = match rx.lock() {
+            Ok(rx) => rx.recv(),
+            Err(_) => break,
+        };
+        let Ok(Message::Job(job)) = message else {
+            break;
+        };
+        if conn.as_ref().is_some_and(|c| c.client.is_closed()) {
+            tracing::warn!("the PostgreSQL connection was lost; reconnecting");
+            conn = None;
+        }
+        if conn.is_none() {
+            match Conn::connect(&config) {
+                Ok(c) => conn = Some(c),
+                Err(e) => {
+                    tracing::error!("cannot reconnect to PostgreSQL: {}", chain(&e));
+                    job(Err(Failure::Postgres(e)));
+                    continue;
+                }
+            }
+        }
+        if let Some(c) = conn.as_mut() {
+            job(Ok(c));
+        }
+    }
+    tracing::debug!("PostgreSQL connection closed");
+}
+
+/// A job's transaction and its connection's statements.
+struct PgTx<'a> {
+    tx: Transaction<'a>,
+    st: &'a Statements,
+}
+
+impl Tx for PgTx<'_> {
+    fn claim(&mut self, c: &ClaimRequest) -> Result<Claim, Failure> {
+        let st = self.st;
+        // A row the insert ran into may be gone (released, swept) before it is read: then the
+        // insert is tried again. Three rounds of that is a very busy key: "in progress".
+        for _ in 0..3 {
+            let inserted = self.tx.execute(
+                &st.insert_receipt,
+                &[
+                    &c.tenant,
+                    &c.key,
+                    &c.fingerprint,
+                    &c.token,
+                    &c.lease_until,
+                    &c.now,
+                ],
+            )?;
+            if inserted == 1 {
+                return Ok(Claim::Taken { took_over: false });
+            }
+            // Locked until this transaction ends: another claimer, or a completion, waits.
+            let Some(row) = self.tx.query_opt(&st.lock_receipt, &[&c.tenant, &c.key])? else {
+                continue;
+            };
+            let found = Found {
+                fingerprint: row.try_get(0)?,
+                state: row.try_get(1)?,
+                lease_until: row.try_get(2)?,
+                created_at: row.try_get(3)?,
+                status: row.try_get::<_, Option<i32>>(4)?.map(i64::from),
+                content_type: row.try_get(5)?,
+                response: row.try_get(6)?,
+            };
+            return match found.decide(c)? {
+                Decision::Answer(claim) => Ok(claim),
+                Decision::Renew => {
+                    self.tx.execute(
+                        &st.renew_receipt,
+                        &[
+                            &c.tenant,
+                            &c.key,
+                            &c.fingerprint,
+                            &c.token,
+                            &c.lease_until,
+                            &c.now,
+                        ],
+                    )?;
+                    Ok(Claim::Taken { took_over: false })
+                }
+                Decision::TakeOver => {
+                    self.tx.execute(
+                        &st.take_over,
+                        &[&c.tenant, &c.key, &c.token, &c.lease_until],
+                    )?;
+                    Ok(Claim::Taken { took_over: true })
+                }
+            };
+        }
+        Ok(Claim::InProgress { lease_until: c.now })
+    }
+
+    fn complete(
+        &mut self,
+        c: &ClaimRequest,
+        answer: &Stored,
+        ticket_id: Option<i64>,
+        now: i64,
+    ) -> Result<(), Failure> {
+        let changed = self.tx.execute(
+            &self.st.complete,
+            &[
+                &c.tenant,
+                &c.key,
+                &c.token,
+                &i32::from(answer.status),
+                &answer.content_type,
+                &answer.body,
+                &ticket_id,
+                &now,
+            ],
+        )?;
+        if changed == 1 {
+            Ok(())
+        } else {
+            Err(Failure::LostLease)
+        }
+    }
+
+    fn release(&mut self, c: &ClaimRequest) -> Result<(), Failure> {
+        self.tx
+            .execute(&self.st.release, &[&c.tenant, &c.key, &c.token])?;
+        Ok(())
+    }
+
+    fn insert_ticket(&mut self, t: &NewTicket, key: Option<&str>) -> Result<Ticket, Failure> {
+        let row = self.tx.query_one(
+            &self.st.insert_ticket,
+            &[
+                &t.tenant,
+                &t.subject,
+                &t.body,
+                &t.email,
+                &t.created_at,
+                &key,
+            ],
+        )?;
+        Ok(Ticket {
+            id: row.try_get(0)?,
+            subject: t.subject.clone(),
+            body: t.body.clone(),
+            email: t.email.clone(),
+            created_at: t.created_at.clone(),
+        })
+    }
+
+    fn list_tickets(&mut self, tenant: &str, limit: i64) -> Result<Vec<Ticket>, Failure> {
+        let rows = self.tx.query(&self.st.list_tickets, &[&tenant, &limit])?;
+        rows.iter()
+            .map(|r| {
+                Ok(Ticket {
+                    id: r.try_get(0)?,
+                    subject: r.try_get(1)?,
+                    body: r.try_get(2)?,
+                    email: r.try_get(3)?,
+                    created_at: r.try_get(4)?,
+                })
+            })
+            .collect()
+    }
+
+    fn counts(&mut self, tenant: &str) -> Result<Counts, Failure> {
+        let tickets = self
+            .tx
+            .query_one(&self.st.count_tickets, &[&tenant])?
+            .try_get(0)?;
+        let row = self.tx.query_one(&self.st.count_receipts, &[&tenant])?;
+        Ok(Counts {
+            tickets,
+            receipts: row.try_get(0)?,
+            processing: row.try_get(1)?,
+        })
+    }
+
+    fn sweep(&mut self, before: i64) -> Result<usize, Failure> {
+        let removed = self.tx.execute(&self.st.sweep, &[&before])?;
+        Ok(usize::try_from(removed).unwrap_or(usize::MAX))
+    }
+}

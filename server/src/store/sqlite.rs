@@ -1,0 +1,514 @@
+//! # The SQLite backend
+//!
+//! One SQLite connection, owned by one writer thread. Requests hand it jobs; the thread runs the
+//! jobs that are waiting together (group commit), each inside its own savepoint so a failing job
+//! rolls back alone, and answers them only after their COMMIT has returned.
+//!
+//! *Durable* jobs commit with an fsync (`synchronous=FULL`): once a request hears of its ticket,
+//! the ticket survives a power cut. *Light* jobs commit without one. That is safe because the
+//! WAL is a log: a light commit is visible to every later transaction at once, and the next
+//! durable commit syncs it along with its own frames, so nothing durable can ever depend on a
+//! light commit that was lost. A lost claim is harmless: its work had not committed either.
+//!
+//! A round of the writer: the light jobs waiting, in one transaction; then the durable jobs, in
+//! one transaction with one fsync. A keyed request's claim comes with its work as a
+//! continuation ([`Writer::claim_then`]): once the claim's light transaction has committed, the
+//! writer queues the work into the same round's durable transaction itself, so a keyed request
+//! costs one trip to the writer and one fsync, like an unkeyed one, while the claim is still
+//! committed in a transaction of its own before the work begins. The schema is versioned with
+//! `PRAGMA user_version`.
+
+use std::path::Path;
+use std::sync::mpsc;
+use std::thread::JoinHandle;
+
+use rusqlite::{params, Connection};
+use tokio::sync::oneshot;
+
+use super::{
+    Claim, ClaimRequest, Claimed, Counts, Decision, Failure, Found, Kind, NewTicket, Stored,
+    Ticket, Tx, Work,
+};
+
+/// The schema version this server writes.
+const SCHEMA_VERSION: i64 = 1;
+
+const SCHEMA: &str = "
+CREATE TABLE tickets (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    tenant TEXT NOT NULL,
+    subject TEXT NOT NULL,
+    body TEXT NOT NULL,
+    email TEXT NOT NULL,
+    created_at TEXT NOT NULL,
+    -- The key of the receipt written with this ticket; NULL for the unkeyed routes.
+    idempotency_key TEXT
+);
+CREATE INDEX tickets_by_tenant ON tickets (tenant, id);
+
+CREATE TABLE receipts (
+    tenant TEXT NOT NULL,
+    key TEXT NOT NULL,
+    fingerprint BLOB NOT NULL,
+    state TEXT NOT NULL CHECK (state IN ('processing', 'done')),
+    -- Who holds the lease while processing; the completion must present it.
+    claim_token INTEGER NOT NULL,
+    lease_until INTEGER NOT NULL,
+    status INTEGER,
+    content_type TEXT,
+    response BLOB,
+    ticket_id INTEGER REFERENCES tickets (id),
+    created_at INTEGER NOT NULL,
+    completed_at INTEGER,
+    PRIMARY KEY (tenant, key),
+    CHECK (state = 'processing' OR (status IS NOT NULL AND response IS NOT NULL))
+) WITHOUT ROWID;
+CREATE INDEX receipts_by_age ON receipts (created_at);
+";
+
+/// Most jobs run in one transaction.
+const MAX_BATCH: usize = 512;
+
+/// What a job left to do once its transaction ended: `true` when it committed.
+type Finish = Box<dyn FnOnce(bool) + Send>;
+
+/// What a job reports after running: keep its effects or roll them back, what to do after the
+/// commit, and a durable job to run next if the commit succeeds (a granted claim's work).
+struct Ran {
+    keep: bool,
+    finish: Finish,
+    then: Option<Job>,
+}
+
+impl Ran {
+    fn end(keep: bool, finish: Finish) -> Ran {
+        Ran {
+            keep,
+            finish,
+            then: None,
+        }
+    }
+}
+
+/// A job: runs with the connection (`None` when the transaction could not begin).
+type Job = Box<dyn FnOnce(Option<&mut Connection>) -> Ran + Send>;
+
+enum Message {
+    Job(Kind, Job),
+    Stop,
+}
+
+/// The handle requests use to reach the writer thread.
+#[derive(Debug, Clone)]
+pub(super) struct Writer {
+    tx: mpsc::Sender<Message>,
+}
+
+impl Writer {
+    /// Opens (and if needed creates) the database, and starts its writer thread.
+    pub(super) fn open(path: &str) -> Result<(Writer, JoinHandle<()>), Failure> {
+        let conn = open_connection(path)?;
+        let (tx, rx) = mpsc::channel();
+        let thread = std::thread::Builder::new()
+            .name("oncekey-store".into())
+            .spawn(move || writer(conn, rx))
+            .map_err(|e| Failure::Open(format!("cannot start the writer thread: {e}")))?;
+        Ok((Writer { tx }, thread))
+    }
+
+    /// Asks the writer to finish the jobs sent so far and stop.
+    pub(super) fn stop(&self) {
+        let _ = self.tx.send(Message::Stop);
+    }
+
+    /// Runs `f` in a transaction of this kind.
+    pub(super) async fn run<T: Send + 'static>(
+        &self,
+        kind: Kind,
+        f: Work<T>,
+    ) -> Result<T, Failure> {
+        let (reply, answer) = oneshot::channel();
+        self.send(kind, once_with(f, reply, |result| result))?;
+        answer.await.map_err(|_| Failure::Closed)?
+    }
+
+    /// Claims a key in a light transaction and, once that has committed and if the claim was
+    /// granted, runs `work` in the durable transaction of the same round.
+    pub(super) async fn claim_then<T: Send + 'static>(
+        &self,
+        c: ClaimRequest,
+        work: Work<T>,
+    ) -> Result<Claimed<T>, Failure> {
+        let (reply, answer) = oneshot::channel::<Result<Claimed<T>, Failure>>();
+        let job = move |conn: Option<&mut Connection>| -> Ran {
+            match conn.map(|conn| conn.claim(&c)) {
+                // The work answers: the writer runs it after this claim's commit, or tells it
+                // (with no connection) that the claim did not commit.
+                Some(Ok(Claim::Taken { took_over })) => Ran {
+                    keep: true,
+                    finish: Box::new(|_| {}),
+                    then: Some(once_with(work, reply, move |result| {
+                        Ok(Claimed::Worked { took_over, result })
+                    })),
+                },
+                Some(Ok(found)) => Ran::end(
+                    true,
+                    Box::new(move |committed| {
+                        let _ = reply.send(if committed {
+                            Ok(Claimed::Not(found))
+                        } else {
+                            Err(Failure::NotCommitted)
+                        });
+                    }),
+                ),
+                Some(Err(e)) => Ran::end(false, Box::new(move |_| drop(reply.send(Err(e))))),
+                None => Ran::end(
+                    false,
+                    Box::new(move |_| drop(reply.send(Err(Failure::NotCommitted)))),
+                ),
+            }
+        };
+        self.send(Kind::Light, Box::new(job))?;
+        answer.await.map_err(|_| Failure::Closed)?
+    }
+
+    fn send(&self, kind: Kind, job: Job) -> Result<(), Failure> {
+        self.tx
+            .send(Message::Job(kind, job))
+            .map_err(|_| Failure::Closed)
+    }
+}
+
+/// A job that runs `f` (keeping its effects only if it succeeds) and sends `wrap` of its result
+/// once the transaction has ended: its value if committed, else why not.
+fn once_with<T, R, W>(f: Work<T>, reply: oneshot::Sender<R>, wrap: W) -> Job
+where
+    T: Send + 'static,
+    R: Send + 'static,
+    W: FnOnce(Result<T, Failure>) -> R + Send + 'static,
+{
+    Box::new(move |conn: Option<&mut Connection>| -> Ran {
+        match conn.map(|conn| f(conn)) {
+            Some(Ok(value)) => Ran::end(
+                true,
+                Box::new(move |committed| {
+                    let _ = reply.send(wrap(if committed {
+                        Ok(value)
+                    } else {
+                        Err(Failure::NotCommitted)
+                    }));
+                }),
+            ),
+            Some(Err(e)) => Ran::end(false, Box::new(move |_| drop(reply.send(wrap(Err(e)))))),
+            None => Ran::end(
+                false,
+                Box::new(move |_| drop(reply.send(wrap(Err(Failure::NotCommitted))))),
+            ),
+        }
+    })
+}
+
+fn open_connection(path: &str) -> Result<Connection, Failure> {
+    let conn = if path == ":memory:" {
+        Connection::open_in_memory()?
+    } else {
+        if let Some(dir) = Path::new(path).parent() {
+            if !dir.as_os_str().is_empty() {
+                std::fs::create_dir_all(dir).map_err(|e| {
+                    Failure::Open(format!("cannot create the folder {}: {e}", dir.display()))
+                })?;
+            }
+        }
+        Connection::open(path)?
+    };
+    conn.busy_timeout(std::time::Duration::from_secs(5))?;
+    // Returns the mode in effect; ":memory:" answers "memory", which is fine.
+    let _mode: String = conn.query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))?;
+    conn.execute_batch("PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON;")?;
+    migrate(&conn)?;
+    Ok(conn)
+}
+
+fn migrate(conn: &Connection) -> Result<(), Failure> {
+    let version: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+    match version {
+        0 => {
+            conn.execute_batch(&format!(
+                "BEGIN; {SCHEMA} PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;"
+            ))?;
+            Ok(())
+        }
+        SCHEMA_VERSION => Ok(()),
+        other => Err(Failure::Open(format!(
+            "the database has schema version {other}; this server knows version {SCHEMA_VERSION}{}",
+            if other > SCHEMA_VERSION {
+                " (a newer oncekey-server made it)"
+            } else {
+                ""
+            }
+        ))),
+    }
+}
+
+fn writer(mut conn: Connection, rx: mpsc::Receiver<Message>) {
+    let mut light: Vec<Job> = Vec::new();
+    let mut durable: Vec<Job> = Vec::new();
+    let mut stopping = false;
+    loop {
+        if light.is_empty() && durable.is_empty() {
+            if stopping {
+                break;
+            }
+            match rx.recv() {
+                Ok(Message::Job(Kind::Light, job)) => light.push(job),
+                Ok(Message::Job(Kind::Durable, job)) => durable.push(job),
+                Ok(Message::Stop) | Err(_) => break,
+            }
+        }
+        if !stopping {
+            stopping = drain(&rx, &mut light, &mut durable);
+        }
+        // Granted claims' work joins this round's durable transaction.
+        let work = run_batch(&mut conn, std::mem::take(&mut light), Kind::Light);
+        durable.extend(work);
+        let none = run_batch(&mut conn, std::mem::take(&mut durable), Kind::Durable);
+        debug_assert!(none.is_empty(), "durable jobs have no continuation");
+    }
+    // Jobs still queued are dropped: their callers hear `Closed`.
+    tracing::debug!("store writer stopped");
+}
+
+/// Takes what is waiting, up to a batch of each kind; `true` when asked to stop.
+fn drain(rx: &mpsc::Receiver<Message>, light: &mut Vec<Job>, durable: &mut Vec<Job>) -> bool {
+    while light.len() < MAX_BATCH && durable.len() < MAX_BATCH {
+        match rx.try_recv() {
+            Ok(Message::Job(Kind::Light, job)) => light.push(job),
+            Ok(Message::Job(Kind::Durable, job)) => durable.push(job),
+            Ok(Message::Stop) | Err(mpsc::TryRecvError::Disconnected) => return true,
+            Err(mpsc::TryRecvError::Empty) => break,
+        }
+    }
+    false
+}
+
+/// Runs jobs in one transaction and answers them; returns the continuations of the jobs that
+/// committed (a job whose transaction failed has its continuation told so, and answered).
+fn run_batch(conn: &mut Connection, batch: Vec<Job>, kind: Kind) -> Vec<Job> {
+    if batch.is_empty() {
+        return Vec::new();
+    }
+    let sync = match kind {
+        Kind::Light => "PRAGMA synchronous = NORMAL",
+        Kind::Durable => "PRAGMA synchronous = FULL",
+    };
+    if let Err(e) = conn
+        .execute_batch(sync)
+        .and_then(|()| exec(conn, "BEGIN IMMEDIATE"))
+    {
+        tracing::error!("cannot begin a transaction: {e}");
+        for job in batch {
+            (job(None).finish)(false);
+        }
+        return Vec::new();
+    }
+    let mut finishes = Vec::with_capacity(batch.len());
+    let mut then = Vec::new();
+    for job in batch {
+        if let Err(e) = exec(conn, "SAVEPOINT job") {
+            tracing::error!("cannot open a savepoint: {e}");
+            finishes.push(job(None).finish);
+            continue;
+        }
+        let ran = job(Some(&mut *conn));
+        let end = if ran.keep {
+            exec(conn, "RELEASE job")
+        } else {
+            exec(conn, "ROLLBACK TO job").and_then(|()| exec(conn, "RELEASE job"))
+        };
+        if let Err(e) = end {
+            tracing::error!("cannot end a savepoint: {e}");
+        }
+        finishes.push(ran.finish);
+        then.extend(ran.then);
+    }
+    let committed = match exec(conn, "COMMIT") {
+        Ok(()) => true,
+        Err(e) => {
+            tracing::error!("commit failed: {e}");
+            let _ = conn.execute_batch("ROLLBACK");
+            false
+        }
+    };
+    for finish in finishes {
+        finish(committed);
+    }
+    if committed {
+        then
+    } else {
+        for job in then {
+            (job(None).finish)(false);
+        }
+        Vec::new()
+    }
+}
+
+/// Runs a statement without rows through the statement cache (these run for every job).
+fn exec(conn: &Connection, sql: &str) -> rusqlite::Result<()> {
+    conn.prepare_cached(sql)?.execute([]).map(|_| ())
+}
+
+// ---------------------------------------------------------------------------------------------
+// The queries. Each runs inside a job, so it sees and leaves a consistent database.
+
+impl Tx for Connection {
+    fn claim(&mut self, c: &ClaimRequest) -> Result<Claim, Failure> {
+        // The common case, a new key, is one statement.
+        let insert = |conn: &Connection| -> Result<usize, Failure> {
+            Ok(conn
+                .prepare_cached(
+                    "INSERT INTO receipts (tenant, key, fingerprint, state, claim_token, lease_until, created_at)
+                     VALUES (?1, ?2, ?3, 'processing', ?4, ?5, ?6)
+                     ON CONFLICT (tenant, key) DO NOTHING",
+                )?
+                .execute(params![c.tenant, c.key, c.fingerprint, c.token, c.lease_until, c.now])?)
+        };
+        if insert(self)? == 1 {
+            return Ok(Claim::Taken { took_over: false });
+        }
+        // The writer is the only connection: nothing can change the row before this job ends.
+        let found = self
+            .prepare_cached(
+                "SELECT fingerprint, state, lease_until, created_at, status, content_type, response
+                 FROM receipts WHERE tenant = ?1 AND key = ?2",
+            )?
+            .query_row(params![c.tenant, c.key], |r| {
+                Ok(Found {
+                    fingerprint: r.get(0)?,
+                    state: r.get(1)?,
+                    lease_until: r.get(2)?,
+                    created_at: r.get(3)?,
+                    status: r.get(4)?,
+                    content_type: r.get(5)?,
+                    response: r.get(6)?,
+                })
+            })?;
+        match found.decide(c)? {
+            Decision::Answer(claim) => Ok(claim),
+            Decision::Renew => {
+                self.prepare_cached("DELETE FROM receipts WHERE tenant = ?1 AND key = ?2")?
+                    .execute(params![c.tenant, c.key])?;
+                insert(self)?;
+                Ok(Claim::Taken { took_over: false })
+            }
+            Decision::TakeOver => {
+                self.prepare_cached(
+                    "UPDATE receipts SET claim_token = ?3, lease_until = ?4
+                     WHERE tenant = ?1 AND key = ?2",
+                )?
+                .execute(params![c.tenant, c.key, c.token, c.lease_until])?;
+                Ok(Claim::Taken { took_over: true })
+            }
+        }
+    }
+
+    fn complete(
+        &mut self,
+        c: &ClaimRequest,
+        answer: &Stored,
+        ticket_id: Option<i64>,
+        now: i64,
+    ) -> Result<(), Failure> {
+        let changed = self
+            .prepare_cached(
+                "UPDATE receipts SET state = 'done', status = ?4, content_type = ?5, response = ?6,
+                     ticket_id = ?7, completed_at = ?8
+                 WHERE tenant = ?1 AND key = ?2 AND claim_token = ?3 AND state = 'processing'",
+            )?
+            .execute(params![
+                c.tenant,
+                c.key,
+                c.token,
+                answer.status,
+                answer.content_type,
+                answer.body,
+                ticket_id,
+                now
+            ])?;
+        if changed == 1 {
+            Ok(())
+        } else {
+            Err(Failure::LostLease)
+        }
+    }
+
+    fn release(&mut self, c: &ClaimRequest) -> Result<(), Failure> {
+        self.prepare_cached(
+            "DELETE FROM receipts
+             WHERE tenant = ?1 AND key = ?2 AND claim_token = ?3 AND state = 'processing'",
+        )?
+        .execute(params![c.tenant, c.key, c.token])?;
+        Ok(())
+    }
+
+    fn insert_ticket(&mut self, t: &NewTicket, key: Option<&str>) -> Result<Ticket, Failure> {
+        self.prepare_cached(
+            "INSERT INTO tickets (tenant, subject, body, email, created_at, idempotency_key)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+        )?
+        .execute(params![
+            t.tenant,
+            t.subject,
+            t.body,
+            t.email,
+            t.created_at,
+            key
+        ])?;
+        Ok(Ticket {
+            id: self.last_insert_rowid(),
+            subject: t.subject.clone(),
+            body: t.body.clone(),
+            email: t.email.clone(),
+            created_at: t.created_at.clone(),
+        })
+    }
+
+    fn list_tickets(&mut self, tenant: &str, limit: i64) -> Result<Vec<Ticket>, Failure> {
+        let mut stmt = self.prepare_cached(
+            "SELECT id, subject, body, email, created_at FROM tickets
+             WHERE tenant = ?1 ORDER BY id DESC LIMIT ?2",
+        )?;
+        let rows = stmt.query_map(params![tenant, limit], |r| {
+            Ok(Ticket {
+                id: r.get(0)?,
+                subject: r.get(1)?,
+                body: r.get(2)?,
+                email: r.get(3)?,
+                created_at: r.get(4)?,
+            })
+        })?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    fn counts(&mut self, tenant: &str) -> Result<Counts, Failure> {
+        let tickets = self
+            .prepare_cached("SELECT count(*) FROM tickets WHERE tenant = ?1")?
+            .query_row([tenant], |r| r.get(0))?;
+        let (receipts, processing) = self
+            .prepare_cached(
+                "SELECT count(*) FILTER (WHERE state = 'done'), count(*) FILTER (WHERE state = 'processing')
+                 FROM receipts WHERE tenant = ?1",
+            )?
+            .query_row([tenant], |r| Ok((r.get(0)?, r.get(1)?)))?;
+        Ok(Counts {
+            tickets,
+            receipts,
+            processing,
+        })
+    }
+
+    fn sweep(&mut self, before: i64) -> Result<usize, Failure> {
+        Ok(self
+            .prepare_cached("DELETE FROM receipts WHERE created_at < ?1")?
+            .execute([before])?)
+    }
+}
