@@ -64,7 +64,7 @@ const MIGRATIONS: &[&str] = &["CREATE TABLE oncekey_pending (
     CREATE INDEX oncekey_pending_due ON oncekey_pending (lease_until) WHERE record IS NOT NULL;"];
 
 /// The advisory lock key that serialises migrations ("oncekey" in ASCII).
-const MIGRATION_LOCK: i64 = 0x6f6e_6365_6b65_79;
+const MIGRATION_LOCK: i64 = 0x006f_6e63_656b_6579;
 
 /// Idle connections kept for reuse.
 const MAX_IDLE: usize = 16;
@@ -94,6 +94,16 @@ impl std::fmt::Debug for PostgresStore {
     }
 }
 
+impl Drop for PostgresStore {
+    fn drop(&mut self) {
+        // A `postgres::Client` blocks as it closes, which panics on a runtime's thread.
+        let idle = std::mem::take(&mut *self.idle.lock().unwrap_or_else(|e| e.into_inner()));
+        if !idle.is_empty() {
+            off_runtime(move || drop(idle));
+        }
+    }
+}
+
 /// User, hosts, ports and database of a configuration, without the password.
 fn describe(config: &Config) -> String {
     let hosts: Vec<String> = config
@@ -116,6 +126,20 @@ fn describe(config: &Config) -> String {
     )
 }
 
+/// Runs `f` where the `postgres` crate may block: on this thread, or, when this thread is
+/// driving a tokio runtime (where blocking on another runtime panics), on a scoped thread of
+/// its own. The [`Store`] methods need none of this: the client calls them on tokio's blocking
+/// pool.
+fn off_runtime<T: Send>(f: impl FnOnce() -> T + Send) -> T {
+    if tokio::runtime::Handle::try_current().is_err() {
+        return f();
+    }
+    std::thread::scope(|scope| match scope.spawn(f).join() {
+        Ok(v) => v,
+        Err(panic) => std::panic::resume_unwind(panic),
+    })
+}
+
 fn millis(t: Timestamp) -> i64 {
     i64::try_from(t.as_millis()).unwrap_or(i64::MAX)
 }
@@ -126,8 +150,14 @@ fn timestamp(ms: i64) -> Timestamp {
 
 impl PostgresStore {
     /// Connects to the database at `url` (`postgres://user:password@host:port/db`, or the
-    /// key-value form `host=… user=…`), and creates or migrates the schema.
+    /// key-value form `host=… user=…`), and creates or migrates the schema. It blocks while it
+    /// does (like [`SqliteStore::open`](crate::SqliteStore::open)), and may be called from
+    /// async code.
     pub fn connect(url: &str) -> Result<PostgresStore> {
+        off_runtime(|| PostgresStore::connect_blocking(url))
+    }
+
+    fn connect_blocking(url: &str) -> Result<PostgresStore> {
         let config: Config = url.parse().map_err(|e| {
             Error::store(
                 "the PostgreSQL address could not be read (expected postgres://user@host:port/database)",
@@ -187,6 +217,10 @@ impl PostgresStore {
     /// The plan PostgreSQL chooses for [`Store::claim_due`]'s statement (`EXPLAIN`'s lines),
     /// for benchmarks and for checking the index serves it.
     pub fn explain_claim_due(&self) -> Result<Vec<String>> {
+        off_runtime(|| self.explain_blocking())
+    }
+
+    fn explain_blocking(&self) -> Result<Vec<String>> {
         self.with(|c| {
             let mut tx = c.transaction()?;
             let rows = tx.query(

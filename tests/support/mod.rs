@@ -333,3 +333,47 @@ impl Drop for Stub {
         self.task.abort();
     }
 }
+
+/// A fresh, empty database in the PostgreSQL cluster at `ONCEKEY_PG_URL` (which `make test`
+/// starts through scripts/with-pg.sh), as a URL. `None` when there is no cluster: the test is
+/// then named as skipped on stderr (past the harness's capture) and should return.
+#[cfg(feature = "postgres")]
+pub fn pg_database(test: &str) -> Option<String> {
+    use std::io::Write;
+    let Ok(base) = std::env::var("ONCEKEY_PG_URL") else {
+        let _ = writeln!(
+            std::io::stderr(),
+            "SKIPPED {test}: no PostgreSQL (ONCEKEY_PG_URL is unset; make test starts one)"
+        );
+        return None;
+    };
+    static N: AtomicU64 = AtomicU64::new(0);
+    let name = format!(
+        "oncekey_{}_{}_{}",
+        test.chars()
+            .filter(|c| c.is_ascii_alphanumeric() || *c == '_')
+            .take(30)
+            .collect::<String>(),
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    );
+    pg_blocking(|| {
+        let mut admin = postgres::Client::connect(&base, postgres::NoTls)
+            .unwrap_or_else(|e| panic!("the test cluster at {base}: {e}"));
+        admin
+            .batch_execute(&format!("CREATE DATABASE {name}"))
+            .expect("create the test's database");
+    });
+    let (head, _) = base.rsplit_once('/').expect("a URL ending in /database");
+    Some(format!("{head}/{name}"))
+}
+
+/// Runs `f` on a thread of its own: the `postgres` crate blocks on a runtime of its own, which
+/// panics on a thread that drives the test's tokio runtime.
+#[cfg(feature = "postgres")]
+pub fn pg_blocking<T: Send>(f: impl FnOnce() -> T + Send) -> T {
+    std::thread::scope(|s| match s.spawn(f).join() {
+        Ok(v) => v,
+        Err(p) => std::panic::resume_unwind(p),
+    })
+}

@@ -1,0 +1,299 @@
+//! The fleet: clients sharing one PostgreSQL table of pending submissions, against the real
+//! reference server. Each test makes its own database in the cluster `make test` starts
+//! (scripts/with-pg.sh); without one, each test says it was skipped.
+#![cfg(all(
+    feature = "postgres",
+    not(all(target_arch = "wasm32", any(target_os = "unknown", target_os = "none")))
+))]
+
+mod support;
+
+use std::collections::HashSet;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use oncekey::{Client, Lease, Outcome, PostgresStore, Store, Timestamp};
+use support::*;
+
+fn client(url: &str) -> Client {
+    Client::builder()
+        .store(PostgresStore::connect(url).expect("the store"))
+        .retry(fast())
+        .timeout(Duration::from_secs(5))
+        .build()
+        .expect("client")
+}
+
+fn rows(url: &str, sql: &str) -> i64 {
+    pg_blocking(|| {
+        let mut db = postgres::Client::connect(url, postgres::NoTls).expect("connect");
+        db.query_one(sql, &[]).expect(sql).get(0)
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_outbox_commits_or_rolls_back_with_the_callers_transaction() {
+    let Some(url) = pg_database("the_outbox_commits_or_rolls_back_with_the_callers_transaction")
+    else {
+        return;
+    };
+    let server = Server::start();
+    let tenant = tenant("outbox");
+    let client = client(&url);
+    let record = |name: &str, subject: &str| {
+        client
+            .submission(name)
+            .post(&server.tickets_url())
+            .header("X-Tenant", &tenant)
+            .json(&ticket(subject))
+            .unwrap()
+            .record()
+            .unwrap()
+    };
+    let (r1, r2, r2_again) = (
+        record("payout-1", "one"),
+        record("payout-2", "two"),
+        record("payout-2", "two again"),
+    );
+    let r2_key = r2.key.clone();
+    let app_url = url.clone();
+    let enqueue_error = tokio::task::spawn_blocking(move || {
+        let mut db = postgres::Client::connect(&app_url, postgres::NoTls).unwrap();
+        db.batch_execute("CREATE TABLE withdrawals (id INT PRIMARY KEY, amount INT NOT NULL)")
+            .unwrap();
+        // Rolled back: neither the withdrawal nor its payout exists.
+        let mut tx = db.transaction().unwrap();
+        tx.execute("INSERT INTO withdrawals VALUES (1, 100)", &[])
+            .unwrap();
+        PostgresStore::enqueue(&mut tx, &r1).unwrap();
+        tx.rollback().unwrap();
+        // Committed: both.
+        let mut tx = db.transaction().unwrap();
+        tx.execute("INSERT INTO withdrawals VALUES (2, 200)", &[])
+            .unwrap();
+        PostgresStore::enqueue(&mut tx, &r2).unwrap();
+        tx.commit().unwrap();
+        // The same name again is refused, and takes its transaction down with it.
+        let mut tx = db.transaction().unwrap();
+        tx.execute("INSERT INTO withdrawals VALUES (3, 300)", &[])
+            .unwrap();
+        let err = PostgresStore::enqueue(&mut tx, &r2_again).unwrap_err();
+        // PostgreSQL answers the COMMIT of a failed transaction with a ROLLBACK: withdrawal 3
+        // is gone (counted below).
+        let _ = tx.commit();
+        err
+    })
+    .await
+    .unwrap();
+    assert!(enqueue_error.is_pending_mismatch(), "{enqueue_error}");
+    assert!(
+        enqueue_error.to_string().contains("payout-2"),
+        "{enqueue_error}"
+    );
+    assert_eq!(rows(&url, "SELECT count(*) FROM withdrawals"), 1);
+    assert_eq!(
+        server.tickets(&tenant).await,
+        0,
+        "nothing is sent at enqueue"
+    );
+
+    // A worker sends the committed one, once, with the key enqueued.
+    let done = client.resume_due(10).await.unwrap();
+    assert_eq!(done.len(), 1);
+    assert_eq!(done[0].name, "payout-2");
+    let settled = done[0].result.as_ref().unwrap();
+    assert_eq!(settled.outcome(), Outcome::Succeeded);
+    assert_eq!(settled.key(), &r2_key);
+    assert_eq!(settled.attempts(), 1);
+    assert!(client.resume_due(10).await.unwrap().is_empty());
+    assert_eq!(server.subjects(&tenant).await, ["two"]);
+    assert_eq!(rows(&url, "SELECT count(*) FROM oncekey_pending"), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn due_submissions_are_split_between_claimers_through_the_index() {
+    let Some(url) = pg_database("due_submissions_are_split_between_claimers_through_the_index")
+    else {
+        return;
+    };
+    let client = client(&url);
+    let records: Vec<_> = (0..5000)
+        .map(|i| {
+            client
+                .submission(&format!("s-{i}"))
+                .post("http://127.0.0.1:9/api/tickets")
+                .json(&ticket(&format!("t{i}")))
+                .unwrap()
+                .record()
+                .unwrap()
+        })
+        .collect();
+    let u = url.clone();
+    let plan = tokio::task::spawn_blocking(move || {
+        let mut db = postgres::Client::connect(&u, postgres::NoTls).unwrap();
+        let mut tx = db.transaction().unwrap();
+        for r in &records {
+            PostgresStore::enqueue(&mut tx, r).unwrap();
+        }
+        tx.commit().unwrap();
+        db.batch_execute("ANALYZE oncekey_pending").unwrap();
+        PostgresStore::connect(&u)
+            .unwrap()
+            .explain_claim_due()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    let plan = plan.join("\n");
+    assert!(
+        plan.contains("Index Scan using oncekey_pending_due"),
+        "the claim walks the due index:\n{plan}"
+    );
+
+    // Four claimers at once, each on its own connections, 100 at a time until none is left.
+    let mut claimers = Vec::new();
+    for c in 0..4 {
+        let u = url.clone();
+        claimers.push(std::thread::spawn(move || {
+            let store = PostgresStore::connect(&u).unwrap();
+            let lease = Lease {
+                owner: format!("claimer-{c}"),
+                until: Timestamp::from_millis(u64::MAX / 4),
+            };
+            let mut mine = Vec::new();
+            loop {
+                let due = store
+                    .claim_due(&lease, Timestamp::from_millis(1), 100)
+                    .unwrap();
+                if due.is_empty() {
+                    return mine;
+                }
+                mine.extend(due.into_iter().map(|d| d.name));
+            }
+        }));
+    }
+    let taken: Vec<Vec<String>> = claimers.into_iter().map(|t| t.join().unwrap()).collect();
+    let all: Vec<&String> = taken.iter().flatten().collect();
+    let distinct: HashSet<&String> = all.iter().copied().collect();
+    assert_eq!(all.len(), 5000, "every due submission is taken");
+    assert_eq!(distinct.len(), 5000, "and none by two claimers");
+    assert!(
+        taken.iter().filter(|t| !t.is_empty()).count() >= 2,
+        "the claimers shared the work: {:?}",
+        taken.iter().map(Vec::len).collect::<Vec<_>>()
+    );
+}
+
+struct Worker(Child);
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn worker(store: &str) -> Worker {
+    Worker(
+        Command::new(cli_bin())
+            .args(["work", "--store", store, "--batch", "8"])
+            .args(["--lease", "2s", "--timeout", "3s", "--base", "20ms"])
+            .args(["--poll", "100ms"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("oncekey work"),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_fleet_of_three_with_one_killed_makes_one_ticket_per_submission() {
+    let Some(url) = pg_database("a_fleet_of_three_with_one_killed_makes_one_ticket_per_submission")
+    else {
+        return;
+    };
+    const N: usize = 1000;
+    let server = Server::start();
+    let tenant = tenant("fleet");
+    let client = client(&url);
+    let records: Vec<_> = (0..N)
+        .map(|i| {
+            client
+                .submission(&format!("payout-{i}"))
+                .post(&server.tickets_url())
+                .header("X-Tenant", &tenant)
+                .json(&ticket(&format!("payout {i:04}")))
+                .unwrap()
+                .record()
+                .unwrap()
+        })
+        .collect();
+    let keys: HashSet<String> = records.iter().map(|r| r.key.to_string()).collect();
+    let u = url.clone();
+    tokio::task::spawn_blocking(move || {
+        let mut db = postgres::Client::connect(&u, postgres::NoTls).unwrap();
+        let mut tx = db.transaction().unwrap();
+        for r in &records {
+            PostgresStore::enqueue(&mut tx, r).unwrap();
+        }
+        tx.commit().unwrap();
+    })
+    .await
+    .unwrap();
+
+    let mut fleet: Vec<Worker> = (0..3).map(|_| worker(&url)).collect();
+    // Kill one instance once the fleet is well under way, holding leases.
+    let start = Instant::now();
+    let at_kill = loop {
+        let made = server.tickets(&tenant).await;
+        if made >= (N / 4) as i64 {
+            break made;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(120),
+            "the fleet is stuck at {made}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let held_at_kill = rows(
+        &url,
+        "SELECT count(*) FROM oncekey_pending WHERE lease_owner IS NOT NULL",
+    );
+    fleet[0].0.kill().expect("SIGKILL");
+    let _ = fleet[0].0.wait();
+    assert!(
+        at_kill < N as i64,
+        "the kill landed mid-run ({at_kill} tickets)"
+    );
+
+    for (i, w) in fleet.iter_mut().enumerate().skip(1) {
+        let deadline = Instant::now() + Duration::from_secs(180);
+        loop {
+            if let Some(status) = w.0.try_wait().unwrap() {
+                assert!(status.success(), "worker {i} ended with {status}");
+                break;
+            }
+            assert!(Instant::now() < deadline, "worker {i} did not finish");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    // Every submission: exactly one ticket, none left pending, and no two instances ever
+    // sent one submission at once (the server would have answered one of them 409).
+    let subjects = server.subjects(&tenant).await;
+    assert_eq!(subjects.len(), N, "one ticket per submission");
+    let distinct: HashSet<&String> = subjects.iter().collect();
+    assert_eq!(distinct.len(), N, "no submission made two tickets");
+    assert_eq!(rows(&url, "SELECT count(*) FROM oncekey_pending"), 0);
+    let stats = server.stats(&tenant).await;
+    assert_eq!(
+        stats["in_progress"], 0,
+        "no concurrent sends of one key: {stats}"
+    );
+    assert_eq!(stats["tickets"], N as i64, "{stats}");
+    assert_eq!(keys.len(), N);
+    eprintln!(
+        "fleet: killed one of 3 at {at_kill}/{N} tickets holding {held_at_kill} leases; replays {}",
+        stats["replays"]
+    );
+}
