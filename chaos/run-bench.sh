@@ -13,6 +13,11 @@ build_chaos release
 echo "== chaos: large run (seed $seed)"
 "$chaos" --runs 20 --submissions 500 --workers 8 --seed "$seed" "$@"
 
+if [ -n "${ONCEKEY_PG_URL:-}" ]; then
+    echo "== chaos: large run on PostgreSQL (seed $seed)"
+    "$chaos" --runs 5 --submissions 500 --workers 8 --seed "$seed" --db "$ONCEKEY_PG_URL" "$@"
+fi
+
 if [ "${CHAOS_BREAKS:-1}" != 0 ]; then
     for mistake in new-key timeout-refusal store-after-send; do
         expect_caught "$mistake" 500 8

@@ -14,4 +14,13 @@ echo "== chaos: small seeded run (seed $seed)"
 "$chaos" --runs 2 --submissions 150 --workers 6 --seed "$seed"
 
 expect_caught new-key 200 6
+
+# PostgreSQL: the server's receipts and tickets and every worker's store in one database of
+# the cluster scripts/with-pg.sh started (make test-chaos runs this script under it).
+if [ -n "${ONCEKEY_PG_URL:-}" ]; then
+    echo "== chaos: small seeded run on PostgreSQL (seed $seed)"
+    "$chaos" --runs 1 --submissions 150 --workers 6 --seed "$seed" --db "$ONCEKEY_PG_URL"
+else
+    echo "SKIPPED chaos on PostgreSQL: no PostgreSQL (ONCEKEY_PG_URL is unset; make test starts one)"
+fi
 browser_run 24 3

@@ -14,3 +14,12 @@ target=${CARGO_TARGET_DIR:-target}
 cargo build --release -p oncekey-server
 cargo build --release --example bench_native
 "$target/release/examples/bench_native" "$target/release/oncekey-server" "${1:-2000}"
+
+# The fleet: PostgresStore with 1, 2 and 4 processes beside SqliteStore (run under
+# scripts/with-pg.sh, which sets ONCEKEY_PG_URL).
+if [ -n "${ONCEKEY_PG_URL:-}" ]; then
+    cargo build --release --features postgres --example bench_fleet
+    "$target/release/examples/bench_fleet" "$target/release/oncekey-server" "$ONCEKEY_PG_URL" "${1:-2000}"
+else
+    echo "SKIPPED the fleet benchmark: no PostgreSQL (ONCEKEY_PG_URL is unset)"
+fi

@@ -13,10 +13,8 @@
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 
-use oncekey::{SqliteStore, Store};
-
 use crate::plan::{parse_subject, read_events, sha256_hex, Event, Intent, TENANT};
-use crate::worker::Files;
+use crate::worker::{open_store, Files};
 
 /// A submission that broke a guarantee, and how.
 #[derive(Debug, Clone)]
@@ -58,14 +56,61 @@ struct Receipt {
 /// Checks run `run` of `intents`, whose server wrote `db` and whose workers left their files in
 /// `dir`.
 pub fn check(
-    db: &Path,
+    db: &str,
     dir: &Path,
-    workers: usize,
+    stores: &[Option<String>],
     intents: &[Intent],
 ) -> Result<Findings, String> {
-    let conn = rusqlite::Connection::open(db).map_err(|e| format!("{}: {e}", db.display()))?;
-    let sql = |e: rusqlite::Error| format!("{}: {e}", db.display());
-    let mut tickets: Vec<(i64, String, Option<String>)> = Vec::new();
+    let (tickets, receipts) = if db.starts_with("postgres://") || db.starts_with("postgresql://") {
+        read_postgres(db)?
+    } else {
+        read_sqlite(db)?
+    };
+    check_with(tickets, receipts, dir, stores, intents)
+}
+
+type Tickets = Vec<(i64, String, Option<String>)>;
+
+/// The run tenant's tickets and receipts from the server's PostgreSQL database.
+fn read_postgres(url: &str) -> Result<(Tickets, HashMap<String, Receipt>), String> {
+    let pg = |e: postgres::Error| format!("the server's PostgreSQL database: {e}");
+    let mut db = postgres::Client::connect(url, postgres::NoTls).map_err(pg)?;
+    let tickets = db
+        .query(
+            "SELECT id, subject, idempotency_key FROM tickets WHERE tenant = $1 ORDER BY id",
+            &[&TENANT],
+        )
+        .map_err(pg)?
+        .iter()
+        .map(|r| Ok((r.try_get(0)?, r.try_get(1)?, r.try_get(2)?)))
+        .collect::<Result<Tickets, postgres::Error>>()
+        .map_err(pg)?;
+    let mut receipts = HashMap::new();
+    for r in db
+        .query(
+            "SELECT key, state, status, response FROM receipts WHERE tenant = $1",
+            &[&TENANT],
+        )
+        .map_err(pg)?
+    {
+        let status: Option<i32> = r.try_get(2).map_err(pg)?;
+        receipts.insert(
+            r.try_get::<_, String>(0).map_err(pg)?,
+            Receipt {
+                state: r.try_get(1).map_err(pg)?,
+                status: status.and_then(|s| u16::try_from(s).ok()),
+                response: r.try_get(3).map_err(pg)?,
+            },
+        );
+    }
+    Ok((tickets, receipts))
+}
+
+/// The run tenant's tickets and receipts from the server's SQLite file.
+fn read_sqlite(db: &str) -> Result<(Tickets, HashMap<String, Receipt>), String> {
+    let conn = rusqlite::Connection::open(db).map_err(|e| format!("{db}: {e}"))?;
+    let sql = |e: rusqlite::Error| format!("{db}: {e}");
+    let mut tickets: Tickets = Vec::new();
     {
         let mut stmt = conn
             .prepare(
@@ -101,7 +146,16 @@ pub fn check(
             receipts.insert(key, receipt);
         }
     }
+    Ok((tickets, receipts))
+}
 
+fn check_with(
+    tickets: Tickets,
+    receipts: HashMap<String, Receipt>,
+    dir: &Path,
+    stores: &[Option<String>],
+    intents: &[Intent],
+) -> Result<Findings, String> {
     let mut f = Findings {
         tickets: tickets.len() as u64,
         ..Findings::default()
@@ -119,7 +173,7 @@ pub fn check(
     let mut discards = 0;
     let mut replayed = 0;
     let mut compared = 0;
-    for index in 0..workers {
+    for (index, store_url) in stores.iter().enumerate() {
         let files = Files::of(dir, index);
         for event in read_events(&files.results) {
             match &event {
@@ -163,13 +217,13 @@ pub fn check(
             }
         }
         // (4) Nothing left pending.
-        if files.store.exists() {
-            let store = SqliteStore::open(&files.store).map_err(|e| e.to_string())?;
+        if store_url.is_some() || files.store.exists() {
+            let store = open_store(store_url.as_deref(), &files.store)?;
             for listed in store.list().map_err(|e| e.to_string())? {
                 violate(
                     4,
                     &listed.name,
-                    format!("still pending in {}", files.store.display()),
+                    format!("still pending in worker {index}'s store"),
                 );
             }
         }

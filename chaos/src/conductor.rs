@@ -73,6 +73,65 @@ pub struct RunArgs {
     /// Give up on a run that takes longer than this many seconds.
     #[arg(long, default_value_t = 600)]
     pub run_timeout: u64,
+    /// A PostgreSQL cluster (postgres://user@host:port/database) instead of SQLite files: each
+    /// run makes a fresh database in it, where the server keeps its receipts and tickets and
+    /// every worker its PostgresStore (a schema each).
+    #[arg(long, value_name = "URL")]
+    pub db: Option<String>,
+}
+
+/// A run's PostgreSQL database, made fresh in the cluster at `base`, with one schema per worker;
+/// dropped when the run's folder is (unless kept).
+struct RunDatabase {
+    base: String,
+    name: String,
+    url: String,
+}
+
+impl RunDatabase {
+    fn create(base: &str, seed: u64, run: u32, workers: usize) -> Result<RunDatabase, String> {
+        let name = format!("oncekey_chaos_{}_{seed}_{run}", std::process::id());
+        let (head, _) = base
+            .rsplit_once('/')
+            .ok_or_else(|| format!("--db {base}: expected postgres://user@host:port/database"))?;
+        let url = format!("{head}/{name}");
+        let pg = |e: postgres::Error| match e.as_db_error() {
+            Some(db) => format!("--db {head}/...: {db}"),
+            None => format!("--db {head}/...: {e}"),
+        };
+        let mut admin = postgres::Client::connect(base, postgres::NoTls).map_err(pg)?;
+        // One statement each: PostgreSQL runs a multi-statement batch as one transaction.
+        admin
+            .batch_execute(&format!("DROP DATABASE IF EXISTS {name}"))
+            .map_err(pg)?;
+        admin
+            .batch_execute(&format!("CREATE DATABASE {name}"))
+            .map_err(pg)?;
+        let mut db = postgres::Client::connect(&url, postgres::NoTls).map_err(pg)?;
+        for index in 0..workers {
+            db.batch_execute(&format!("CREATE SCHEMA worker_{index}"))
+                .map_err(pg)?;
+        }
+        Ok(RunDatabase {
+            base: base.to_owned(),
+            name,
+            url,
+        })
+    }
+
+    /// Worker `index`'s store: the run's database, with its own schema first on the path.
+    fn worker_store(&self, index: usize) -> String {
+        format!("{}?options=-c%20search_path%3Dworker_{index}", self.url)
+    }
+
+    fn drop_database(&self) {
+        if let Ok(mut admin) = postgres::Client::connect(&self.base, postgres::NoTls) {
+            let _ = admin.batch_execute(&format!(
+                "DROP DATABASE IF EXISTS {} WITH (FORCE)",
+                self.name
+            ));
+        }
+    }
 }
 
 /// Who picks the random faults.
@@ -105,7 +164,8 @@ fn server_bin() -> Result<PathBuf, String> {
 /// The reference server as a child process.
 struct Server {
     bin: PathBuf,
-    db: PathBuf,
+    /// A SQLite file, or a postgres:// URL.
+    db: String,
     log: PathBuf,
     lease: String,
     child: Option<Child>,
@@ -254,6 +314,8 @@ struct Workers {
     url: String,
     concurrency: usize,
     mistake: Option<Break>,
+    /// The run's PostgreSQL database, when the stores are there.
+    database: Option<std::rc::Rc<RunDatabase>>,
     /// Rate and seed of the faults the workers ask for (`--faults-from client`).
     faults: Option<(f64, u64)>,
     children: Vec<Option<Child>>,
@@ -281,6 +343,9 @@ impl Workers {
             .stderr(log);
         if let Some(mistake) = self.mistake {
             cmd.args(["--break", &mistake.to_string()]);
+        }
+        if let Some(db) = &self.database {
+            cmd.args(["--store", &db.worker_store(index)]);
         }
         if let Some((rate, seed)) = self.faults {
             cmd.args([
@@ -449,9 +514,18 @@ pub fn run(args: &RunArgs, run: u32, totals: &mut Totals) -> Result<(), String> 
     }
     totals.plan.push_str(&sha256_hex(decided.as_bytes()));
 
+    let database = match &args.db {
+        Some(base) => Some(std::rc::Rc::new(RunDatabase::create(
+            base, args.seed, run, workers,
+        )?)),
+        None => None,
+    };
     let mut server = Server {
         bin,
-        db: dir.join("server.db"),
+        db: match &database {
+            Some(d) => d.url.clone(),
+            None => dir.join("server.db").display().to_string(),
+        },
         log: dir.join("server.log"),
         lease: args.server_lease.clone(),
         child: None,
@@ -473,6 +547,7 @@ pub fn run(args: &RunArgs, run: u32, totals: &mut Totals) -> Result<(), String> 
         url: server.url(),
         concurrency: args.concurrency,
         mistake: args.mistake,
+        database: database.clone(),
         faults: (faults && args.faults_from == FaultsFrom::Client).then(|| {
             (
                 args.fault_rate,
@@ -563,7 +638,10 @@ pub fn run(args: &RunArgs, run: u32, totals: &mut Totals) -> Result<(), String> 
     }
     server.kill();
 
-    let found = check::check(&server.db, &dir, workers, &plan)?;
+    let stores: Vec<Option<String>> = (0..workers)
+        .map(|i| database.as_ref().map(|d| d.worker_store(i)))
+        .collect();
+    let found = check::check(&server.db, &dir, &stores, &plan)?;
     totals.runs += 1;
     totals.submissions += plan.len() as u64;
     totals.invalid += plan.iter().filter(|i| !i.valid).count() as u64;
@@ -610,6 +688,9 @@ pub fn run(args: &RunArgs, run: u32, totals: &mut Totals) -> Result<(), String> 
     drop(server);
     if !keep {
         let _ = std::fs::remove_dir_all(&dir);
+        if let Some(d) = &database {
+            d.drop_database();
+        }
     }
     Ok(())
 }

@@ -88,7 +88,7 @@ fn join(map: &BTreeMap<String, u64>) -> String {
 fn print_table(args: &conductor::RunArgs, t: &conductor::Totals, secs: f64) {
     let row = |label: &str, value: String| println!("{label:<28} {value}");
     println!(
-        "oncekey chaos: seed {}, fault rate {} (from the {}), {} workers x {} at once{}",
+        "oncekey chaos: seed {}, fault rate {} (from the {}), {} workers x {} at once, {}{}",
         args.seed,
         args.fault_rate,
         match args.faults_from {
@@ -97,6 +97,11 @@ fn print_table(args: &conductor::RunArgs, t: &conductor::Totals, secs: f64) {
         },
         args.workers,
         args.concurrency,
+        if args.db.is_some() {
+            "PostgreSQL (server and stores)"
+        } else {
+            "SQLite files"
+        },
         match args.mistake {
             Some(m) => format!(", --break {m}"),
             None => String::new(),

@@ -89,6 +89,21 @@ pub struct WorkerArgs {
     /// The seed of those faults.
     #[arg(long, default_value_t = 0)]
     pub fault_seed: u64,
+    /// Its store, when not its SQLite file in the run's folder: a postgres:// URL.
+    #[arg(long)]
+    pub store: Option<String>,
+}
+
+/// Opens a worker's store: the PostgreSQL store at `url` if given, else the SQLite file `path`.
+pub fn open_store(url: Option<&str>, path: &std::path::Path) -> Result<Box<dyn Store>, String> {
+    match url {
+        Some(url) => oncekey::PostgresStore::connect(url)
+            .map(|s| Box::new(s) as Box<dyn Store>)
+            .map_err(|e| e.to_string()),
+        None => SqliteStore::open(path)
+            .map(|s| Box::new(s) as Box<dyn Store>)
+            .map_err(|e| e.to_string()),
+    }
 }
 
 /// The fault attempt `attempt` of submission `name` asks for: the same for a seed whatever the
@@ -113,7 +128,7 @@ pub struct Files {
     pub plan: PathBuf,
     /// Its results ([`Event`] lines).
     pub results: PathBuf,
-    /// Its `SqliteStore`.
+    /// Its `SqliteStore` (unless it has a PostgreSQL store).
     pub store: PathBuf,
     /// One line per attempt answered or failed (the status, `network` or `timeout`).
     pub attempts: PathBuf,
@@ -191,7 +206,7 @@ impl<S: tracing::Subscriber> Layer<S> for AttemptLog {
 /// next store call for its name (after its first attempt went out).
 #[derive(Debug)]
 struct JournalingStore {
-    inner: SqliteStore,
+    inner: Box<dyn Store>,
     journal: Arc<Journal>,
     /// The key of each record saved by this process.
     keys: Mutex<HashMap<String, String>>,
@@ -513,7 +528,7 @@ pub fn main(args: WorkerArgs) -> Result<(), String> {
         Journal::open(&files.results).map_err(|e| format!("{}: {e}", files.results.display()))?,
     );
     let store = JournalingStore {
-        inner: SqliteStore::open(&files.store).map_err(|e| e.to_string())?,
+        inner: open_store(args.store.as_deref(), &files.store)?,
         journal: journal.clone(),
         keys: Mutex::new(HashMap::new()),
         store_after_send: args.mistake == Some(Break::StoreAfterSend),

@@ -126,6 +126,18 @@ fn describe(config: &Config) -> String {
     )
 }
 
+/// What PostgreSQL said: `postgres::Error` shows only its kind ("db error"); the server's
+/// message, or the cause, says what went wrong.
+fn detail(e: &postgres::Error) -> String {
+    if let Some(db) = e.as_db_error() {
+        return db.to_string();
+    }
+    match std::error::Error::source(e) {
+        Some(cause) => format!("{e}: {cause}"),
+        None => e.to_string(),
+    }
+}
+
 /// Runs `f` where the `postgres` crate may block: on this thread, or, when this thread is
 /// driving a tokio runtime (where blocking on another runtime panics), on a scoped thread of
 /// its own. The [`Store`] methods need none of this: the client calls them on tokio's blocking
@@ -209,7 +221,7 @@ impl PostgresStore {
             }
             Err(e) => Err(Error::store(
                 format!("the submission {:?} could not be enqueued", record.name),
-                e,
+                detail(&e),
             )),
         }
     }
@@ -238,7 +250,10 @@ impl PostgresStore {
     }
 
     fn failed(&self, what: &str, e: postgres::Error) -> Error {
-        Error::store(format!("the store {} could not be {what}", self.place), e)
+        Error::store(
+            format!("the store {} could not be {what}", self.place),
+            detail(&e),
+        )
     }
 
     fn connection(&self) -> Result<postgres::Client> {
