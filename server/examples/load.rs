@@ -1,15 +1,17 @@
 //! Throughput of `POST /api/tickets` with keys against the same route with the key check
-//! switched off, on loopback, each server on its own SQLite file.
+//! switched off, on loopback, each server on its own SQLite file (or both on one PostgreSQL
+//! database with `--db postgres://...`).
 //!
 //! ```text
 //! CARGO_PROFILE_RELEASE_OPT_LEVEL=3 cargo run --release -p oncekey-server --example load -- \
-//!     [--requests 10000] [--concurrency 64] [--rounds 5] [--dir DIR]
+//!     [--requests 10000] [--concurrency 64] [--rounds 5] [--dir DIR | --db postgres://...]
 //!     [--keyed-url URL --plain-url URL]
 //! ```
 //!
 //! By default it starts both servers in-process (a runtime of their own, 2 threads); with
 //! `--keyed-url` and `--plain-url` it targets servers already running (the second started with
-//! `--no-key-check`). The rounds alternate keyed and unkeyed runs; the medians count.
+//! `--no-key-check`). The rounds alternate keyed and unkeyed runs; the medians count. The CPU
+//! time is this process's (client and servers): PostgreSQL's own processes are not in it.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -22,6 +24,7 @@ struct Args {
     concurrency: usize,
     rounds: usize,
     dir: Option<String>,
+    db: Option<String>,
     keyed_url: Option<String>,
     plain_url: Option<String>,
     only: Option<String>,
@@ -33,6 +36,7 @@ fn args() -> Args {
         concurrency: 64,
         rounds: 5,
         dir: None,
+        db: None,
         keyed_url: None,
         plain_url: None,
         only: None,
@@ -45,6 +49,7 @@ fn args() -> Args {
             "--concurrency" => a.concurrency = value().parse().expect("--concurrency C"),
             "--rounds" => a.rounds = value().parse().expect("--rounds R"),
             "--dir" => a.dir = Some(value()),
+            "--db" => a.db = Some(value()),
             "--keyed-url" => a.keyed_url = Some(value()),
             "--plain-url" => a.plain_url = Some(value()),
             // For profiling one side: `--only keyed` or `--only plain`.
@@ -124,7 +129,7 @@ async fn run(client: &reqwest::Client, url: &str, tag: &str, n: usize, c: usize)
                     .post(format!("{url}/api/tickets"))
                     .header("Content-Type", "application/json")
                     .header("X-Tenant", "load")
-                    .header("Idempotency-Key", format!("load-{tag}-{i}"))
+                    .header("Idempotency-Key", format!("load-{}-{tag}-{i}", run_id()))
                     .body(body)
                     .send()
                     .await
@@ -145,6 +150,18 @@ async fn run(client: &reqwest::Client, url: &str, tag: &str, n: usize, c: usize)
     Run { rate, cpu_us }
 }
 
+/// Different for every run of the benchmark, so keys left in a database by an earlier run are
+/// never replayed.
+fn run_id() -> u128 {
+    static ID: std::sync::OnceLock<u128> = std::sync::OnceLock::new();
+    *ID.get_or_init(|| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0)
+    })
+}
+
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     match v.len() {
@@ -161,6 +178,10 @@ async fn main() {
     let _tmp;
     let (keyed_url, plain_url) = match (args.keyed_url.clone(), args.plain_url.clone()) {
         (Some(k), Some(p)) => (k, p),
+        (None, None) if args.db.is_some() => {
+            let db = args.db.clone().unwrap_or_default();
+            (start_server(db.clone(), true), start_server(db, false))
+        }
         (None, None) => {
             let dir = match &args.dir {
                 Some(d) => d.clone(),
@@ -181,6 +202,11 @@ async fn main() {
         .build()
         .unwrap();
     let (n, c) = (args.requests, args.concurrency);
+    let store = match &args.db {
+        Some(db) => format!("PostgreSQL {}", oncekey_server::store::describe(db)),
+        None if args.keyed_url.is_some() => "the servers' own store".to_owned(),
+        None => "SQLite file, synchronous=FULL".to_owned(),
+    };
     if let Some(only) = &args.only {
         let url = if only == "keyed" {
             &keyed_url
@@ -222,11 +248,11 @@ async fn main() {
     let (keyed_cpu, plain_cpu) = (cpus(&keyed), cpus(&plain));
     let (keyed, plain) = (rates(&keyed), rates(&plain));
     println!(
-        "keyed (Idempotency-Key, SQLite file, synchronous=FULL): {keyed:.0} req/s, {keyed_cpu:.0} us CPU per request (medians of {} rounds of {n} requests, concurrency {c})",
+        "keyed (Idempotency-Key, {store}): {keyed:.0} req/s, {keyed_cpu:.0} us CPU per request (medians of {} rounds of {n} requests, concurrency {c})",
         args.rounds
     );
     println!(
-        "no key check (same route, SQLite file, synchronous=FULL): {plain:.0} req/s, {plain_cpu:.0} us CPU per request"
+        "no key check (same route, {store}): {plain:.0} req/s, {plain_cpu:.0} us CPU per request"
     );
     // CPU per request (client and server, which share the machine) does not depend on what
     // else the machine is doing; throughput does.
