@@ -263,7 +263,10 @@ impl Store {
 
     /// Claims a key (see [`Tx::claim`]) in a light transaction.
     pub async fn claim(&self, c: ClaimRequest) -> Result<Claim, Failure> {
-        self.run_light(move |tx| tx.claim(&c)).await
+        match &self.0 {
+            Backend::Sqlite(_) => self.run_light(move |tx| tx.claim(&c)).await,
+            Backend::Postgres(p) => p.claim(c).await,
+        }
     }
 
     /// Claims a key in a light transaction and, once that has committed and if the claim was

@@ -26,7 +26,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use postgres::{Client, Config, NoTls, Statement, Transaction};
+use postgres::{Client, Config, NoTls, Statement};
 use tokio::sync::oneshot;
 
 use super::{
@@ -148,35 +148,82 @@ impl Statements {
 struct Conn {
     client: Client,
     statements: Statements,
+    /// A transaction could not be ended: never reuse this connection.
+    broken: bool,
 }
 
 impl Conn {
-    /// Connects; the schema must already be there (see [`migrate`]).
-    fn connect(config: &Config) -> Result<Conn, postgres::Error> {
+    /// Connects, creating or checking the schema first if asked to.
+    fn connect(config: &Config, migrate_schema: bool) -> Result<Conn, Failure> {
         let mut client = config.connect(NoTls)?;
+        if migrate_schema {
+            migrate(&mut client)?;
+        }
+        // Light jobs (and the one-statement claim) commit without waiting for the WAL to reach
+        // the disk; durable ones ask for it (see `transaction`).
+        client.batch_execute("SET synchronous_commit = off")?;
         let statements = Statements::prepare(&mut client)?;
-        Ok(Conn { client, statements })
+        Ok(Conn {
+            client,
+            statements,
+            broken: false,
+        })
     }
 
     /// Runs `f` in a transaction of this kind: committed if it returns `Ok`, else rolled back.
+    /// Beginning, like ending, is one round trip.
     fn transaction<T>(
         &mut self,
         kind: Kind,
         f: impl FnOnce(&mut dyn Tx) -> Result<T, Failure>,
     ) -> Result<T, Failure> {
-        let mut tx = self.client.transaction()?;
-        if kind == Kind::Light {
-            tx.batch_execute("SET LOCAL synchronous_commit = off")?;
-        }
-        let mut tx = PgTx {
-            tx,
+        self.client.batch_execute(match kind {
+            Kind::Light => "BEGIN",
+            Kind::Durable => "BEGIN; SET LOCAL synchronous_commit = on",
+        })?;
+        let result = f(&mut PgTx {
+            client: &mut self.client,
             st: &self.statements,
-        };
-        // On `Err`, dropping the transaction rolls it back.
-        let value = f(&mut tx)?;
-        tx.tx.commit()?;
-        Ok(value)
+        });
+        let end = if result.is_ok() { "COMMIT" } else { "ROLLBACK" };
+        if let Err(e) = self.client.batch_execute(end) {
+            // Whatever state the session is in now, the next job must not inherit it.
+            self.broken = true;
+            return Err(match result {
+                Ok(_) => e.into(),
+                Err(first) => first,
+            });
+        }
+        result
     }
+
+    /// Claims a key. The common case, a new key, is one statement in a transaction of its own;
+    /// a key that exists is claimed in a transaction that reads its receipt `FOR UPDATE`.
+    fn claim(&mut self, c: &ClaimRequest) -> Result<Claim, Failure> {
+        if insert_receipt(&mut self.client, &self.statements, c)? == 1 {
+            return Ok(Claim::Taken { took_over: false });
+        }
+        self.transaction(Kind::Light, |tx| tx.claim(c))
+    }
+}
+
+/// `INSERT ... ON CONFLICT DO NOTHING` of a claim: 1 if the key was free.
+fn insert_receipt(
+    client: &mut Client,
+    st: &Statements,
+    c: &ClaimRequest,
+) -> Result<u64, postgres::Error> {
+    client.execute(
+        &st.insert_receipt,
+        &[
+            &c.tenant,
+            &c.key,
+            &c.fingerprint,
+            &c.token,
+            &c.lease_until,
+            &c.now,
+        ],
+    )
 }
 
 /// Creates the schema on an empty database, or checks its version.
@@ -226,7 +273,7 @@ enum Message {
 /// The handle requests use to reach the pool's threads.
 #[derive(Debug, Clone)]
 pub(super) struct Pool {
-    tx: mpsc::Sender<Message>,
+    jobs: mpsc::Sender<Message>,
     threads: usize,
 }
 
@@ -262,7 +309,7 @@ impl Pool {
                 other => other,
             })?;
         let pool = Pool {
-            tx,
+            jobs: tx,
             threads: threads.len(),
         };
         Ok((pool, threads))
@@ -271,7 +318,7 @@ impl Pool {
     /// Asks every thread to finish the jobs sent so far and stop.
     pub(super) fn stop(&self) {
         for _ in 0..self.threads {
-            let _ = self.tx.send(Message::Stop);
+            let _ = self.jobs.send(Message::Stop);
         }
     }
 
@@ -288,8 +335,17 @@ impl Pool {
         answer.await.map_err(|_| Failure::Closed)?
     }
 
-    /// Claims a key in a light transaction, commits, and if the claim was granted runs `work`
-    /// in a durable transaction on the same connection.
+    /// Claims a key (see [`Conn::claim`]).
+    pub(super) async fn claim(&self, c: ClaimRequest) -> Result<Claim, Failure> {
+        let (reply, answer) = oneshot::channel();
+        self.send(Box::new(move |conn| {
+            let _ = reply.send(conn.and_then(|conn| conn.claim(&c)));
+        }))?;
+        answer.await.map_err(|_| Failure::Closed)?
+    }
+
+    /// Claims a key, commits, and if the claim was granted runs `work` in a durable transaction
+    /// on the same connection.
     pub(super) async fn claim_then<T: Send + 'static>(
         &self,
         c: ClaimRequest,
@@ -313,7 +369,9 @@ impl Pool {
     }
 
     fn send(&self, job: Job) -> Result<(), Failure> {
-        self.tx.send(Message::Job(job)).map_err(|_| Failure::Closed)
+        self.jobs
+            .send(Message::Job(job))
+            .map_err(|_| Failure::Closed)
     }
 }
 
@@ -324,15 +382,9 @@ fn start_threads(
     connections: usize,
     rx: mpsc::Receiver<Message>,
 ) -> Result<Vec<JoinHandle<()>>, Failure> {
-    let mut first = config.connect(NoTls)?;
-    migrate(&mut first)?;
-    let statements = Statements::prepare(&mut first)?;
-    let mut conns = vec![Conn {
-        client: first,
-        statements,
-    }];
+    let mut conns = vec![Conn::connect(&config, true)?];
     for _ in 1..connections {
-        conns.push(Conn::connect(&config)?);
+        conns.push(Conn::connect(&config, false)?);
     }
     let rx = Arc::new(Mutex::new(rx));
     let mut threads = Vec::with_capacity(connections);
@@ -358,16 +410,19 @@ fn work(conn: Conn, config: Config, rx: Arc<Mutex<mpsc::Receiver<Message>>>) {
         let Ok(Message::Job(job)) = message else {
             break;
         };
-        if conn.as_ref().is_some_and(|c| c.client.is_closed()) {
+        if conn
+            .as_ref()
+            .is_some_and(|c| c.broken || c.client.is_closed())
+        {
             tracing::warn!("the PostgreSQL connection was lost; reconnecting");
             conn = None;
         }
         if conn.is_none() {
-            match Conn::connect(&config) {
+            match Conn::connect(&config, false) {
                 Ok(c) => conn = Some(c),
                 Err(e) => {
-                    tracing::error!("cannot reconnect to PostgreSQL: {}", chain(&e));
-                    job(Err(Failure::Postgres(e)));
+                    tracing::error!("cannot reconnect to PostgreSQL: {e}");
+                    job(Err(e));
                     continue;
                 }
             }
@@ -379,9 +434,9 @@ fn work(conn: Conn, config: Config, rx: Arc<Mutex<mpsc::Receiver<Message>>>) {
     tracing::debug!("PostgreSQL connection closed");
 }
 
-/// A job's transaction and its connection's statements.
+/// A connection inside a job's transaction, and its statements.
 struct PgTx<'a> {
-    tx: Transaction<'a>,
+    client: &'a mut Client,
     st: &'a Statements,
 }
 
@@ -391,22 +446,14 @@ impl Tx for PgTx<'_> {
         // A row the insert ran into may be gone (released, swept) before it is read: then the
         // insert is tried again. Three rounds of that is a very busy key: "in progress".
         for _ in 0..3 {
-            let inserted = self.tx.execute(
-                &st.insert_receipt,
-                &[
-                    &c.tenant,
-                    &c.key,
-                    &c.fingerprint,
-                    &c.token,
-                    &c.lease_until,
-                    &c.now,
-                ],
-            )?;
-            if inserted == 1 {
+            if insert_receipt(self.client, st, c)? == 1 {
                 return Ok(Claim::Taken { took_over: false });
             }
             // Locked until this transaction ends: another claimer, or a completion, waits.
-            let Some(row) = self.tx.query_opt(&st.lock_receipt, &[&c.tenant, &c.key])? else {
+            let Some(row) = self
+                .client
+                .query_opt(&st.lock_receipt, &[&c.tenant, &c.key])?
+            else {
                 continue;
             };
             let found = Found {
@@ -421,7 +468,7 @@ impl Tx for PgTx<'_> {
             return match found.decide(c)? {
                 Decision::Answer(claim) => Ok(claim),
                 Decision::Renew => {
-                    self.tx.execute(
+                    self.client.execute(
                         &st.renew_receipt,
                         &[
                             &c.tenant,
@@ -435,7 +482,7 @@ impl Tx for PgTx<'_> {
                     Ok(Claim::Taken { took_over: false })
                 }
                 Decision::TakeOver => {
-                    self.tx.execute(
+                    self.client.execute(
                         &st.take_over,
                         &[&c.tenant, &c.key, &c.token, &c.lease_until],
                     )?;
@@ -453,7 +500,7 @@ impl Tx for PgTx<'_> {
         ticket_id: Option<i64>,
         now: i64,
     ) -> Result<(), Failure> {
-        let changed = self.tx.execute(
+        let changed = self.client.execute(
             &self.st.complete,
             &[
                 &c.tenant,
@@ -474,13 +521,13 @@ impl Tx for PgTx<'_> {
     }
 
     fn release(&mut self, c: &ClaimRequest) -> Result<(), Failure> {
-        self.tx
+        self.client
             .execute(&self.st.release, &[&c.tenant, &c.key, &c.token])?;
         Ok(())
     }
 
     fn insert_ticket(&mut self, t: &NewTicket, key: Option<&str>) -> Result<Ticket, Failure> {
-        let row = self.tx.query_one(
+        let row = self.client.query_one(
             &self.st.insert_ticket,
             &[
                 &t.tenant,
@@ -501,7 +548,9 @@ impl Tx for PgTx<'_> {
     }
 
     fn list_tickets(&mut self, tenant: &str, limit: i64) -> Result<Vec<Ticket>, Failure> {
-        let rows = self.tx.query(&self.st.list_tickets, &[&tenant, &limit])?;
+        let rows = self
+            .client
+            .query(&self.st.list_tickets, &[&tenant, &limit])?;
         rows.iter()
             .map(|r| {
                 Ok(Ticket {
@@ -517,10 +566,10 @@ impl Tx for PgTx<'_> {
 
     fn counts(&mut self, tenant: &str) -> Result<Counts, Failure> {
         let tickets = self
-            .tx
+            .client
             .query_one(&self.st.count_tickets, &[&tenant])?
             .try_get(0)?;
-        let row = self.tx.query_one(&self.st.count_receipts, &[&tenant])?;
+        let row = self.client.query_one(&self.st.count_receipts, &[&tenant])?;
         Ok(Counts {
             tickets,
             receipts: row.try_get(0)?,
@@ -529,7 +578,7 @@ impl Tx for PgTx<'_> {
     }
 
     fn sweep(&mut self, before: i64) -> Result<usize, Failure> {
-        let removed = self.tx.execute(&self.st.sweep, &[&before])?;
+        let removed = self.client.execute(&self.st.sweep, &[&before])?;
         Ok(usize::try_from(removed).unwrap_or(usize::MAX))
     }
 }
