@@ -12,6 +12,9 @@
 //!   them to every attempt ([`ClientBuilder::secret_header`], [`HeaderProvider`]).
 //! - Clients sharing a store take a lease on a submission before sending it (see [`Store`]), so
 //!   two processes never send the same one at once, and a dead one's work is taken over.
+//! - A fleet of instances can share one PostgreSQL table (`PostgresStore`, feature `postgres`):
+//!   [`Client::resume_due`] takes what no live instance holds, and
+//!   `PostgresStore::enqueue` writes a submission in the caller's own transaction.
 //! - Each attempt is a `tracing` span `oncekey.attempt` with the submission's name, the key's
 //!   short form, the attempt's number and its outcome.
 //!
