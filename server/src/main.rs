@@ -102,37 +102,53 @@ async fn main() {
             std::process::exit(1);
         }
     };
+    // Listening for signals before saying we listen: a SIGTERM right after the line below must
+    // find the graceful shutdown, not the default action.
+    let signal = shutdown_signal();
+    let stop = server.shutdown_handle();
+    tokio::spawn(async move {
+        signal.await;
+        tracing::info!("signal received");
+        stop.cancel();
+    });
     // The one line on stdout: scripts and tests read the port from it.
     let mut out = std::io::stdout();
     let _ = writeln!(out, "listening on {}", server.url());
     let _ = out.flush();
-    let stop = server.shutdown_handle();
-    tokio::spawn(async move {
-        shutdown_signal().await;
-        tracing::info!("signal received");
-        stop.cancel();
-    });
     server.wait().await;
 }
 
-async fn shutdown_signal() {
+/// Ctrl-C or SIGTERM. On Unix both handlers are installed when this is called, not when the
+/// future is first polled.
+fn shutdown_signal() -> impl std::future::Future<Output = ()> {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{signal, SignalKind};
-        let mut term = match signal(SignalKind::terminate()) {
-            Ok(s) => s,
-            Err(_) => {
-                let _ = tokio::signal::ctrl_c().await;
-                return;
+        let term = signal(SignalKind::terminate()).ok();
+        let interrupt = signal(SignalKind::interrupt()).ok();
+        async move {
+            let term = async {
+                match term {
+                    Some(mut s) => drop(s.recv().await),
+                    None => std::future::pending().await,
+                }
+            };
+            let interrupt = async {
+                match interrupt {
+                    Some(mut s) => drop(s.recv().await),
+                    None => drop(tokio::signal::ctrl_c().await),
+                }
+            };
+            tokio::select! {
+                _ = term => {}
+                _ = interrupt => {}
             }
-        };
-        tokio::select! {
-            _ = tokio::signal::ctrl_c() => {}
-            _ = term.recv() => {}
         }
     }
     #[cfg(not(unix))]
     {
-        let _ = tokio::signal::ctrl_c().await;
+        async {
+            let _ = tokio::signal::ctrl_c().await;
+        }
     }
 }
