@@ -296,8 +296,8 @@ async fn a_lease_held_by_a_killed_server_is_taken_over_by_the_other() {
     let b = Process::start(&db.url, ARGS);
     let client = common::client();
     let (tenant, key) = ("takeover", "held-key");
-    // A claims and holds the key for a second (its lease: 300 ms more).
-    let held = tokio::spawn(post(&client, &a.url, tenant, key, TICKET, Some("delay=1000")).send());
+    // A claims and holds the key for two seconds (its lease: 300 ms more).
+    let held = tokio::spawn(post(&client, &a.url, tenant, key, TICKET, Some("delay=2000")).send());
     for _ in 0..500 {
         if receipts_in(&db, tenant).1 == 1 {
             break;
@@ -330,7 +330,7 @@ fn burst_body(i: usize) -> String {
 fn burst_request(client: &reqwest::Client, server: &str, i: usize) -> reqwest::RequestBuilder {
     let key = format!("burst-key-{i}");
     // Half claim, hold, then work: spread over time, so the kill finds requests at every stage.
-    let delay = format!("delay={}", (i % 20) * 10);
+    let delay = format!("delay={}", (i % 20) * 50);
     let fault = (i % 4 >= 2).then_some(delay.as_str());
     post(client, server, "burst", &key, &burst_body(i), fault)
 }
