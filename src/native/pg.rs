@@ -66,8 +66,16 @@ const MIGRATIONS: &[&str] = &["CREATE TABLE oncekey_pending (
 /// The advisory lock key that serialises migrations ("oncekey" in ASCII).
 const MIGRATION_LOCK: i64 = 0x006f_6e63_656b_6579;
 
-/// Idle connections kept for reuse.
-const MAX_IDLE: usize = 16;
+/// Connections a store opens at most, by default: a call beyond them waits for one to be free
+/// (a PostgreSQL connection is a server process; opening one per call costs more than waiting).
+const MAX_CONNECTIONS: usize = 16;
+
+/// The store's connections: the idle ones, and how many are open in all.
+#[derive(Default)]
+struct Pool {
+    idle: Vec<postgres::Client>,
+    open: usize,
+}
 
 /// The statement [`Store::claim_due`] runs (also shown by [`PostgresStore::explain_claim_due`]).
 const CLAIM_DUE: &str = "UPDATE oncekey_pending AS p SET lease_owner = $1, lease_until = $2
@@ -83,7 +91,10 @@ pub struct PostgresStore {
     config: Config,
     /// Where it is, for messages: user, host, port and database, never the password.
     place: String,
-    idle: Mutex<Vec<postgres::Client>>,
+    pool: Mutex<Pool>,
+    /// Signalled when a connection is put back or closed.
+    freed: std::sync::Condvar,
+    max_connections: usize,
 }
 
 impl std::fmt::Debug for PostgresStore {
@@ -97,7 +108,7 @@ impl std::fmt::Debug for PostgresStore {
 impl Drop for PostgresStore {
     fn drop(&mut self) {
         // A `postgres::Client` blocks as it closes, which panics on a runtime's thread.
-        let idle = std::mem::take(&mut *self.idle.lock().unwrap_or_else(|e| e.into_inner()));
+        let idle = std::mem::take(&mut self.pool.lock().unwrap_or_else(|e| e.into_inner()).idle);
         if !idle.is_empty() {
             off_runtime(move || drop(idle));
         }
@@ -179,7 +190,9 @@ impl PostgresStore {
         let store = PostgresStore {
             place: describe(&config),
             config,
-            idle: Mutex::new(Vec::new()),
+            pool: Mutex::new(Pool::default()),
+            freed: std::sync::Condvar::new(),
+            max_connections: MAX_CONNECTIONS,
         };
         let mut conn = store.connection()?;
         match migrate(&mut conn) {
@@ -256,22 +269,54 @@ impl PostgresStore {
         )
     }
 
+    /// At most `n` connections at once (16 by default).
+    pub fn max_connections(mut self, n: usize) -> PostgresStore {
+        self.max_connections = n.max(1);
+        self
+    }
+
+    /// An idle connection, a new one while fewer than the maximum are open, or the next one
+    /// put back.
     fn connection(&self) -> Result<postgres::Client> {
-        let pooled = self.idle.lock().unwrap_or_else(|e| e.into_inner()).pop();
-        match pooled {
-            Some(c) if !c.is_closed() => Ok(c),
-            _ => self
-                .config
-                .connect(NoTls)
-                .map_err(|e| self.failed("reached", e)),
+        let mut pool = self.pool.lock().unwrap_or_else(|e| e.into_inner());
+        loop {
+            while let Some(c) = pool.idle.pop() {
+                if !c.is_closed() {
+                    return Ok(c);
+                }
+                pool.open -= 1;
+            }
+            if pool.open < self.max_connections {
+                pool.open += 1;
+                drop(pool);
+                return self.config.connect(NoTls).map_err(|e| {
+                    self.closed();
+                    self.failed("reached", e)
+                });
+            }
+            pool = self.freed.wait(pool).unwrap_or_else(|e| e.into_inner());
         }
     }
 
     fn put_back(&self, conn: postgres::Client) {
-        let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
-        if !conn.is_closed() && idle.len() < MAX_IDLE {
-            idle.push(conn);
+        if conn.is_closed() {
+            drop(conn);
+            return self.closed();
         }
+        self.pool
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .idle
+            .push(conn);
+        self.freed.notify_one();
+    }
+
+    /// A connection was dropped: its place is free.
+    fn closed(&self) {
+        let mut pool = self.pool.lock().unwrap_or_else(|e| e.into_inner());
+        pool.open = pool.open.saturating_sub(1);
+        drop(pool);
+        self.freed.notify_one();
     }
 
     /// Runs `f` on a pooled connection; a connection that failed is dropped, not reused.
@@ -290,6 +335,9 @@ impl PostgresStore {
                 if e.as_db_error().is_some() {
                     // The server answered: the connection itself is fine.
                     self.put_back(conn);
+                } else {
+                    drop(conn);
+                    self.closed();
                 }
                 Err(self.failed("used", e))
             }
