@@ -7,8 +7,6 @@ mod common;
 
 use std::collections::HashMap;
 use std::path::Path;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
 
 use common::process::Process;
 use common::{send_until_definite, Answer};
@@ -82,27 +80,13 @@ async fn a_killed_server_leaves_no_receipt_without_its_ticket_and_retries_make_o
     let client = common::client();
 
     let mut server = Process::start(&db, ARGS);
-    let answered = Arc::new(AtomicUsize::new(0));
-    let (kill_now, mut kill_signal) = tokio::sync::mpsc::channel::<()>(1);
-    let mut tasks = Vec::new();
-    for i in 0..KEYS {
-        let request = request(&client, &server.url, i);
-        let answered = answered.clone();
-        let kill_now = kill_now.clone();
-        tasks.push(tokio::spawn(async move {
-            let answer = match request.send().await {
-                Ok(response) => Some(Answer::read(response).await),
-                Err(_) => None,
-            };
-            if answer.is_some() && answered.fetch_add(1, Ordering::SeqCst) + 1 == KEYS / 4 {
-                let _ = kill_now.try_send(());
-            }
-            answer
-        }));
-    }
-    drop(kill_now);
     // Kill as soon as a quarter of the requests have their answer: the rest are in flight.
-    kill_signal.recv().await;
+    let tasks = common::burst_until_a_quarter_answered(
+        (0..KEYS)
+            .map(|i| request(&client, &server.url, i))
+            .collect(),
+    )
+    .await;
     server.kill();
     let mut before = HashMap::new();
     for (i, task) in tasks.into_iter().enumerate() {

@@ -8,8 +8,6 @@
 mod common;
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
 use std::time::Duration;
 
 use common::pg::PgDb;
@@ -377,32 +375,20 @@ async fn a_server_killed_in_a_burst_leaves_no_receipt_without_its_ticket_and_ret
     let mut doomed = Process::start(&db.url, ARGS);
     let survivor = Process::start(&db.url, ARGS);
     let client = common::client();
-    let answered = Arc::new(AtomicUsize::new(0));
-    let (kill_now, mut kill_signal) = tokio::sync::mpsc::channel::<()>(1);
-    let mut tasks = Vec::new();
-    for i in 0..KEYS {
-        let server = if i % 2 == 0 {
-            &doomed.url
-        } else {
-            &survivor.url
-        };
-        let request = burst_request(&client, server, i);
-        let answered = answered.clone();
-        let kill_now = kill_now.clone();
-        tasks.push(tokio::spawn(async move {
-            let answer = match request.send().await {
-                Ok(response) => Some(Answer::read(response).await),
-                Err(_) => None,
-            };
-            if answer.is_some() && answered.fetch_add(1, Ordering::SeqCst) + 1 == KEYS / 4 {
-                let _ = kill_now.try_send(());
-            }
-            answer
-        }));
-    }
-    drop(kill_now);
     // Kill one server as soon as a quarter of the requests have their answer.
-    kill_signal.recv().await;
+    let tasks = common::burst_until_a_quarter_answered(
+        (0..KEYS)
+            .map(|i| {
+                let server = if i % 2 == 0 {
+                    &doomed.url
+                } else {
+                    &survivor.url
+                };
+                burst_request(&client, server, i)
+            })
+            .collect(),
+    )
+    .await;
     doomed.kill();
     let mut before = HashMap::new();
     for (i, task) in tasks.into_iter().enumerate() {

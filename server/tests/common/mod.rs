@@ -207,3 +207,33 @@ pub async fn send_until_definite(make: impl Fn() -> reqwest::RequestBuilder) -> 
     }
     panic!("no definite answer after 500 tries");
 }
+
+/// Sends `requests` at once and returns, with their tasks still running, as soon as a quarter of
+/// them have an answer: the moment the crash tests kill a server, with the rest in flight. Each
+/// task ends with its answer, or `None` when its connection failed.
+pub async fn burst_until_a_quarter_answered(
+    requests: Vec<reqwest::RequestBuilder>,
+) -> Vec<tokio::task::JoinHandle<Option<Answer>>> {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let quarter = requests.len() / 4;
+    let answered = std::sync::Arc::new(AtomicUsize::new(0));
+    let (kill_now, mut kill_signal) = tokio::sync::mpsc::channel::<()>(1);
+    let mut tasks = Vec::new();
+    for request in requests {
+        let answered = answered.clone();
+        let kill_now = kill_now.clone();
+        tasks.push(tokio::spawn(async move {
+            let answer = match request.send().await {
+                Ok(response) => Some(Answer::read(response).await),
+                Err(_) => None,
+            };
+            if answer.is_some() && answered.fetch_add(1, Ordering::SeqCst) + 1 == quarter {
+                let _ = kill_now.try_send(());
+            }
+            answer
+        }));
+    }
+    drop(kill_now);
+    kill_signal.recv().await;
+    tasks
+}
