@@ -10,7 +10,9 @@ if [ ! -f "$WASM_OPT" ]; then
   npm ci --prefix tools --no-audit --no-fund --loglevel=error
 fi
 
-wasm-pack build --release --target web --out-dir pkg --out-name oncekey
+# `oncekey_pkg`: the package is a whole program, so it brings its own small allocator
+# (src/web/alloc.rs); Rust programs that depend on the crate keep theirs.
+RUSTFLAGS="${RUSTFLAGS:-} --cfg oncekey_pkg" wasm-pack build --release --target web --out-dir pkg --out-name oncekey
 
 before=$(wc -c < pkg/oncekey_bg.wasm)
 node "$WASM_OPT" -Oz pkg/oncekey_bg.wasm -o pkg/oncekey_bg.wasm.opt

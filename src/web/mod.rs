@@ -31,6 +31,11 @@
 //! [`Submitter::open`] with [`Options`], [`Submitter::submit`] with JSON text, and the
 //! [`Settling`] future it returns; [`Submitter::on_change`] for [`Event`]s.
 
+// `oncekey_pkg` is set by scripts/build-pkg.sh only: the npm package's own allocator.
+#![allow(unexpected_cfgs)]
+
+#[cfg(all(oncekey_pkg, not(target_feature = "atomics")))]
+mod alloc;
 mod api;
 mod error;
 mod form;
@@ -38,6 +43,10 @@ mod js;
 mod options;
 mod storage;
 mod submitter;
+
+#[cfg(all(oncekey_pkg, not(target_feature = "atomics")))]
+#[global_allocator]
+static ALLOCATOR: alloc::Allocator = alloc::Allocator::new();
 
 pub use error::{Error, Result};
 pub use form::{attach_form, auto_attach, FormKit};
