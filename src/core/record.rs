@@ -26,7 +26,7 @@ use serde::{Deserialize, Serialize};
 
 use std::collections::BTreeMap;
 
-use super::body::{self, BodyError, Value};
+use super::body::{self, decimal, quoted, BodyError, Value};
 use super::key::Key;
 use super::time::Timestamp;
 
@@ -83,14 +83,22 @@ pub enum RequestError {
     Body(BodyError),
 }
 
+impl RequestError {
+    /// What [`Display`](fmt::Display) writes, built without the formatting machinery (which
+    /// the browser package leaves out).
+    pub fn message(&self) -> String {
+        match self {
+            RequestError::Method(m) => quoted(m) + " is not an HTTP method",
+            RequestError::Url(u) => quoted(u) + " is not a usable URL",
+            RequestError::Header(h) => ["the header ", &quoted(h), " cannot be sent"].concat(),
+            RequestError::Body(e) => e.message(),
+        }
+    }
+}
+
 impl fmt::Display for RequestError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            RequestError::Method(m) => write!(f, "{m:?} is not an HTTP method"),
-            RequestError::Url(u) => write!(f, "{u:?} is not a usable URL"),
-            RequestError::Header(h) => write!(f, "the header {h:?} cannot be sent"),
-            RequestError::Body(e) => e.fmt(f),
-        }
+        f.write_str(&self.message())
     }
 }
 
@@ -257,19 +265,25 @@ impl TryFrom<Wire> for Record {
 
     fn try_from(w: Wire) -> Result<Record, RecordError> {
         fn need<T>(v: Option<T>, field: &str) -> Result<T, RecordError> {
-            v.ok_or_else(|| RecordError(format!("it has no {field:?}")))
+            v.ok_or_else(|| RecordError(["it has no ", &quoted(field)].concat()))
         }
         match w.v {
             Some(RECORD_VERSION) => {}
             Some(v) => {
-                return Err(RecordError(format!(
-                    "it has version {v}; this oncekey reads version {RECORD_VERSION}"
-                )))
+                return Err(RecordError(
+                    [
+                        "it has version ",
+                        &decimal(v.into()),
+                        "; this oncekey reads version ",
+                        &decimal(RECORD_VERSION.into()),
+                    ]
+                    .concat(),
+                ))
             }
             None => return Err(RecordError("it has no version (\"v\")".into())),
         }
         let key = Key::parse(&need(w.key, "key")?)
-            .map_err(|e| RecordError(format!("its key is unusable: {e}")))?;
+            .map_err(|e| RecordError(["its key is unusable: ", &e.message()].concat()))?;
         let request = Request {
             method: need(w.method, "method")?,
             url: need(w.url, "url")?,
@@ -279,7 +293,7 @@ impl TryFrom<Wire> for Record {
         };
         request
             .check()
-            .map_err(|e| RecordError(format!("its request is unusable: {e}")))?;
+            .map_err(|e| RecordError(["its request is unusable: ", &e.message()].concat()))?;
         let started_at = Timestamp::from_millis(need(w.started_at, "startedAt")?);
         Ok(Record {
             name: need(w.name, "name")?,
@@ -302,7 +316,7 @@ impl Record {
     pub fn to_json(&self) -> String {
         let w = Wire::from(self.clone());
         let mut m = BTreeMap::new();
-        let num = |n: u64| Value::Number(n.to_string());
+        let num = |n: u64| Value::Number(decimal(n));
         let text = |s: String| Value::String(s);
         m.insert("v".to_owned(), num(u64::from(RECORD_VERSION)));
         for (name, value) in [
@@ -344,7 +358,8 @@ impl Record {
     /// checks as the serde path: a corrupt, foreign or unknown-version record is an error that
     /// names what is wrong.
     pub fn from_json(text: &str) -> Result<Record, RecordError> {
-        let value = body::parse(text).map_err(|e| RecordError(format!("it is not JSON ({e})")))?;
+        let value = body::parse(text)
+            .map_err(|e| RecordError(["it is not JSON (", &e.message(), ")"].concat()))?;
         let Value::Object(m) = value else {
             return Err(RecordError("it is not a JSON object".into()));
         };
@@ -352,19 +367,30 @@ impl Record {
             match m.get(field) {
                 None | Some(Value::Null) => Ok(None),
                 Some(Value::String(s)) => Ok(Some(s.clone())),
-                Some(_) => Err(RecordError(format!("its {field:?} is not a string"))),
+                Some(_) => Err(RecordError(
+                    ["its ", &quoted(field), " is not a string"].concat(),
+                )),
             }
         }
-        fn whole<T: std::str::FromStr>(
+        fn whole<T: TryFrom<u64>>(
             m: &BTreeMap<String, Value>,
             field: &str,
         ) -> Result<Option<T>, RecordError> {
             match m.get(field) {
                 None | Some(Value::Null) => Ok(None),
-                Some(Value::Number(n)) => n.parse().map(Some).map_err(|_| {
-                    RecordError(format!("its {field:?} is not a whole number in range"))
-                }),
-                Some(_) => Err(RecordError(format!("its {field:?} is not a number"))),
+                Some(Value::Number(n)) => n
+                    .parse::<u64>()
+                    .ok()
+                    .and_then(|n| T::try_from(n).ok())
+                    .map(Some)
+                    .ok_or_else(|| {
+                        RecordError(
+                            ["its ", &quoted(field), " is not a whole number in range"].concat(),
+                        )
+                    }),
+                Some(_) => Err(RecordError(
+                    ["its ", &quoted(field), " is not a number"].concat(),
+                )),
             }
         }
         let headers = match m.get("headers") {
@@ -388,7 +414,11 @@ impl Record {
         let encoding = match string(&m, "encoding")?.as_deref() {
             None | Some("json") => Encoding::Json,
             Some("form") => Encoding::Form,
-            Some(other) => return Err(RecordError(format!("its encoding {other:?} is unknown"))),
+            Some(other) => {
+                return Err(RecordError(
+                    ["its encoding ", &quoted(other), " is unknown"].concat(),
+                ))
+            }
         };
         Record::try_from(Wire {
             v: whole(&m, "v")?,

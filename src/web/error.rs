@@ -88,6 +88,11 @@ impl Error {
         kind_of(describe(value))
     }
 
+    /// What went wrong, for people (what [`Display`](fmt::Display) writes).
+    pub fn message(&self) -> &str {
+        &self.inner.message
+    }
+
     /// A wrong option: the message names the option.
     pub fn is_option(&self) -> bool {
         self.inner.kind == Kind::Option
@@ -122,7 +127,7 @@ pub(crate) fn describe(value: &JsValue) -> String {
         return if name.is_empty() || name == "Error" || name == "OncekeyError" {
             message
         } else {
-            format!("{name}: {message}")
+            [name, message].join(": ")
         };
     }
     if let Some(s) = value.as_string() {
@@ -133,10 +138,7 @@ pub(crate) fn describe(value: &JsValue) -> String {
         .and_then(|s| s.as_string())
     {
         Some(s) => s,
-        None => format!(
-            "a thrown {}",
-            value.js_typeof().as_string().unwrap_or_default()
-        ),
+        None => "a thrown ".to_owned() + &value.js_typeof().as_string().unwrap_or_default(),
     }
 }
 

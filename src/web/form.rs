@@ -32,7 +32,7 @@ use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
 use web_sys::{Element, Event, HtmlElement, HtmlFormElement};
 
-use crate::core::body::Value;
+use crate::core::body::{decimal, quoted, Value};
 use crate::core::{Outcome, State};
 
 use super::error::{describe, Error};
@@ -150,9 +150,14 @@ fn attach(form: HtmlFormElement, options: &JsValue) -> Result<FormKit, Error> {
             .get_attribute("method")
             .unwrap_or_else(|| "POST".into());
         if method.eq_ignore_ascii_case("get") || method.eq_ignore_ascii_case("dialog") {
-            return Err(Error::option(format!(
-                "the form's method is {method:?}; oncekey sends a body, so use method=\"post\""
-            )));
+            return Err(Error::option(
+                [
+                    "the form's method is ",
+                    &quoted(&method),
+                    "; oncekey sends a body, so use method=\"post\"",
+                ]
+                .concat(),
+            ));
         }
         set(&submitter_options, "method", &JsValue::from_str(&method));
     }
@@ -175,9 +180,9 @@ fn attach(form: HtmlFormElement, options: &JsValue) -> Result<FormKit, Error> {
         None | Some("auto") => true,
         Some("manual") => false,
         Some(other) => {
-            return Err(Error::option(format!(
-                "options.resume must be \"auto\" or \"manual\", not {other:?}"
-            )))
+            return Err(Error::option(
+                "options.resume must be \"auto\" or \"manual\", not ".to_owned() + &quoted(other),
+            ))
         }
     };
     let clear_on_success = match get(&options, "clearOnSuccess") {
@@ -398,7 +403,7 @@ impl FormKit {
         submitter.set_secrets(secrets);
         match submitter.submit(&body) {
             Ok(settling) => self.await_outcome(settling),
-            Err(e) => self.inner.borrow().say(&e.to_string()),
+            Err(e) => self.inner.borrow().say(e.message()),
         }
     }
 
@@ -410,7 +415,7 @@ impl FormKit {
         }
         match submitter.try_again() {
             Ok(settling) => self.await_outcome(settling),
-            Err(e) => self.inner.borrow().say(&e.to_string()),
+            Err(e) => self.inner.borrow().say(e.message()),
         }
     }
 
@@ -426,7 +431,7 @@ impl FormKit {
         if let Some(w) = &e.warning {
             // Storage degraded to memory, or an unreadable record removed: the form still
             // works, once; the console says why.
-            web_sys::console::warn_1(&JsValue::from_str(&format!("oncekey: {w}")));
+            super::js::warn(w);
             return;
         }
         let state = e.change.state;
@@ -435,10 +440,12 @@ impl FormKit {
             State::Sending => {
                 k.lock(false);
                 k.say(&if e.change.attempts > 1 {
-                    format!(
-                        "Sending again (attempt {}), with the same key…",
-                        e.change.attempts
-                    )
+                    [
+                        "Sending again (attempt ",
+                        &decimal(e.change.attempts.into()),
+                        "), with the same key…",
+                    ]
+                    .concat()
                 } else {
                     "Sending…".to_owned()
                 });
@@ -451,11 +458,16 @@ impl FormKit {
                         .saturating_sub(super::js::now().as_millis())
                         .div_ceil(100)
                 });
-                k.say(&format!(
-                    "No answer yet. Trying again in {}.{} s; it will not be counted twice.",
-                    tenths / 10,
-                    tenths % 10
-                ));
+                k.say(
+                    &[
+                        "No answer yet. Trying again in ",
+                        &decimal(tenths / 10),
+                        ".",
+                        &decimal(tenths % 10),
+                        " s; it will not be counted twice.",
+                    ]
+                    .concat(),
+                );
             }
             // Unsure and the definite outcomes are shown when the submission settles, with its
             // answer; a restored record is shown by take_up_pending.
@@ -477,7 +489,7 @@ impl FormKit {
             }
             Err(e) => {
                 k.unlock();
-                k.say(&e.to_string());
+                k.say(e.message());
                 k.finish(State::Idle, None);
                 return;
             }
@@ -498,10 +510,7 @@ impl FormKit {
                 k.unlock();
                 k.remove_controls();
                 let first_invalid = show_problem(&k.form, &s.body);
-                k.say(&format!(
-                    "Not accepted: {}",
-                    problem_text(&s.body, s.status)
-                ));
+                k.say(&("Not accepted: ".to_owned() + &problem_text(&s.body, s.status)));
                 k.finish(State::Refused, Some(&s));
                 match first_invalid {
                     Some(field) => focus(&field),
@@ -516,13 +525,19 @@ impl FormKit {
                 } else {
                     "The server refused the idempotency key: this form is set up wrongly. Nothing was done."
                 };
-                web_sys::console::error_1(&JsValue::from_str(&format!(
-                    "oncekey: {} for key {}: {}",
-                    outcome.as_str(),
-                    s.key,
-                    problem_text(&s.body, s.status)
-                )));
-                k.say(&format!("{what} ({})", problem_text(&s.body, s.status)));
+                let problem = problem_text(&s.body, s.status);
+                web_sys::console::error_1(&JsValue::from_str(
+                    &[
+                        "oncekey: ",
+                        outcome.as_str(),
+                        " for key ",
+                        s.key.as_str(),
+                        ": ",
+                        &problem,
+                    ]
+                    .concat(),
+                ));
+                k.say(&[what, " (", &problem, ")"].concat());
                 let state = if outcome == Outcome::Conflict {
                     State::Conflict
                 } else {
@@ -576,15 +591,21 @@ impl FormKit {
         labels.dedup();
         // "password", "password and pin", "password, card and pin".
         let listed = match labels.split_last() {
-            Some((last, rest)) if !rest.is_empty() => format!("{} and {last}", rest.join(", ")),
+            Some((last, rest)) if !rest.is_empty() => [&rest.join(", "), " and ", last].concat(),
             _ => labels.join(""),
         };
-        k.say(&format!(
-            "This request was interrupted by a reload. For your safety, {} {} not kept: please enter {} again, then send; it goes out as the same request.",
-            listed,
-            if labels.len() == 1 { "was" } else { "were" },
-            if labels.len() == 1 { "it" } else { "them" },
-        ));
+        let one = labels.len() == 1;
+        k.say(
+            &[
+                "This request was interrupted by a reload. For your safety, ",
+                &listed,
+                if one { " was" } else { " were" },
+                " not kept: please enter ",
+                if one { "it" } else { "them" },
+                " again, then send; it goes out as the same request.",
+            ]
+            .concat(),
+        );
         let detail = Object::new();
         set(&detail, "needsSecrets", &JsValue::TRUE);
         announce(&k.form, State::Unsure, &detail);
@@ -667,7 +688,7 @@ impl Kit {
             Some(t) => fill_template(&t.as_string().unwrap_or_default(), body),
             None => match get(body, "id") {
                 id if id.is_undefined() || id.is_null() => "Sent and confirmed.".into(),
-                id => format!("Created #{}.", describe(&id)),
+                id => ["Created #", &describe(&id), "."].concat(),
             },
         }
     }
@@ -805,9 +826,12 @@ fn read_fields(
                     .unwrap_or_default()
                     .is_empty()
             {
-                return Err(format!(
-                    "The field {name:?} holds a file; oncekey cannot send files yet."
-                ));
+                return Err([
+                    "The field ",
+                    &quoted(&name),
+                    " holds a file; oncekey cannot send files yet.",
+                ]
+                .concat());
             }
             continue;
         };
@@ -917,7 +941,7 @@ fn show_problem(form: &HtmlFormElement, body: &JsValue) -> Option<HtmlElement> {
         let name = ["name", "field", "pointer"]
             .iter()
             .find_map(|k| get(&p, k).as_string())
-            .map(|n| n.trim_start_matches("/").to_owned())?;
+            .map(|n| n.trim_start_matches('/').to_owned())?;
         let reason = ["reason", "message", "detail"]
             .iter()
             .find_map(|k| get(&p, k).as_string())
@@ -925,16 +949,19 @@ fn show_problem(form: &HtmlFormElement, body: &JsValue) -> Option<HtmlElement> {
         let Some(field) = named_controls(form, &name).into_iter().next() else {
             continue;
         };
-        let id = format!(
-            "oncekey-error-{}-{i}",
-            name.replace(|c: char| !c.is_ascii_alphanumeric(), "-")
-        );
+        let id = [
+            "oncekey-error-",
+            &name.replace(|c: char| !c.is_ascii_alphanumeric(), "-"),
+            "-",
+            &decimal(i as u64),
+        ]
+        .concat();
         let Ok(note) = document.create_element("span") else {
             continue;
         };
         let _ = note.set_attribute("class", "oncekey-field-error");
         let _ = note.set_attribute("id", &id);
-        note.set_text_content(Some(&format!("{name} {reason}")));
+        note.set_text_content(Some(&[&name, " ", &reason].concat()));
         let _ = field.after_with_node_1(&note);
         let _ = field.set_attribute("aria-invalid", "true");
         let _ = field.set_attribute("data-oncekey-invalid", "");
@@ -949,12 +976,12 @@ fn problem_text(body: &JsValue, status: Option<u16>) -> String {
     let title = get(body, "title").as_string();
     let detail = get(body, "detail").as_string();
     match (title, detail, body.as_string()) {
-        (Some(t), Some(d), _) if !d.is_empty() => format!("{t}: {d}"),
+        (Some(t), Some(d), _) if !d.is_empty() => [t, d].join(": "),
         (Some(t), _, _) => t,
         (None, Some(d), _) => d,
         (None, None, Some(text)) if !text.is_empty() && text.len() < 200 => text,
         _ => match status {
-            Some(s) => format!("the server answered {s}"),
+            Some(s) => "the server answered ".to_owned() + &decimal(s.into()),
             None => "no answer".into(),
         },
     }
@@ -962,21 +989,22 @@ fn problem_text(body: &JsValue, status: Option<u16>) -> String {
 
 /// `"Ticket #{id} created"` with `{name}` replaced by the answer's fields, as text.
 fn fill_template(template: &str, body: &JsValue) -> String {
+    // split_once rather than indexing: no slicing that could panic (and bring its messages).
     let mut out = String::new();
     let mut rest = template;
-    while let Some(open) = rest.find('{') {
-        out.push_str(&rest[..open]);
-        match rest[open..].find('}') {
-            Some(close) => {
-                let name = &rest[open + 1..open + close];
+    while let Some((before, after)) = rest.split_once('{') {
+        out.push_str(before);
+        match after.split_once('}') {
+            Some((name, after)) => {
                 let v = get(body, name);
                 if !v.is_undefined() {
                     out.push_str(&describe(&v));
                 }
-                rest = &rest[open + close + 1..];
+                rest = after;
             }
             None => {
-                out.push_str(&rest[open..]);
+                out.push('{');
+                out.push_str(after);
                 rest = "";
             }
         }

@@ -208,7 +208,7 @@ fn lock_manager() -> Option<LockManager> {
     request.is_function().then(|| locks.unchecked_into())
 }
 
-/// `console.warn`, where warnings also go.
+/// `console.warn("oncekey: " + message)`, where warnings also go.
 pub(crate) fn warn(message: &str) {
-    web_sys::console::warn_1(&JsValue::from_str(message));
+    web_sys::console::warn_1(&JsValue::from_str(&("oncekey: ".to_owned() + message)));
 }

@@ -9,6 +9,7 @@ use std::time::Duration;
 use js_sys::{Object, Reflect};
 use wasm_bindgen::{JsCast, JsValue};
 
+use crate::core::body::quoted;
 use crate::core::record::{is_sendable_header, is_token};
 use crate::core::{Encoding, KeyFormat, RetryPolicy, DEFAULT_KEY_HEADER};
 
@@ -98,22 +99,22 @@ impl Options {
             return Err(Error::option("options.url must be a non-empty string"));
         }
         if !is_token(&self.method) {
-            return Err(Error::option(format!(
-                "options.method must be an HTTP method such as \"POST\", not {:?}",
-                self.method
-            )));
+            return Err(Error::option(
+                "options.method must be an HTTP method such as \"POST\", not ".to_owned()
+                    + &quoted(&self.method),
+            ));
         }
         if !is_token(&self.key_header) {
-            return Err(Error::option(format!(
-                "options.keyHeader must be a header name, not {:?}",
-                self.key_header
-            )));
+            return Err(Error::option(
+                "options.keyHeader must be a header name, not ".to_owned()
+                    + &quoted(&self.key_header),
+            ));
         }
         for (name, value) in &self.headers {
             if !is_sendable_header(name, value) {
-                return Err(Error::option(format!(
-                    "options.headers has a header that cannot be sent: {name:?}"
-                )));
+                return Err(Error::option(
+                    "options.headers has a header that cannot be sent: ".to_owned() + &quoted(name),
+                ));
             }
         }
         if self.timeout.is_some_and(|t| t.is_zero()) {
@@ -121,7 +122,7 @@ impl Options {
         }
         self.retry
             .validate()
-            .map_err(|e| Error::option(format!("options.{e}")))
+            .map_err(|e| Error::option("options.".to_owned() + e.message()))
     }
 }
 
@@ -204,10 +205,7 @@ pub(crate) fn from_js(value: &JsValue) -> Result<Options> {
     let resume = get(value, "resume");
     if !resume.is_undefined() {
         options.resume = resume.as_bool().ok_or_else(|| {
-            Error::option(format!(
-                "options.resume must be true or false, not {}",
-                show(&resume)
-            ))
+            Error::option("options.resume must be true or false, not ".to_owned() + &show(&resume))
         })?;
     }
     let headers = get(value, "headers");
@@ -221,10 +219,15 @@ pub(crate) fn from_js(value: &JsValue) -> Result<Options> {
             let pair: js_sys::Array = entry.unchecked_into();
             let name = pair.get(0).as_string().unwrap_or_default();
             let Some(v) = pair.get(1).as_string() else {
-                return Err(Error::option(format!(
-                    "options.headers[{name:?}] must be a string, not {}",
-                    show(&pair.get(1))
-                )));
+                return Err(Error::option(
+                    [
+                        "options.headers[",
+                        &quoted(&name),
+                        "] must be a string, not ",
+                        &show(&pair.get(1)),
+                    ]
+                    .concat(),
+                ));
             };
             options.headers.push((name, v));
         }
@@ -232,10 +235,10 @@ pub(crate) fn from_js(value: &JsValue) -> Result<Options> {
     let attempt_headers = get(value, "attemptHeaders");
     if !attempt_headers.is_undefined() {
         options.attempt_headers = Some(attempt_headers.dyn_into().map_err(|v| {
-            Error::option(format!(
-                "options.attemptHeaders must be a function returning headers, not {}",
-                show(&v)
-            ))
+            Error::option(
+                "options.attemptHeaders must be a function returning headers, not ".to_owned()
+                    + &show(&v),
+            )
         })?);
     }
     let retry = get(value, "retry");
@@ -252,10 +255,11 @@ pub(crate) fn from_js(value: &JsValue) -> Result<Options> {
                 .as_f64()
                 .filter(|n| n.fract() == 0.0 && *n >= 1.0 && *n <= f64::from(u32::MAX))
                 .ok_or_else(|| {
-                    Error::option(format!(
-                        "options.retry.attempts must be a whole number of at least 1, not {}",
-                        show(&attempts)
-                    ))
+                    Error::option(
+                        "options.retry.attempts must be a whole number of at least 1, not "
+                            .to_owned()
+                            + &show(&attempts),
+                    )
                 })? as u32;
         }
         if let Some(d) = millis(&retry, "base", "options.retry.base")? {
@@ -284,10 +288,15 @@ fn check_names(object: &JsValue, known: &[&str], prefix: &str) -> Result<()> {
     for name in Object::keys(object.unchecked_ref::<Object>()).iter() {
         let name = name.as_string().unwrap_or_default();
         if !known.contains(&name.as_str()) {
-            return Err(Error::option(format!(
-                "{prefix}{name} is not an option; the options are {}",
-                known.join(", ")
-            )));
+            return Err(Error::option(
+                [
+                    prefix,
+                    &name,
+                    " is not an option; the options are ",
+                    &known.join(", "),
+                ]
+                .concat(),
+            ));
         }
     }
     Ok(())
@@ -300,10 +309,15 @@ fn string(object: &JsValue, name: &str) -> Result<Option<String>> {
     }
     match value.as_string() {
         Some(s) if !s.is_empty() => Ok(Some(s)),
-        _ => Err(Error::option(format!(
-            "options.{name} must be a non-empty string, not {}",
-            show(&value)
-        ))),
+        _ => Err(Error::option(
+            [
+                "options.",
+                name,
+                " must be a non-empty string, not ",
+                &show(&value),
+            ]
+            .concat(),
+        )),
     }
 }
 
@@ -317,12 +331,18 @@ fn choice<T: Copy>(object: &JsValue, name: &str, choices: &[(&str, T)]) -> Resul
     match choices.iter().find(|(w, _)| *w == word) {
         Some((_, t)) => Ok(Some(*t)),
         None => {
-            let words: Vec<String> = choices.iter().map(|(w, _)| format!("{w:?}")).collect();
-            Err(Error::option(format!(
-                "options.{name} must be one of {}, not {}",
-                words.join(", "),
-                show(&value)
-            )))
+            let words: Vec<String> = choices.iter().map(|(w, _)| quoted(w)).collect();
+            Err(Error::option(
+                [
+                    "options.",
+                    name,
+                    " must be one of ",
+                    &words.join(", "),
+                    ", not ",
+                    &show(&value),
+                ]
+                .concat(),
+            ))
         }
     }
 }
@@ -336,17 +356,21 @@ fn millis(object: &JsValue, name: &str, path: &str) -> Result<Option<Duration>> 
         Some(ms) if ms.is_finite() && ms > 0.0 && ms <= 2_147_483_647.0 => {
             Ok(Some(Duration::from_millis(ms.ceil() as u64)))
         }
-        _ => Err(Error::option(format!(
-            "{path} must be a number of milliseconds above 0 (at most 2147483647), not {}",
-            show(&value)
-        ))),
+        _ => Err(Error::option(
+            [
+                path,
+                " must be a number of milliseconds above 0 (at most 2147483647), not ",
+                &show(&value),
+            ]
+            .concat(),
+        )),
     }
 }
 
 /// A value as the error message shows it.
 fn show(value: &JsValue) -> String {
     if let Some(s) = value.as_string() {
-        return format!("{s:?}");
+        return quoted(&s);
     }
     if value.is_function() {
         return "a function".to_owned();

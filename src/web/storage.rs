@@ -13,6 +13,7 @@ use std::cell::RefCell;
 use gloo_storage::Storage as _;
 use wasm_bindgen::{JsCast, JsValue};
 
+use crate::core::body::quoted;
 use crate::core::Record;
 
 use super::error::describe;
@@ -89,10 +90,15 @@ impl Store {
             ),
             Err(why) => (
                 Store { web: None, kind },
-                Some(format!(
-                    "{} cannot be used ({why}); pending submissions are kept in memory and will not survive a reload",
-                    kind.global_name()
-                )),
+                Some(
+                    [
+                        kind.global_name(),
+                        " cannot be used (",
+                        &why,
+                        "); pending submissions are kept in memory and will not survive a reload",
+                    ]
+                    .concat(),
+                ),
             ),
         }
     }
@@ -125,7 +131,7 @@ impl Store {
             Ok(record) => Found::Record(record),
             Err(why) => {
                 self.remove(name);
-                Found::Removed(format!("the stored submission {slot:?} was removed: {why}"))
+                Found::Removed(removed(name, &why))
             }
         }
     }
@@ -161,11 +167,13 @@ impl Store {
 
     fn degrade(&mut self, error: &JsValue) -> String {
         self.web = None;
-        format!(
-            "{} failed ({}); pending submissions are kept in memory and will not survive a reload",
+        [
             self.kind.global_name(),
-            describe(error)
-        )
+            " failed (",
+            &describe(error),
+            "); pending submissions are kept in memory and will not survive a reload",
+        ]
+        .concat()
     }
 }
 
@@ -190,7 +198,18 @@ fn memory_set(slot: String, text: String) {
 
 /// Where the record of `name` is kept.
 pub(crate) fn slot(name: &str) -> String {
-    format!("oncekey:{name}")
+    "oncekey:".to_owned() + name
+}
+
+/// The warning for a stored record of `name` that had to be removed.
+pub(crate) fn removed(name: &str, why: &str) -> String {
+    [
+        "the stored submission ",
+        &quoted(&slot(name)),
+        " was removed: ",
+        why,
+    ]
+    .concat()
 }
 
 /// Gets the storage from the global scope (a getter that throws when storage is blocked),
@@ -200,7 +219,7 @@ fn probe(kind: StorageKind) -> Result<web_sys::Storage, String> {
     let value =
         js_sys::Reflect::get(&global, &kind.global_name().into()).map_err(|e| describe(&e))?;
     if value.is_undefined() || value.is_null() {
-        return Err(format!("this context has no {}", kind.global_name()));
+        return Err("this context has no ".to_owned() + kind.global_name());
     }
     // gloo-storage's `raw()` needs a window; a worker has none (and no web storage either).
     let in_window = js_sys::Reflect::get(&global, &"window".into()).is_ok_and(|w| w == *global);
@@ -224,7 +243,7 @@ fn encode(record: &Record) -> String {
 fn decode(text: &str, name: &str) -> Result<Record, String> {
     let record = Record::from_json(text).map_err(|e| e.0)?;
     if record.name != name {
-        return Err(format!("it belongs to {:?}", record.name));
+        return Err("it belongs to ".to_owned() + &quoted(&record.name));
     }
     Ok(record)
 }

@@ -18,7 +18,7 @@ use js_sys::Function;
 use wasm_bindgen::{JsCast, JsValue};
 use wasm_bindgen_futures::JsFuture;
 
-use crate::core::body::{self, Value};
+use crate::core::body::{self, quoted, Value};
 use crate::core::{
     Action, Answer, Attempt, BeginError, Begun, BodyError, Change, Encoding, Failure, GiveUp, Key,
     NewKey, Outcome, Record, Request, RequestError, Settled, State, Submission, Timestamp,
@@ -175,15 +175,12 @@ impl Submitter {
             Found::Record(record) => {
                 if let Err(e) = core.restore(js::now(), record, options.resume) {
                     store.remove(name);
-                    warnings.push(format!(
-                        "the stored submission {:?} was removed: {e}",
-                        storage::slot(name)
-                    ));
+                    warnings.push(storage::removed(name, &e.message()));
                 }
             }
         }
         for w in &warnings {
-            js::warn(&format!("oncekey: {w}"));
+            js::warn(w);
         }
         let inner = Rc::new(RefCell::new(Inner {
             core,
@@ -211,11 +208,17 @@ impl Submitter {
             let inner = self.inner.borrow();
             let o = &inner.options;
             Request::new(&o.method, &o.url, body, o.encoding).map_err(|e| match e {
-                RequestError::Body(b) => Error::body(match o.encoding {
-                    Encoding::Json => format!("the body cannot be sent: {b}"),
-                    Encoding::Form => format!("the body cannot be sent as a form: {b}"),
-                }),
-                other => Error::option(other.to_string()),
+                RequestError::Body(b) => Error::body(
+                    [
+                        match o.encoding {
+                            Encoding::Json => "the body cannot be sent: ",
+                            Encoding::Form => "the body cannot be sent as a form: ",
+                        },
+                        &b.message(),
+                    ]
+                    .concat(),
+                ),
+                other => Error::option(other.message()),
             })?
         };
         let key = NewKey::Random(js::random_bytes());
@@ -226,8 +229,10 @@ impl Submitter {
                 .core
                 .begin(js::now(), request, key)
                 .map_err(|e| match e {
-                    BeginError::PendingMismatch { .. } => Error::pending(e.to_string()),
-                    BeginError::Body(b) => Error::body(format!("the body cannot be sent: {b}")),
+                    BeginError::PendingMismatch { .. } => Error::pending(e.message()),
+                    BeginError::Body(b) => {
+                        Error::body("the body cannot be sent: ".to_owned() + &b.message())
+                    }
                 })?;
             if begun == Begun::Started {
                 inner.last_body = JsValue::NULL;
@@ -247,7 +252,7 @@ impl Submitter {
             inner
                 .core
                 .try_again(js::now())
-                .map_err(|e| Error::state(e.to_string()))?;
+                .map_err(|e| Error::state(e.message()))?;
             inner.waiters.push(waiter.clone());
         }
         drive(&self.inner);
@@ -389,7 +394,7 @@ fn emit(inner: &Rc<RefCell<Inner>>, event: &Event) {
 }
 
 fn warn(inner: &Rc<RefCell<Inner>>, warning: String) {
-    js::warn(&format!("oncekey: {warning}"));
+    js::warn(&warning);
     let change = inner.borrow().snapshot();
     emit(
         inner,
@@ -454,7 +459,7 @@ async fn run_attempt(inner: Rc<RefCell<Inner>>, attempt: Attempt) {
     // (or memory) storage skips the lock, whose round trip costs about 1 ms.
     let shared = attempt.number > 1 || inner.borrow().options.storage == StorageKind::Local;
     let lock = match shared {
-        true => js::lock(&format!("oncekey:{}", attempt.key)).await,
+        true => js::lock(&storage::slot(attempt.key.as_str())).await,
         false => None,
     };
     let exchange = exchange(inner.clone(), attempt).await;
@@ -565,7 +570,7 @@ fn request_init(
     if !matches!(request.method.as_str(), "GET" | "HEAD") {
         let body = with_secrets(request, secrets)
             .and_then(|r| r.wire_body())
-            .map_err(|e| JsValue::from_str(&e.to_string()))?;
+            .map_err(|e| JsValue::from_str(&e.message()))?;
         init.set_body(&JsValue::from_str(&body));
     }
     Ok(init)
@@ -584,10 +589,7 @@ fn attempt_headers(f: &Function, attempt: &Attempt) -> Vec<(String, String)> {
     let given = match f.call1(&JsValue::NULL, &info) {
         Ok(v) => v,
         Err(e) => {
-            js::warn(&format!(
-                "oncekey: options.attemptHeaders threw: {}",
-                super::error::describe(&e)
-            ));
+            js::warn(&("options.attemptHeaders threw: ".to_owned() + &super::error::describe(&e)));
             return Vec::new();
         }
     };
@@ -645,15 +647,15 @@ pub(crate) fn to_json(body: &JsValue) -> Result<String> {
             return Ok(value);
         };
         let at = match key.as_string() {
-            Some(k) if !k.is_empty() => format!(" at {k:?}"),
+            Some(k) if !k.is_empty() => " at ".to_owned() + &quoted(&k),
             _ => String::new(),
         };
-        Err(Error::body(format!("the body has {what}{at}, which JSON cannot carry")).into())
+        Err(Error::body(["the body has ", what, &at, ", which JSON cannot carry"].concat()).into())
     });
     let text: JsValue = js_sys::JSON::stringify_with_replacer(body, replacer.as_ref())
         .map_err(|e| {
             Error::from_js(
-                |m| Error::body(format!("the body cannot be sent as JSON: {m}")),
+                |m| Error::body("the body cannot be sent as JSON: ".to_owned() + &m),
                 &e,
             )
         })?
