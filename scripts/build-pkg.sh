@@ -110,13 +110,26 @@ for (const [from, to] of renames) {
 const moduleKey = `"${MODULE}": import0`;
 if (js.split(moduleKey).length !== 2) fail('the import object is not where it was');
 js = js.replace(moduleKey, '"w": import0');
-// The glue has no multi-line strings (checked), so whole-line comments and indentation can go.
-js = js.replace(/^[ \t]*\/\*\*[\s\S]*?\*\/[ \t]*\n/gm, '').replace(/^[ \t]*\/\/.*\n/gm, '');
-if (js.split('\n').some((line) => line.split('`').length % 2 === 0)) {
-  fail('a multi-line template string in the .js');
-}
-js = js.replace(/^[ \t]+/gm, '');
+// The glue and the snippets (src/web/*.js) have no multi-line strings or comments after code
+// (checked), so whole-line comments and indentation can go.
+const strip = (path, text) => {
+  text = text.replace(/^[ \t]*\/\*\*[\s\S]*?\*\/[ \t]*\n/gm, '').replace(/^[ \t]*\/\/.*\n/gm, '');
+  if (text.split('\n').some((line) => line.split('`').length % 2 === 0)) {
+    fail(`a multi-line template string in ${path}`);
+  }
+  return text.replace(/^[ \t]+/gm, '');
+};
 fs.writeFileSync(wasmPath, Buffer.concat(out));
-fs.writeFileSync(jsPath, js);
+fs.writeFileSync(jsPath, strip(jsPath, js));
+const snippets = (dir) =>
+  fs.readdirSync(dir, { withFileTypes: true }).flatMap((e) => {
+    const path = `${dir}/${e.name}`;
+    return e.isDirectory() ? snippets(path) : path.endsWith('.js') ? [path] : [];
+  });
+if (fs.existsSync('pkg/snippets')) {
+  for (const path of snippets('pkg/snippets')) {
+    fs.writeFileSync(path, strip(path, fs.readFileSync(path, 'utf8')));
+  }
+}
 console.log(`glue: ${renames.size} names shortened`);
 JS
