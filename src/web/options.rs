@@ -32,11 +32,12 @@ pub enum Credentials {
 }
 
 impl Credentials {
-    pub(crate) fn to_web(self) -> web_sys::RequestCredentials {
+    /// As `fetch` spells it.
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
-            Credentials::Omit => web_sys::RequestCredentials::Omit,
-            Credentials::SameOrigin => web_sys::RequestCredentials::SameOrigin,
-            Credentials::Include => web_sys::RequestCredentials::Include,
+            Credentials::Omit => "omit",
+            Credentials::SameOrigin => "same-origin",
+            Credentials::Include => "include",
         }
     }
 }

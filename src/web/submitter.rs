@@ -15,8 +15,8 @@ use std::rc::{Rc, Weak};
 use std::task::{Context, Poll, Waker};
 
 use js_sys::Function;
+use wasm_bindgen::closure::Closure;
 use wasm_bindgen::{JsCast, JsValue};
-use wasm_bindgen_futures::JsFuture;
 
 use crate::core::body::{self, quoted, Value};
 use crate::core::{
@@ -25,7 +25,7 @@ use crate::core::{
 };
 
 use super::error::{Error, Result};
-use super::js::{self, AbortGuard, Timer};
+use super::js::{self, Timer};
 use super::options::Options;
 use super::storage::{self, Found, StorageKind, Store};
 
@@ -94,7 +94,8 @@ pub(crate) struct Inner {
     next_listener: u32,
     waiters: Vec<Rc<RefCell<Waiter>>>,
     timer: Option<(Timestamp, Timer)>,
-    abort: Option<web_sys::AbortController>,
+    /// Aborts the attempt under way (a discard).
+    abort: Option<Function>,
     last_body: JsValue,
     /// Fields merged into the body of every attempt and never stored (see `set_secrets`).
     secrets: Vec<(String, Value)>,
@@ -102,17 +103,27 @@ pub(crate) struct Inner {
     early_warnings: Vec<String>,
 }
 
+type OnSettled = Box<dyn FnOnce(Result<Submitted>)>;
+
 #[derive(Default)]
 struct Waiter {
     result: Option<Result<Submitted>>,
     waker: Option<Waker>,
+    /// Called instead, when set (the JavaScript API's promise: no executor needed).
+    on_settled: Option<OnSettled>,
 }
 
-impl Waiter {
-    fn complete(&mut self, result: Result<Submitted>) {
-        self.result = Some(result);
-        if let Some(waker) = self.waker.take() {
-            waker.wake();
+/// Answers a caller waiting on the submission.
+fn complete(waiter: &RefCell<Waiter>, result: Result<Submitted>) {
+    let on_settled = waiter.borrow_mut().on_settled.take();
+    match on_settled {
+        Some(f) => f(result),
+        None => {
+            let mut w = waiter.borrow_mut();
+            w.result = Some(result);
+            if let Some(waker) = w.waker.take() {
+                waker.wake();
+            }
         }
     }
 }
@@ -132,6 +143,17 @@ impl Future for Settling {
                 waiter.waker = Some(cx.waker().clone());
                 Poll::Pending
             }
+        }
+    }
+}
+
+impl Settling {
+    /// Calls `f` with the result instead of waking a task: at once if it is there already.
+    pub(crate) fn then(self, f: impl FnOnce(Result<Submitted>) + 'static) {
+        let ready = self.0.borrow_mut().result.take();
+        match ready {
+            Some(result) => f(result),
+            None => self.0.borrow_mut().on_settled = Some(Box::new(f)),
         }
     }
 }
@@ -339,10 +361,10 @@ impl Submitter {
         };
         drive(&self.inner);
         if let Some(abort) = abort {
-            abort.abort();
+            let _ = abort.call0(&JsValue::NULL);
         }
         for w in waiters {
-            w.borrow_mut().complete(Err(Error::discarded()));
+            complete(&w, Err(Error::discarded()));
         }
     }
 }
@@ -359,9 +381,7 @@ pub(crate) fn drive(inner: &Rc<RefCell<Inner>>) {
                     warn(inner, w);
                 }
             }
-            Action::Send(attempt) => {
-                wasm_bindgen_futures::spawn_local(run_attempt(inner.clone(), attempt));
-            }
+            Action::Send(attempt) => run_attempt(inner, attempt),
             Action::Forget => {
                 let mut i = inner.borrow_mut();
                 let name = i.core.name().to_owned();
@@ -420,7 +440,7 @@ fn settle(inner: &Rc<RefCell<Inner>>, settled: Settled) {
         gave_up: settled.gave_up,
     };
     for w in waiters {
-        w.borrow_mut().complete(Ok(result.clone()));
+        complete(&w, Ok(result.clone()));
     }
 }
 
@@ -447,162 +467,73 @@ fn arm_timer(inner: &Rc<RefCell<Inner>>) {
     i.timer = Some((at, timer));
 }
 
-enum Exchange {
-    Answer(Answer, JsValue),
-    Failure(Failure),
-}
-
-async fn run_attempt(inner: Rc<RefCell<Inner>>, attempt: Attempt) {
+/// Starts an attempt (see [`js::send_attempt`]); its answer goes to the core, then [`drive`].
+fn run_attempt(inner: &Rc<RefCell<Inner>>, attempt: Attempt) {
     let id = attempt.id;
-    // Another tab can know this key only once it has been stored and found there: after a first
-    // attempt, or at once through localStorage. The first attempt of a key made here in session
-    // (or memory) storage skips the lock, whose round trip costs about 1 ms.
-    let shared = attempt.number > 1 || inner.borrow().options.storage == StorageKind::Local;
-    let lock = match shared {
-        true => js::lock(&storage::slot(attempt.key.as_str())).await,
-        false => None,
+    let (options, secrets) = {
+        let i = inner.borrow();
+        (i.options.clone(), i.secrets.clone())
     };
-    let exchange = exchange(inner.clone(), attempt).await;
-    drop(lock);
-    {
-        let mut i = inner.borrow_mut();
+    let request = &attempt.request;
+    // As `fetch` takes it: no body for GET and HEAD; a body the encoding cannot carry (a secret
+    // that is not a string, say) is `false`: an attempt that fails like the network.
+    let body = match request.method.as_str() {
+        "GET" | "HEAD" => JsValue::UNDEFINED,
+        _ => match with_secrets(request, &secrets).and_then(|r| r.wire_body()) {
+            Ok(body) => body.into(),
+            Err(_) => JsValue::FALSE,
+        },
+    };
+    let mut headers = ["Content-Type:", request.encoding.content_type()].concat();
+    for (name, value) in request.headers.iter().chain(&options.headers) {
+        headers.extend(["\n", name, ":", value]);
+    }
+    // Another tab can know this key only once it has been stored and found there: after a
+    // first attempt, or at once through localStorage. The first attempt of a key made here in
+    // session (or memory) storage skips the lock, whose round trip costs about 1 ms.
+    let shared = attempt.number > 1 || options.storage == StorageKind::Local;
+    let held = inner.clone();
+    let key_header = options.key_header.clone();
+    let done = Closure::once_into_js(move |status: u16, found: String, text: String| {
+        let mut i = held.borrow_mut();
         if i.core.in_flight() != Some(id) {
             return; // discarded meanwhile: the answer is ignored
         }
         i.abort = None;
         let (now, jitter) = (js::now(), js::jitter());
-        match exchange {
-            Exchange::Answer(answer, body) => {
-                i.last_body = body;
+        match status {
+            0 => i.core.handle_failure(now, id, Failure::Network, jitter),
+            1 => i.core.handle_failure(now, id, Failure::Timeout, jitter),
+            _ => {
+                let answer = Answer::from_response(
+                    status,
+                    found.split('\n').filter_map(|line| line.split_once(':')),
+                    &text,
+                    &key_header,
+                );
+                i.last_body = parse_body(&text);
                 i.core.handle_answer(now, id, &answer, jitter);
             }
-            Exchange::Failure(failure) => i.core.handle_failure(now, id, failure, jitter),
         }
-    }
-    drive(&inner);
-}
-
-/// The headers an answer is read by (see [`Answer::from_response`]).
-const ANSWER_HEADERS: [&str; 6] = [
-    "retry-after",
-    "retry-after-ms",
-    "stripe-should-retry",
-    "x-should-retry",
-    "idempotent-replayed",
-    "x-idempotency-status",
-];
-
-async fn exchange(inner: Rc<RefCell<Inner>>, attempt: Attempt) -> Exchange {
-    let (options, secrets, discarded) = {
-        let i = inner.borrow();
-        (
-            i.options.clone(),
-            i.secrets.clone(),
-            i.core.in_flight() != Some(attempt.id),
-        )
-    };
-    if discarded {
-        return Exchange::Failure(Failure::Network);
-    }
-    let timeout = options.timeout.map(|t| t.as_millis() as u64);
-    let Ok(guard) = AbortGuard::new(timeout) else {
-        return Exchange::Failure(Failure::Network);
-    };
-    inner.borrow_mut().abort = Some(guard.controller());
-    let Ok(init) = request_init(&options, &attempt, &secrets, &guard.signal()) else {
-        return Exchange::Failure(Failure::Network);
-    };
-    let response = match js::fetch(&attempt.request.url, &init).await {
-        Ok(response) => response,
-        Err(_) if guard.timed_out() => return Exchange::Failure(Failure::Timeout),
-        Err(_) => return Exchange::Failure(Failure::Network),
-    };
-    let headers = response.headers();
-    let found: Vec<(&str, String)> = ANSWER_HEADERS
-        .iter()
-        .filter_map(|name| headers.get(name).ok().flatten().map(|v| (*name, v)))
-        .collect();
-    // The status is the answer; a body cut off (by the timeout) only loses the details.
-    let text = match response.text() {
-        Ok(promise) => JsFuture::from(promise)
-            .await
-            .ok()
-            .and_then(|t| t.as_string())
-            .unwrap_or_default(),
-        Err(_) => String::new(),
-    };
-    guard.finish();
-    let answer = Answer::from_response(
-        response.status(),
-        found.iter().map(|(n, v)| (*n, v.as_str())),
-        &text,
-        &options.key_header,
-    );
-    Exchange::Answer(answer, parse_body(&text))
-}
-
-fn request_init(
-    options: &Options,
-    attempt: &Attempt,
-    secrets: &[(String, Value)],
-    signal: &web_sys::AbortSignal,
-) -> std::result::Result<web_sys::RequestInit, JsValue> {
-    let request = &attempt.request;
-    let headers = web_sys::Headers::new()?;
-    headers.set("Content-Type", request.encoding.content_type())?;
-    for (name, value) in request.headers.iter().chain(&options.headers) {
-        headers.set(name, value)?;
-    }
-    if let Some(f) = &options.attempt_headers {
-        for (name, value) in attempt_headers(f, attempt) {
-            headers.set(&name, &value)?;
-        }
-    }
-    headers.set(
+        drop(i);
+        drive(&held);
+    });
+    let abort = js::send_attempt(
+        &request.url,
+        &request.method,
+        &headers,
+        &body,
+        options.credentials.as_str(),
+        options.timeout.map_or(0.0, |t| t.as_millis() as f64),
+        shared.then(|| storage::slot(attempt.key.as_str())),
+        options.attempt_headers.clone(),
+        attempt.number,
+        attempt.key.as_str(),
         &options.key_header,
         &attempt.key.header_value(options.key_format),
-    )?;
-    let init = web_sys::RequestInit::new();
-    init.set_method(&request.method);
-    init.set_headers(&headers);
-    init.set_credentials(options.credentials.to_web());
-    init.set_signal(Some(signal));
-    if !matches!(request.method.as_str(), "GET" | "HEAD") {
-        let body = with_secrets(request, secrets)
-            .and_then(|r| r.wire_body())
-            .map_err(|e| JsValue::from_str(&e.message()))?;
-        init.set_body(&JsValue::from_str(&body));
-    }
-    Ok(init)
-}
-
-/// What `options.attemptHeaders` gives for this attempt. A throw or a value that is not an
-/// object of strings is reported on the console and adds nothing: the attempt still goes out.
-fn attempt_headers(f: &Function, attempt: &Attempt) -> Vec<(String, String)> {
-    let info = js_sys::Object::new();
-    let _ = js_sys::Reflect::set(&info, &"attempt".into(), &JsValue::from(attempt.number));
-    let _ = js_sys::Reflect::set(
-        &info,
-        &"key".into(),
-        &JsValue::from_str(attempt.key.as_str()),
+        done,
     );
-    let given = match f.call1(&JsValue::NULL, &info) {
-        Ok(v) => v,
-        Err(e) => {
-            js::warn(&("options.attemptHeaders threw: ".to_owned() + &super::error::describe(&e)));
-            return Vec::new();
-        }
-    };
-    if !given.is_object() {
-        return Vec::new();
-    }
-    js_sys::Object::entries(given.unchecked_ref())
-        .iter()
-        .filter_map(|entry| {
-            let pair: js_sys::Array = entry.unchecked_into();
-            Some((pair.get(0).as_string()?, pair.get(1).as_string()?))
-        })
-        .collect()
+    inner.borrow_mut().abort = Some(abort);
 }
 
 /// The request with the secrets merged into its JSON object body (the same on every attempt).
