@@ -11,7 +11,7 @@
 
 use std::fmt;
 
-use super::body::{decimal, quoted};
+use super::body::{concat, decimal, quoted};
 
 /// The longest key oncekey sends or accepts, in bytes.
 pub const MAX_KEY_LEN: usize = 255;
@@ -51,22 +51,20 @@ impl KeyError {
     pub fn message(&self) -> String {
         match self {
             KeyError::Empty => "the idempotency key is empty".to_owned(),
-            KeyError::TooLong { len } => [
+            KeyError::TooLong { len } => concat(&[
                 "the idempotency key is ",
                 &decimal(*len as u64),
                 " bytes long; at most ",
                 &decimal(MAX_KEY_LEN as u64),
                 " are allowed",
-            ]
-            .concat(),
-            KeyError::BadCharacter { found, at } => [
+            ]),
+            KeyError::BadCharacter { found, at } => concat(&[
                 "the idempotency key has ",
                 &quoted(found.encode_utf8(&mut [0; 4])),
                 " at position ",
                 &decimal(*at as u64),
                 "; only visible ASCII characters (! to ~) are allowed",
-            ]
-            .concat(),
+            ]),
             KeyError::BadQuoting => {
                 "the idempotency key header opens a quoted string (RFC 8941) that is not well formed"
                     .to_owned()

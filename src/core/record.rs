@@ -26,7 +26,7 @@ use serde::{Deserialize, Serialize};
 
 use std::collections::BTreeMap;
 
-use super::body::{self, decimal, quoted, BodyError, Value};
+use super::body::{self, concat, decimal, quoted, BodyError, Value};
 use super::key::Key;
 use super::time::Timestamp;
 
@@ -90,7 +90,7 @@ impl RequestError {
         match self {
             RequestError::Method(m) => quoted(m) + " is not an HTTP method",
             RequestError::Url(u) => quoted(u) + " is not a usable URL",
-            RequestError::Header(h) => ["the header ", &quoted(h), " cannot be sent"].concat(),
+            RequestError::Header(h) => concat(&["the header ", &quoted(h), " cannot be sent"]),
             RequestError::Body(e) => e.message(),
         }
     }
@@ -265,25 +265,22 @@ impl TryFrom<Wire> for Record {
 
     fn try_from(w: Wire) -> Result<Record, RecordError> {
         fn need<T>(v: Option<T>, field: &str) -> Result<T, RecordError> {
-            v.ok_or_else(|| RecordError(["it has no ", &quoted(field)].concat()))
+            v.ok_or_else(|| RecordError(concat(&["it has no ", &quoted(field)])))
         }
         match w.v {
             Some(RECORD_VERSION) => {}
             Some(v) => {
-                return Err(RecordError(
-                    [
-                        "it has version ",
-                        &decimal(v.into()),
-                        "; this oncekey reads version ",
-                        &decimal(RECORD_VERSION.into()),
-                    ]
-                    .concat(),
-                ))
+                return Err(RecordError(concat(&[
+                    "it has version ",
+                    &decimal(v.into()),
+                    "; this oncekey reads version ",
+                    &decimal(RECORD_VERSION.into()),
+                ])))
             }
             None => return Err(RecordError("it has no version (\"v\")".into())),
         }
         let key = Key::parse(&need(w.key, "key")?)
-            .map_err(|e| RecordError(["its key is unusable: ", &e.message()].concat()))?;
+            .map_err(|e| RecordError(concat(&["its key is unusable: ", &e.message()])))?;
         let request = Request {
             method: need(w.method, "method")?,
             url: need(w.url, "url")?,
@@ -293,7 +290,7 @@ impl TryFrom<Wire> for Record {
         };
         request
             .check()
-            .map_err(|e| RecordError(["its request is unusable: ", &e.message()].concat()))?;
+            .map_err(|e| RecordError(concat(&["its request is unusable: ", &e.message()])))?;
         let started_at = Timestamp::from_millis(need(w.started_at, "startedAt")?);
         Ok(Record {
             name: need(w.name, "name")?,
@@ -314,44 +311,48 @@ impl Record {
     /// The record as JSON text in the shape above, written without a serde format, so that the
     /// browser build carries none (serde's machinery costs the package tens of kilobytes).
     pub fn to_json(&self) -> String {
-        let w = Wire::from(self.clone());
-        let mut m = BTreeMap::new();
-        let num = |n: u64| Value::Number(decimal(n));
-        let text = |s: String| Value::String(s);
-        m.insert("v".to_owned(), num(u64::from(RECORD_VERSION)));
-        for (name, value) in [
-            ("name", w.name),
-            ("key", w.key),
-            ("method", w.method),
-            ("url", w.url),
-            ("body", w.body),
-        ] {
-            if let Some(v) = value {
-                m.insert(name.to_owned(), text(v));
+        // Written straight out in canonical form (names sorted, as `Value::to_canonical` would
+        // sort them): building a `Value` first costs the browser package its map code.
+        let r = &self.request;
+        let text = |s: &str| quoted(s);
+        let mut headers = String::new();
+        for (n, v) in &r.headers {
+            if !headers.is_empty() {
+                headers.push(',');
             }
+            headers.push_str(&concat(&["[", &text(n), ",", &text(v), "]"]));
         }
-        let headers = w
-            .headers
-            .into_iter()
-            .map(|(n, v)| Value::Array(vec![text(n), text(v)]))
-            .collect();
-        m.insert("headers".to_owned(), Value::Array(headers));
-        let encoding = match w.encoding {
+        let encoding = match r.encoding {
             Encoding::Json => "json",
             Encoding::Form => "form",
         };
-        m.insert("encoding".to_owned(), text(encoding.to_owned()));
-        for (name, value) in [
-            ("startedAt", w.started_at),
-            ("attempts", w.attempts.map(u64::from)),
-            ("roundStartedAt", w.round_started_at),
-            ("roundAttempts", w.round_attempts.map(u64::from)),
-        ] {
-            if let Some(v) = value {
-                m.insert(name.to_owned(), num(v));
-            }
-        }
-        Value::Object(m).to_canonical()
+        concat(&[
+            "{\"attempts\":",
+            &decimal(self.attempts.into()),
+            ",\"body\":",
+            &text(&r.body),
+            ",\"encoding\":",
+            &text(encoding),
+            ",\"headers\":[",
+            &headers,
+            "],\"key\":",
+            &text(self.key.as_str()),
+            ",\"method\":",
+            &text(&r.method),
+            ",\"name\":",
+            &text(&self.name),
+            ",\"roundAttempts\":",
+            &decimal(self.round_attempts.into()),
+            ",\"roundStartedAt\":",
+            &decimal(self.round_started_at.as_millis()),
+            ",\"startedAt\":",
+            &decimal(self.started_at.as_millis()),
+            ",\"url\":",
+            &text(&r.url),
+            ",\"v\":",
+            &decimal(RECORD_VERSION.into()),
+            "}",
+        ])
     }
 
     /// Reads [`Record::to_json`]'s text (or serde's, which has the same shape) with the same
@@ -359,7 +360,7 @@ impl Record {
     /// names what is wrong.
     pub fn from_json(text: &str) -> Result<Record, RecordError> {
         let value = body::parse(text)
-            .map_err(|e| RecordError(["it is not JSON (", &e.message(), ")"].concat()))?;
+            .map_err(|e| RecordError(concat(&["it is not JSON (", &e.message(), ")"])))?;
         let Value::Object(m) = value else {
             return Err(RecordError("it is not a JSON object".into()));
         };
@@ -367,9 +368,11 @@ impl Record {
             match m.get(field) {
                 None | Some(Value::Null) => Ok(None),
                 Some(Value::String(s)) => Ok(Some(s.clone())),
-                Some(_) => Err(RecordError(
-                    ["its ", &quoted(field), " is not a string"].concat(),
-                )),
+                Some(_) => Err(RecordError(concat(&[
+                    "its ",
+                    &quoted(field),
+                    " is not a string",
+                ]))),
             }
         }
         fn whole<T: TryFrom<u64>>(
@@ -384,13 +387,17 @@ impl Record {
                     .and_then(|n| T::try_from(n).ok())
                     .map(Some)
                     .ok_or_else(|| {
-                        RecordError(
-                            ["its ", &quoted(field), " is not a whole number in range"].concat(),
-                        )
+                        RecordError(concat(&[
+                            "its ",
+                            &quoted(field),
+                            " is not a whole number in range",
+                        ]))
                     }),
-                Some(_) => Err(RecordError(
-                    ["its ", &quoted(field), " is not a number"].concat(),
-                )),
+                Some(_) => Err(RecordError(concat(&[
+                    "its ",
+                    &quoted(field),
+                    " is not a number",
+                ]))),
             }
         }
         let headers = match m.get("headers") {
@@ -415,9 +422,11 @@ impl Record {
             None | Some("json") => Encoding::Json,
             Some("form") => Encoding::Form,
             Some(other) => {
-                return Err(RecordError(
-                    ["its encoding ", &quoted(other), " is unknown"].concat(),
-                ))
+                return Err(RecordError(concat(&[
+                    "its encoding ",
+                    &quoted(other),
+                    " is unknown",
+                ])))
             }
         };
         Record::try_from(Wire {
@@ -523,6 +532,11 @@ mod tests {
             r
         );
         assert!(ours.contains(r#""v":1"#), "{ours}");
+        // Written in canonical form, as the body comparison would write it, with two headers.
+        r.request.headers.push(("X-Two".into(), "2".into()));
+        let ours = r.to_json();
+        assert_eq!(body::canonical_json(&ours).unwrap(), ours);
+        assert_eq!(Record::from_json(&ours).unwrap(), r);
     }
 
     #[test]

@@ -29,7 +29,7 @@ use std::collections::VecDeque;
 use std::fmt;
 
 use super::answer::{classify, classify_failure, Answer, Failure, Outcome, RetryAfter, Verdict};
-use super::body::{quoted, BodyError};
+use super::body::{concat, quoted, BodyError};
 use super::key::Key;
 use super::record::{Record, Request};
 use super::retry::{GiveUp, Next, RetryPolicy};
@@ -182,14 +182,13 @@ impl BeginError {
     /// the browser package leaves out).
     pub fn message(&self) -> String {
         match self {
-            BeginError::PendingMismatch { key, differs } => [
+            BeginError::PendingMismatch { key, differs } => concat(&[
                 "a submission with another ",
                 differs,
                 " is still pending under key ",
                 key.short(),
                 "; try it again or discard it before sending a new one",
-            ]
-            .concat(),
+            ]),
             BeginError::Body(e) => e.message(),
         }
     }
@@ -223,12 +222,12 @@ impl StateError {
         match self {
             StateError::NothingPending => "no submission is pending".to_owned(),
             StateError::AlreadyPending(k) => {
-                ["a submission is already pending under key ", k.short()].concat()
+                concat(&["a submission is already pending under key ", k.short()])
             }
             StateError::OtherName(n) => {
-                ["the record belongs to the submission ", &quoted(n)].concat()
+                concat(&["the record belongs to the submission ", &quoted(n)])
             }
-            StateError::Unreadable(e) => ["the record cannot be resumed: ", &e.message()].concat(),
+            StateError::Unreadable(e) => concat(&["the record cannot be resumed: ", &e.message()]),
         }
     }
 }

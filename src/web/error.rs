@@ -8,6 +8,8 @@ use std::fmt;
 
 use wasm_bindgen::{JsCast, JsValue};
 
+use crate::core::body::concat;
+
 /// A `Result` with the driver's [`Error`].
 pub type Result<T> = std::result::Result<T, Error>;
 
@@ -127,7 +129,7 @@ pub(crate) fn describe(value: &JsValue) -> String {
         return if name.is_empty() || name == "Error" || name == "OncekeyError" {
             message
         } else {
-            [name, message].join(": ")
+            concat(&[&name, ": ", &message])
         };
     }
     if let Some(s) = value.as_string() {

@@ -9,7 +9,7 @@ use std::time::Duration;
 use js_sys::{Object, Reflect};
 use wasm_bindgen::{JsCast, JsValue};
 
-use crate::core::body::quoted;
+use crate::core::body::{concat, quoted};
 use crate::core::record::{is_sendable_header, is_token};
 use crate::core::{Encoding, KeyFormat, RetryPolicy, DEFAULT_KEY_HEADER};
 
@@ -161,53 +161,35 @@ pub(crate) fn from_js(value: &JsValue) -> Result<Options> {
     if let Some(name) = string(value, "keyHeader")? {
         options.key_header = name;
     }
-    if let Some(format) = choice(
-        value,
-        "keyFormat",
-        &[
-            ("bare", KeyFormat::Bare),
-            ("sf-string", KeyFormat::SfString),
-        ],
-    )? {
-        options.key_format = format;
+    // The words and what they stand for, in the same order.
+    if let Some(i) = choice(value, "keyFormat", &["bare", "sf-string"])? {
+        options.key_format = [KeyFormat::Bare, KeyFormat::SfString][i];
     }
-    if let Some(storage) = choice(
-        value,
-        "storage",
-        &[
-            ("session", StorageKind::Session),
-            ("local", StorageKind::Local),
-            ("memory", StorageKind::Memory),
-        ],
-    )? {
-        options.storage = storage;
+    if let Some(i) = choice(value, "storage", &["session", "local", "memory"])? {
+        options.storage = [
+            StorageKind::Session,
+            StorageKind::Local,
+            StorageKind::Memory,
+        ][i];
     }
-    if let Some(credentials) = choice(
-        value,
-        "credentials",
-        &[
-            ("omit", Credentials::Omit),
-            ("same-origin", Credentials::SameOrigin),
-            ("include", Credentials::Include),
-        ],
-    )? {
-        options.credentials = credentials;
+    if let Some(i) = choice(value, "credentials", &["omit", "same-origin", "include"])? {
+        options.credentials = [
+            Credentials::Omit,
+            Credentials::SameOrigin,
+            Credentials::Include,
+        ][i];
     }
-    if let Some(encoding) = choice(
-        value,
-        "encoding",
-        &[("json", Encoding::Json), ("form", Encoding::Form)],
-    )? {
-        options.encoding = encoding;
+    if let Some(i) = choice(value, "encoding", &["json", "form"])? {
+        options.encoding = [Encoding::Json, Encoding::Form][i];
     }
     if let Some(ms) = millis(value, "timeoutMs", "options.timeoutMs")? {
         options.timeout = Some(ms);
     }
     let resume = get(value, "resume");
     if !resume.is_undefined() {
-        options.resume = resume.as_bool().ok_or_else(|| {
-            Error::option("options.resume must be true or false, not ".to_owned() + &show(&resume))
-        })?;
+        options.resume = resume
+            .as_bool()
+            .ok_or_else(|| wrong("options.resume", "true or false", &resume))?;
     }
     let headers = get(value, "headers");
     if !headers.is_undefined() {
@@ -220,27 +202,18 @@ pub(crate) fn from_js(value: &JsValue) -> Result<Options> {
             let pair: js_sys::Array = entry.unchecked_into();
             let name = pair.get(0).as_string().unwrap_or_default();
             let Some(v) = pair.get(1).as_string() else {
-                return Err(Error::option(
-                    [
-                        "options.headers[",
-                        &quoted(&name),
-                        "] must be a string, not ",
-                        &show(&pair.get(1)),
-                    ]
-                    .concat(),
-                ));
+                let path = concat(&["options.headers[", &quoted(&name), "]"]);
+                return Err(wrong(&path, "a string", &pair.get(1)));
             };
             options.headers.push((name, v));
         }
     }
     let attempt_headers = get(value, "attemptHeaders");
     if !attempt_headers.is_undefined() {
-        options.attempt_headers = Some(attempt_headers.dyn_into().map_err(|v| {
-            Error::option(
-                "options.attemptHeaders must be a function returning headers, not ".to_owned()
-                    + &show(&v),
-            )
-        })?);
+        options.attempt_headers =
+            Some(attempt_headers.dyn_into().map_err(|v| {
+                wrong("options.attemptHeaders", "a function returning headers", &v)
+            })?);
     }
     let retry = get(value, "retry");
     if !retry.is_undefined() {
@@ -256,10 +229,10 @@ pub(crate) fn from_js(value: &JsValue) -> Result<Options> {
                 .as_f64()
                 .filter(|n| n.fract() == 0.0 && *n >= 1.0 && *n <= f64::from(u32::MAX))
                 .ok_or_else(|| {
-                    Error::option(
-                        "options.retry.attempts must be a whole number of at least 1, not "
-                            .to_owned()
-                            + &show(&attempts),
+                    wrong(
+                        "options.retry.attempts",
+                        "a whole number of at least 1",
+                        &attempts,
                     )
                 })? as u32;
         }
@@ -289,15 +262,12 @@ fn check_names(object: &JsValue, known: &[&str], prefix: &str) -> Result<()> {
     for name in Object::keys(object.unchecked_ref::<Object>()).iter() {
         let name = name.as_string().unwrap_or_default();
         if !known.contains(&name.as_str()) {
-            return Err(Error::option(
-                [
-                    prefix,
-                    &name,
-                    " is not an option; the options are ",
-                    &known.join(", "),
-                ]
-                .concat(),
-            ));
+            return Err(Error::option(concat(&[
+                prefix,
+                &name,
+                " is not an option; the options are ",
+                &listed(known.iter().copied()),
+            ])));
         }
     }
     Ok(())
@@ -310,40 +280,29 @@ fn string(object: &JsValue, name: &str) -> Result<Option<String>> {
     }
     match value.as_string() {
         Some(s) if !s.is_empty() => Ok(Some(s)),
-        _ => Err(Error::option(
-            [
-                "options.",
-                name,
-                " must be a non-empty string, not ",
-                &show(&value),
-            ]
-            .concat(),
+        _ => Err(wrong(
+            &concat(&["options.", name]),
+            "a non-empty string",
+            &value,
         )),
     }
 }
 
-/// One of a few words, named in the error when it is none of them.
-fn choice<T: Copy>(object: &JsValue, name: &str, choices: &[(&str, T)]) -> Result<Option<T>> {
+/// One of a few words (its index), named in the error when it is none of them. Not generic
+/// over the choices' type: one copy of this in the package rather than four.
+fn choice(object: &JsValue, name: &str, words: &[&str]) -> Result<Option<usize>> {
     let value = get(object, name);
     if value.is_undefined() {
         return Ok(None);
     }
     let word = value.as_string().unwrap_or_default();
-    match choices.iter().find(|(w, _)| *w == word) {
-        Some((_, t)) => Ok(Some(*t)),
+    match words.iter().position(|w| *w == word) {
+        Some(i) => Ok(Some(i)),
         None => {
-            let words: Vec<String> = choices.iter().map(|(w, _)| quoted(w)).collect();
-            Err(Error::option(
-                [
-                    "options.",
-                    name,
-                    " must be one of ",
-                    &words.join(", "),
-                    ", not ",
-                    &show(&value),
-                ]
-                .concat(),
-            ))
+            let quoted: Vec<String> = words.iter().map(|w| quoted(w)).collect();
+            let listed = listed(quoted.iter().map(String::as_str));
+            let path = concat(&["options.", name]);
+            Err(wrong(&path, &concat(&["one of ", &listed]), &value))
         }
     }
 }
@@ -357,15 +316,35 @@ fn millis(object: &JsValue, name: &str, path: &str) -> Result<Option<Duration>> 
         Some(ms) if ms.is_finite() && ms > 0.0 && ms <= 2_147_483_647.0 => {
             Ok(Some(Duration::from_millis(ms.ceil() as u64)))
         }
-        _ => Err(Error::option(
-            [
-                path,
-                " must be a number of milliseconds above 0 (at most 2147483647), not ",
-                &show(&value),
-            ]
-            .concat(),
+        _ => Err(wrong(
+            path,
+            "a number of milliseconds above 0 (at most 2147483647)",
+            &value,
         )),
     }
+}
+
+/// `items` separated by commas.
+fn listed<'a>(items: impl Iterator<Item = &'a str>) -> String {
+    let mut out = String::new();
+    for item in items {
+        if !out.is_empty() {
+            out.push_str(", ");
+        }
+        out.push_str(item);
+    }
+    out
+}
+
+/// "`path` must be `expected`, not `value`".
+fn wrong(path: &str, expected: &str, value: &JsValue) -> Error {
+    Error::option(concat(&[
+        path,
+        " must be ",
+        expected,
+        ", not ",
+        &show(value),
+    ]))
 }
 
 /// A value as the error message shows it.

@@ -13,7 +13,7 @@ use std::cell::RefCell;
 use gloo_storage::Storage as _;
 use wasm_bindgen::{JsCast, JsValue};
 
-use crate::core::body::quoted;
+use crate::core::body::{concat, quoted};
 use crate::core::Record;
 
 use super::error::describe;
@@ -90,15 +90,12 @@ impl Store {
             ),
             Err(why) => (
                 Store { web: None, kind },
-                Some(
-                    [
-                        kind.global_name(),
-                        " cannot be used (",
-                        &why,
-                        "); pending submissions are kept in memory and will not survive a reload",
-                    ]
-                    .concat(),
-                ),
+                Some(concat(&[
+                    kind.global_name(),
+                    " cannot be used (",
+                    &why,
+                    "); pending submissions are kept in memory and will not survive a reload",
+                ])),
             ),
         }
     }
@@ -167,13 +164,12 @@ impl Store {
 
     fn degrade(&mut self, error: &JsValue) -> String {
         self.web = None;
-        [
+        concat(&[
             self.kind.global_name(),
             " failed (",
             &describe(error),
             "); pending submissions are kept in memory and will not survive a reload",
-        ]
-        .concat()
+        ])
     }
 }
 
@@ -203,13 +199,12 @@ pub(crate) fn slot(name: &str) -> String {
 
 /// The warning for a stored record of `name` that had to be removed.
 pub(crate) fn removed(name: &str, why: &str) -> String {
-    [
+    concat(&[
         "the stored submission ",
         &quoted(&slot(name)),
         " was removed: ",
         why,
-    ]
-    .concat()
+    ])
 }
 
 /// Gets the storage from the global scope (a getter that throws when storage is blocked),

@@ -18,7 +18,7 @@ use js_sys::Function;
 use wasm_bindgen::closure::Closure;
 use wasm_bindgen::{JsCast, JsValue};
 
-use crate::core::body::{self, quoted, Value};
+use crate::core::body::{self, concat, quoted, Value};
 use crate::core::{
     Action, Answer, Attempt, BeginError, Begun, BodyError, Change, Encoding, Failure, GiveUp, Key,
     NewKey, Outcome, Record, Request, RequestError, Settled, State, Submission, Timestamp,
@@ -230,16 +230,13 @@ impl Submitter {
             let inner = self.inner.borrow();
             let o = &inner.options;
             Request::new(&o.method, &o.url, body, o.encoding).map_err(|e| match e {
-                RequestError::Body(b) => Error::body(
-                    [
-                        match o.encoding {
-                            Encoding::Json => "the body cannot be sent: ",
-                            Encoding::Form => "the body cannot be sent as a form: ",
-                        },
-                        &b.message(),
-                    ]
-                    .concat(),
-                ),
+                RequestError::Body(b) => Error::body(concat(&[
+                    match o.encoding {
+                        Encoding::Json => "the body cannot be sent: ",
+                        Encoding::Form => "the body cannot be sent as a form: ",
+                    },
+                    &b.message(),
+                ])),
                 other => Error::option(other.message()),
             })?
         };
@@ -484,7 +481,7 @@ fn run_attempt(inner: &Rc<RefCell<Inner>>, attempt: Attempt) {
             Err(_) => JsValue::FALSE,
         },
     };
-    let mut headers = ["Content-Type:", request.encoding.content_type()].concat();
+    let mut headers = concat(&["Content-Type:", request.encoding.content_type()]);
     for (name, value) in request.headers.iter().chain(&options.headers) {
         headers.extend(["\n", name, ":", value]);
     }
@@ -581,7 +578,13 @@ pub(crate) fn to_json(body: &JsValue) -> Result<String> {
             Some(k) if !k.is_empty() => " at ".to_owned() + &quoted(&k),
             _ => String::new(),
         };
-        Err(Error::body(["the body has ", what, &at, ", which JSON cannot carry"].concat()).into())
+        Err(Error::body(concat(&[
+            "the body has ",
+            what,
+            &at,
+            ", which JSON cannot carry",
+        ]))
+        .into())
     });
     let text: JsValue = js_sys::JSON::stringify_with_replacer(body, replacer.as_ref())
         .map_err(|e| {
