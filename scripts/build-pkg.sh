@@ -10,6 +10,8 @@ if [ ! -f "$WASM_OPT" ]; then
   npm ci --prefix tools --no-audit --no-fund --loglevel=error
 fi
 
+# wasm-pack leaves snippets of an earlier build behind, and the package ships snippets/ whole.
+rm -rf pkg/snippets
 # `oncekey_pkg`: the package is a whole program, so it brings its own small allocator
 # (src/web/alloc.rs); Rust programs that depend on the crate keep theirs.
 RUSTFLAGS="${RUSTFLAGS:-} --cfg oncekey_pkg" wasm-pack build --release --target web --out-dir pkg --out-name oncekey

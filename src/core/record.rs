@@ -375,16 +375,17 @@ impl Record {
                 ]))),
             }
         }
-        fn whole<T: TryFrom<u64>>(
+        fn whole(
             m: &BTreeMap<String, Value>,
             field: &str,
-        ) -> Result<Option<T>, RecordError> {
+            max: u64,
+        ) -> Result<Option<u64>, RecordError> {
             match m.get(field) {
                 None | Some(Value::Null) => Ok(None),
                 Some(Value::Number(n)) => n
                     .parse::<u64>()
                     .ok()
-                    .and_then(|n| T::try_from(n).ok())
+                    .filter(|n| *n <= max)
                     .map(Some)
                     .ok_or_else(|| {
                         RecordError(concat(&[
@@ -429,19 +430,42 @@ impl Record {
                 ])))
             }
         };
+        // Read in one pass each (one error path, not one per field), in the order the fields
+        // are named in the errors.
+        const U32: u64 = u32::MAX as u64;
+        let v = whole(&m, "v", U32)?;
+        let mut texts: [Option<String>; 5] = Default::default();
+        for (slot, field) in texts
+            .iter_mut()
+            .zip(["name", "key", "method", "url", "body"])
+        {
+            *slot = string(&m, field)?;
+        }
+        let mut wholes = [None; 4];
+        let limits = [
+            ("startedAt", u64::MAX),
+            ("attempts", U32),
+            ("roundStartedAt", u64::MAX),
+            ("roundAttempts", U32),
+        ];
+        for (slot, (field, max)) in wholes.iter_mut().zip(limits) {
+            *slot = whole(&m, field, max)?;
+        }
+        let [name, key, method, url, body] = texts;
+        let [started_at, attempts, round_started_at, round_attempts] = wholes;
         Record::try_from(Wire {
-            v: whole(&m, "v")?,
-            name: string(&m, "name")?,
-            key: string(&m, "key")?,
-            method: string(&m, "method")?,
-            url: string(&m, "url")?,
+            v: v.map(|v| v as u32),
+            name,
+            key,
+            method,
+            url,
             headers,
-            body: string(&m, "body")?,
+            body,
             encoding,
-            started_at: whole(&m, "startedAt")?,
-            attempts: whole(&m, "attempts")?,
-            round_started_at: whole(&m, "roundStartedAt")?,
-            round_attempts: whole(&m, "roundAttempts")?,
+            started_at,
+            attempts: attempts.map(|a| a as u32),
+            round_started_at,
+            round_attempts: round_attempts.map(|a| a as u32),
         })
     }
 }

@@ -23,7 +23,7 @@
 //! `data-oncekey-outcome`, and dispatches `oncekey:change` events (detail: `state`, `key`,
 //! `attempts`, `nextAttemptAt`, `outcome`) so a React or Vue app can follow along.
 //!
-//! The kit's work on the page is JavaScript (`form.js`, beside this file, shipped in the
+//! The kit's work on the page is JavaScript (`browser.js`, beside this file, shipped in the
 //! package's `snippets/`): a client of the public `Submitter` API, with one hook from here to
 //! hold the secret fields in memory. JavaScript does that DOM work in a fraction of the bytes
 //! that wasm and its bindings need; the rules stay in the core, behind the `Submitter`.
@@ -38,9 +38,9 @@ use super::error::Error;
 use super::options;
 use super::submitter::Submitter;
 
-#[wasm_bindgen(module = "/src/web/form.js")]
+#[wasm_bindgen(module = "/src/web/browser.js")]
 extern "C" {
-    /// The kit's page work, as `form.js`'s `wire` returns it.
+    /// The kit's page work, as `browser.js`'s `wire` returns it.
     #[derive(Debug, Clone)]
     type Kit;
 

@@ -2,7 +2,7 @@
 //!
 //! Bound to the global scope, not to `window`, so the same code runs in a page and in a worker
 //! (gloo-net's way): `setTimeout`, `crypto.getRandomValues`, and one attempt's trip over the
-//! network (`js.js` beside this file: `navigator.locks`, `fetch`, its timeout). Side effects
+//! network (`browser.js` beside this file: `navigator.locks`, `fetch`, its timeout). Side effects
 //! that must end belong to guards: a [`Timer`] clears itself when dropped.
 
 use js_sys::Function;
@@ -22,7 +22,7 @@ extern "C" {
     fn get_random_values(buf: &mut [u8]);
 }
 
-#[wasm_bindgen(module = "/src/web/js.js")]
+#[wasm_bindgen(module = "/src/web/browser.js")]
 extern "C" {
     /// Sends one attempt after the current task, under the Web Lock `lock` when given, with
     /// `headers` as `name:value` lines (names are tokens and values have no line breaks: the

@@ -1,21 +1,16 @@
-// The form kit's work on the page (see form.rs for what it promises): a client of the public
-// Submitter API, plus setSecrets from form.rs. DOM work is written here because JavaScript does
-// it in a fraction of the bytes that wasm and its bindings need. Nothing here runs at load, so
-// the module loads in a worker too.
+// The browser driver's JavaScript, for the Rust modules beside it: reading the options object
+// (options.rs), one attempt's trip over the network (js.rs), and the form kit's work on the
+// page (form.rs). Written in JavaScript because promises, web APIs and the DOM cost wasm many
+// times the bytes through bindings. Nothing here runs at load, so the module loads in a worker
+// too. The rules stay in the core, behind the Submitter.
 
-// What the kit adds to a submitter's options.
-const KIT_OPTIONS = ['name', 'clearOnSuccess', 'successMessage', 'resume'];
-
-// The driver's errors: an Error named OncekeyError with a code (error.rs).
+// The driver's errors for a wrong option: an Error named OncekeyError with its code (error.rs).
 const fail = (message) => {
   const e = new Error(message);
   e.name = 'OncekeyError';
   e.code = 'option';
   return e;
 };
-
-// A property of an object (or function); undefined for anything else, as Reflect.get fails.
-const get = (o, k) => ((typeof o === 'object' && o !== null) || typeof o === 'function' ? o[k] : undefined);
 
 // What a value says, without assuming it is an Error (error.rs `describe`).
 const describe = (v) => {
@@ -32,6 +27,211 @@ const describe = (v) => {
   }
   return 'a thrown ' + typeof v;
 };
+
+// ## Options
+//
+// Every mistake is an error that names the option (an unknown name too, so that a typo such as
+// `timeout` for `timeoutMs` does not pass silently). What is then checked of the values
+// themselves (a method that is a token, headers that can be sent, the retry policy) is
+// options.rs's `check`, for Rust callers too.
+
+const KNOWN = [
+  'url',
+  'method',
+  'headers',
+  'attemptHeaders',
+  'keyHeader',
+  'keyFormat',
+  'timeoutMs',
+  'retry',
+  'storage',
+  'credentials',
+  'encoding',
+  'resume',
+];
+const RETRY_KNOWN = ['attempts', 'base', 'cap', 'budget'];
+// The words of each choice, in the order of the Rust enums they stand for.
+const CHOICES = {
+  keyFormat: ['bare', 'sf-string'],
+  storage: ['session', 'local', 'memory'],
+  credentials: ['omit', 'same-origin', 'include'],
+  encoding: ['json', 'form'],
+};
+
+// A value as the error message shows it.
+function show(value) {
+  if (typeof value === 'string') return JSON.stringify(value);
+  if (typeof value === 'function') return 'a function';
+  try {
+    const s = JSON.stringify(value);
+    if (typeof s === 'string') return s;
+  } catch {
+    // Named by its type below.
+  }
+  return typeof value;
+}
+
+const wrong = (path, expected, value) => fail(`${path} must be ${expected}, not ${show(value)}`);
+
+const isPlainObject = (v) => typeof v === 'object' && v !== null && !Array.isArray(v);
+
+function checkNames(object, known, prefix) {
+  for (const name of Object.keys(object)) {
+    if (!known.includes(name)) throw fail(`${prefix}${name} is not an option; the options are ${known.join(', ')}`);
+  }
+}
+
+function string(object, name) {
+  const value = object[name];
+  if (value === undefined) return undefined;
+  if (typeof value === 'string' && value) return value;
+  throw wrong('options.' + name, 'a non-empty string', value);
+}
+
+function millis(object, name, path) {
+  const value = object[name];
+  if (value === undefined) return undefined;
+  if (typeof value === 'number' && value > 0 && value <= 2147483647) return Math.ceil(value);
+  throw wrong(path, 'a number of milliseconds above 0 (at most 2147483647)', value);
+}
+
+// The options, normalized for options.rs: [url, method, keyHeader, keyFormat, storage,
+// credentials, encoding, timeoutMs, resume, headers as [name, value] pairs, attemptHeaders,
+// retry.attempts, retry.base, retry.cap, retry.budget], choices as the index of their word,
+// and undefined for what was not given.
+export function readOptions(value) {
+  if (!isPlainObject(value)) throw fail('options must be an object such as { url: "/api/tickets" }');
+  checkNames(value, KNOWN, 'options.');
+  const url = string(value, 'url');
+  if (url === undefined) throw fail('options.url is required: where to send the submission');
+  // ASCII only, as the core compares methods.
+  const method = string(value, 'method')?.replace(/[a-z]+/g, (s) => s.toUpperCase());
+  const keyHeader = string(value, 'keyHeader');
+  const choices = Object.entries(CHOICES).map(([name, words]) => {
+    const word = value[name];
+    if (word === undefined) return undefined;
+    const i = words.indexOf(typeof word === 'string' ? word : '');
+    if (i < 0) throw wrong('options.' + name, 'one of ' + words.map((w) => JSON.stringify(w)).join(', '), word);
+    return i;
+  });
+  const timeoutMs = millis(value, 'timeoutMs', 'options.timeoutMs');
+  const resume = value.resume;
+  if (resume !== undefined && typeof resume !== 'boolean') throw wrong('options.resume', 'true or false', resume);
+  const headers = value.headers;
+  let pairs;
+  if (headers !== undefined) {
+    if (!isPlainObject(headers)) throw fail('options.headers must be an object of header names to string values');
+    pairs = Object.entries(headers);
+    for (const [name, v] of pairs) {
+      if (typeof v !== 'string') throw wrong(`options.headers[${JSON.stringify(name)}]`, 'a string', v);
+    }
+  }
+  const attemptHeaders = value.attemptHeaders;
+  if (attemptHeaders !== undefined && typeof attemptHeaders !== 'function') {
+    throw wrong('options.attemptHeaders', 'a function returning headers', attemptHeaders);
+  }
+  const retry = value.retry;
+  let attempts, base, cap, budget;
+  if (retry !== undefined) {
+    if (!isPlainObject(retry)) {
+      throw fail('options.retry must be an object such as { attempts: 8, base: 500, cap: 30000, budget: 900000 }');
+    }
+    checkNames(retry, RETRY_KNOWN, 'options.retry.');
+    attempts = retry.attempts;
+    if (attempts !== undefined && !(Number.isInteger(attempts) && attempts >= 1 && attempts <= 4294967295)) {
+      throw wrong('options.retry.attempts', 'a whole number of at least 1', attempts);
+    }
+    base = millis(retry, 'base', 'options.retry.base');
+    cap = millis(retry, 'cap', 'options.retry.cap');
+    budget = millis(retry, 'budget', 'options.retry.budget');
+  }
+  return [url, method, keyHeader, ...choices, timeoutMs, resume, pairs, attemptHeaders, attempts, base, cap, budget];
+}
+
+// ## An attempt
+//
+// Under a Web Lock, fetch with a timeout, and the answer read, for js.rs.
+
+// Runs `f` under the Web Lock `name` (waiting for another tab or submitter that holds it), or
+// without one where the browser has no Web Locks or refuses one (an opaque origin, say): the
+// server's idempotency still holds. `f` never rejects.
+async function underLock(name, f) {
+  const locks = name ? globalThis.navigator?.locks : undefined;
+  if (typeof locks?.request !== 'function') return f();
+  let granted = false;
+  try {
+    return await locks.request(name, () => {
+      granted = true;
+      return f();
+    });
+  } catch {
+    // Refused before it was granted: go on without.
+    if (!granted) return f();
+  }
+}
+
+// What options.attemptHeaders gives for this attempt. A throw or a value that is not an object
+// of strings is reported on the console and adds nothing: the attempt still goes out.
+function extraHeaders(f, attempt, key) {
+  let given;
+  try {
+    given = f.call(null, { attempt, key });
+  } catch (e) {
+    console.warn('oncekey: options.attemptHeaders threw: ' + describe(e));
+    return [];
+  }
+  if (typeof given !== 'object' || given === null) return [];
+  return Object.entries(given).filter(([, v]) => typeof v === 'string');
+}
+
+// Sends one attempt; calls done(status, headers, text) once: status 0 when no answer came (the
+// network, an abort, or a body that cannot be sent: false), 1 when the timeout fired; headers
+// as "name:value" lines. Starts after the current task (as a spawned future did), and returns
+// a function that aborts it.
+export function attempt(url, method, headers, body, credentials, timeoutMs, lock, f, number, key, keyHeader, keyValue, done) {
+  const controller = new AbortController();
+  let timedOut = false;
+  const send = async () => {
+    if (controller.signal.aborted || body === false) return done(0, '', '');
+    const timer = timeoutMs > 0 ? setTimeout(() => ((timedOut = true), controller.abort()), timeoutMs) : undefined;
+    try {
+      let response;
+      try {
+        const h = new Headers();
+        for (const line of headers.split('\n')) {
+          const colon = line.indexOf(':');
+          if (colon > 0) h.set(line.slice(0, colon), line.slice(colon + 1));
+        }
+        if (f) for (const [name, value] of extraHeaders(f, number, key)) h.set(name, value);
+        h.set(keyHeader, keyValue);
+        const init = { method, headers: h, credentials, signal: controller.signal };
+        if (body != null) init.body = body;
+        response = await fetch(url, init);
+      } catch {
+        return done(timedOut ? 1 : 0, '', '');
+      }
+      const found = [...response.headers].map(([name, value]) => name + ':' + value).join('\n');
+      // The status is the answer; a body cut off (by the timeout) only loses the details.
+      const text = await response.text().catch(() => '');
+      done(response.status, found, text);
+    } finally {
+      clearTimeout(timer);
+    }
+  };
+  Promise.resolve().then(() => underLock(lock, send));
+  return () => controller.abort();
+}
+
+// ## The form kit
+//
+// See form.rs for what it promises: a client of the public Submitter API, plus setSecrets from
+// form.rs.
+
+// What the kit adds to a submitter's options.
+const KIT_OPTIONS = ['name', 'clearOnSuccess', 'successMessage', 'resume'];
+
+// A property of an object (or function); undefined for anything else, as Reflect.get fails.
+const get = (o, k) => ((typeof o === 'object' && o !== null) || typeof o === 'function' ? o[k] : undefined);
 
 const lower = (el, name) => (el.getAttribute(name) || '').toLowerCase();
 const sameTag = (el, tag) => el.tagName.toLowerCase() === tag;
