@@ -148,6 +148,52 @@ export function readOptions(value) {
   return [url, method, keyHeader, ...choices, timeoutMs, resume, pairs, attemptHeaders, attempts, base, cap, budget];
 }
 
+// ## The body and storage
+
+const bodyError = (message) => {
+  const e = fail(message);
+  e.code = 'body';
+  return e;
+};
+
+// The body as JSON text, refusing what JSON cannot carry (a cycle, a BigInt, a function, a
+// symbol, NaN or Infinity) instead of letting JSON.stringify drop or mangle it.
+export function toJson(body) {
+  let text;
+  try {
+    text = JSON.stringify(body, (key, value) => {
+      const what =
+        typeof value === 'function'
+          ? 'a function'
+          : typeof value === 'bigint'
+            ? 'a BigInt'
+            : typeof value === 'symbol'
+              ? 'a symbol'
+              : typeof value === 'number' && !Number.isFinite(value)
+                ? 'NaN or Infinity'
+                : null;
+      if (what === null) return value;
+      const at = key ? ' at ' + JSON.stringify(key) : '';
+      throw bodyError(`the body has ${what}${at}, which JSON cannot carry`);
+    });
+  } catch (e) {
+    throw bodyError('the body cannot be sent as JSON: ' + describe(e));
+  }
+  if (typeof text !== 'string') throw bodyError('the body cannot be sent as JSON: it is undefined');
+  return text;
+}
+
+// The web storage `name` (sessionStorage or localStorage) from the global scope (a getter that
+// throws when storage is blocked), once a probe was written and removed (which throws when it
+// is disabled or full).
+export function webStorage(name) {
+  const storage = globalThis[name];
+  if (storage === undefined || storage === null) throw new Error('this context has no ' + name);
+  storage.setItem('oncekey:probe', '1');
+  storage.removeItem('oncekey:probe');
+  return storage;
+}
+
 // ## An attempt
 //
 // Under a Web Lock, fetch with a timeout, and the answer read, for js.rs.

@@ -1,8 +1,10 @@
 //! # Where pending submissions are kept
 //!
 //! CONTRACT.md section 5, in the browser: one record per name, under `oncekey:<name>`, in
-//! `sessionStorage` by default, `localStorage` or memory on request. gloo-storage gives access to
-//! the storage (`raw()`); values stay strings, the record's JSON text ([`Record::to_json`], written by the core without a serde format).
+//! `sessionStorage` by default, `localStorage` or memory on request. The storage is taken from the
+//! global scope and probed by `browser.js` (`webStorage`), so workers are served too; values stay
+//! strings, the record's JSON text ([`Record::to_json`], written by the core without a serde
+//! format).
 //!
 //! Storage that cannot be used (blocked in a sandboxed frame, disabled, quota exceeded) degrades
 //! to memory with a warning; the submission still happens once. A record that cannot be read is
@@ -10,8 +12,7 @@
 
 use std::cell::RefCell;
 
-use gloo_storage::Storage as _;
-use wasm_bindgen::{JsCast, JsValue};
+use wasm_bindgen::prelude::*;
 
 use crate::core::body::{concat, quoted};
 use crate::core::Record;
@@ -56,8 +57,6 @@ thread_local! {
     // A list, not a HashMap: a page holds a few records, and hashbrown costs 3 KB of wasm.
     static MEMORY: RefCell<Vec<(String, String)>> = const { RefCell::new(Vec::new()) };
 }
-
-const PROBE: &str = "oncekey:probe";
 
 /// What a read found.
 pub(crate) enum Found {
@@ -207,28 +206,17 @@ pub(crate) fn removed(name: &str, why: &str) -> String {
     ])
 }
 
-/// Gets the storage from the global scope (a getter that throws when storage is blocked),
-/// then writes and removes a probe (which throws when it is disabled or full).
+#[wasm_bindgen(module = "/src/web/browser.js")]
+extern "C" {
+    /// The web storage named so from the global scope, once a probe was written and removed;
+    /// throws when it is blocked, missing, disabled or full.
+    #[wasm_bindgen(catch, js_name = webStorage)]
+    fn web_storage(name: &str) -> Result<web_sys::Storage, JsValue>;
+}
+
+/// The storage of `kind` (not memory), or why it cannot be used.
 fn probe(kind: StorageKind) -> Result<web_sys::Storage, String> {
-    let global = js_sys::global();
-    let value =
-        js_sys::Reflect::get(&global, &kind.global_name().into()).map_err(|e| describe(&e))?;
-    if value.is_undefined() || value.is_null() {
-        return Err("this context has no ".to_owned() + kind.global_name());
-    }
-    // gloo-storage's `raw()` needs a window; a worker has none (and no web storage either).
-    let in_window = js_sys::Reflect::get(&global, &"window".into()).is_ok_and(|w| w == *global);
-    let storage: web_sys::Storage = if in_window {
-        match kind {
-            StorageKind::Local => gloo_storage::LocalStorage::raw(),
-            _ => gloo_storage::SessionStorage::raw(),
-        }
-    } else {
-        value.unchecked_into()
-    };
-    storage.set_item(PROBE, "1").map_err(|e| describe(&e))?;
-    storage.remove_item(PROBE).map_err(|e| describe(&e))?;
-    Ok(storage)
+    web_storage(kind.global_name()).map_err(|e| describe(&e))
 }
 
 fn encode(record: &Record) -> String {

@@ -18,7 +18,7 @@ use js_sys::Function;
 use wasm_bindgen::closure::Closure;
 use wasm_bindgen::{JsCast, JsValue};
 
-use crate::core::body::{self, concat, quoted, Value};
+use crate::core::body::{self, concat, Value};
 use crate::core::{
     Action, Answer, Attempt, BeginError, Begun, BodyError, Change, Encoding, Failure, GiveUp, Key,
     NewKey, Outcome, Record, Request, RequestError, Settled, State, Submission, Timestamp,
@@ -557,45 +557,16 @@ pub(crate) fn parse_body(text: &str) -> JsValue {
     js_sys::JSON::parse(text).unwrap_or_else(|_| JsValue::from_str(text))
 }
 
+#[wasm_bindgen::prelude::wasm_bindgen(module = "/src/web/browser.js")]
+extern "C" {
+    #[wasm_bindgen(catch, js_name = toJson)]
+    fn js_to_json(body: &JsValue) -> std::result::Result<String, JsValue>;
+}
+
 /// The body as JSON text, refusing what JSON cannot carry (a cycle, a BigInt, a function, a
 /// symbol, NaN or Infinity) instead of letting `JSON.stringify` drop or mangle it.
 pub(crate) fn to_json(body: &JsValue) -> Result<String> {
-    let replacer = wasm_bindgen::closure::Closure::<
-        dyn FnMut(JsValue, JsValue) -> std::result::Result<JsValue, JsValue>,
-    >::new(|key: JsValue, value: JsValue| {
-        let what = if value.is_function() {
-            "a function"
-        } else if value.is_bigint() {
-            "a BigInt"
-        } else if value.is_symbol() {
-            "a symbol"
-        } else if value.as_f64().is_some_and(|n| !n.is_finite()) {
-            "NaN or Infinity"
-        } else {
-            return Ok(value);
-        };
-        let at = match key.as_string() {
-            Some(k) if !k.is_empty() => " at ".to_owned() + &quoted(&k),
-            _ => String::new(),
-        };
-        Err(Error::body(concat(&[
-            "the body has ",
-            what,
-            &at,
-            ", which JSON cannot carry",
-        ]))
-        .into())
-    });
-    let text: JsValue = js_sys::JSON::stringify_with_replacer(body, replacer.as_ref())
-        .map_err(|e| {
-            Error::from_js(
-                |m| Error::body("the body cannot be sent as JSON: ".to_owned() + &m),
-                &e,
-            )
-        })?
-        .into();
-    text.as_string()
-        .ok_or_else(|| Error::body("the body cannot be sent as JSON: it is undefined"))
+    js_to_json(body).map_err(|e| Error::from_js(Error::body, &e))
 }
 
 /// For the JavaScript API: the listener as a Rust closure.
