@@ -20,11 +20,11 @@ before=$(wc -c < pkg/oncekey_bg.wasm)
 node "$WASM_OPT" -Oz pkg/oncekey_bg.wasm -o pkg/oncekey_bg.wasm.opt
 mv pkg/oncekey_bg.wasm.opt pkg/oncekey_bg.wasm
 after=$(wc -c < pkg/oncekey_bg.wasm)
-node "$WASM_OPT" -Oz --strip-producers --strip-target-features pkg/oncekey_bg.wasm \
+node "$WASM_OPT" -Oz --converge --strip-producers --strip-target-features pkg/oncekey_bg.wasm \
   -o pkg/oncekey_bg.wasm.opt
 mv pkg/oncekey_bg.wasm.opt pkg/oncekey_bg.wasm
 after=$(wc -c < pkg/oncekey_bg.wasm)
-echo "wasm-opt -Oz: $before -> $after bytes"
+echo "wasm-opt -Oz --converge: $before -> $after bytes"
 
 # The glue between the two files, minified in both: wasm-bindgen names every import and internal
 # export with a 16-hex-digit hash (incompressible, and written in the .wasm and the .js alike),
