@@ -10,10 +10,128 @@ if [ ! -f "$WASM_OPT" ]; then
   npm ci --prefix tools --no-audit --no-fund --loglevel=error
 fi
 
-wasm-pack build --release --target web --out-dir pkg --out-name oncekey
+# wasm-pack leaves snippets of an earlier build behind, and the package ships snippets/ whole.
+rm -rf pkg/snippets
+# `oncekey_pkg`: the package is a whole program, so it brings its own small allocator
+# (src/web/alloc.rs); Rust programs that depend on the crate keep theirs.
+RUSTFLAGS="${RUSTFLAGS:-} --cfg oncekey_pkg" wasm-pack build --release --target web --out-dir pkg --out-name oncekey
 
 before=$(wc -c < pkg/oncekey_bg.wasm)
 node "$WASM_OPT" -Oz pkg/oncekey_bg.wasm -o pkg/oncekey_bg.wasm.opt
 mv pkg/oncekey_bg.wasm.opt pkg/oncekey_bg.wasm
 after=$(wc -c < pkg/oncekey_bg.wasm)
-echo "wasm-opt -Oz: $before -> $after bytes"
+node "$WASM_OPT" -Oz --converge --strip-producers --strip-target-features pkg/oncekey_bg.wasm \
+  -o pkg/oncekey_bg.wasm.opt
+mv pkg/oncekey_bg.wasm.opt pkg/oncekey_bg.wasm
+after=$(wc -c < pkg/oncekey_bg.wasm)
+echo "wasm-opt -Oz --converge: $before -> $after bytes"
+
+# The glue between the two files, minified in both: wasm-bindgen names every import and internal
+# export with a 16-hex-digit hash (incompressible, and written in the .wasm and the .js alike),
+# and the .js carries the API docs that oncekey.d.ts already gives. Short names instead, and the
+# docs, comments and indentation out of the .js; a rename that finds nothing to rename fails.
+node - pkg/oncekey_bg.wasm pkg/oncekey.js <<'JS'
+const fs = require('fs');
+const [wasmPath, jsPath] = process.argv.slice(2);
+const wasm = fs.readFileSync(wasmPath);
+let js = fs.readFileSync(jsPath, 'utf8');
+const MODULE = './oncekey_bg.js';
+const fail = (why) => { console.error(`build-pkg.sh: ${why}`); process.exit(1); };
+
+let pos = 0;
+const u32 = () => {
+  let r = 0, shift = 0, b;
+  do { b = wasm[pos++]; r |= (b & 127) << shift; shift += 7; } while (b & 128);
+  return r >>> 0;
+};
+const name = () => { const n = u32(); pos += n; return wasm.toString('utf8', pos - n, pos); };
+const leb = (n) => {
+  const out = [];
+  do { let b = n & 127; n >>>= 7; if (n) b |= 128; out.push(b); } while (n);
+  return Buffer.from(out);
+};
+const str = (s) => { const b = Buffer.from(s, 'utf8'); return Buffer.concat([leb(b.length), b]); };
+const limits = () => { const flags = wasm[pos++]; u32(); if (flags & 1) u32(); };
+
+// New names meet no token the .js has already, so none can shadow another.
+const taken = new Set(js.match(/[A-Za-z_$][\w$]*/g));
+let counter = 0;
+const fresh = (prefix) => {
+  let n;
+  do n = prefix + (counter++).toString(36); while (taken.has(n));
+  return n;
+};
+const renames = new Map();
+
+if (wasm.readUInt32LE(0) !== 0x6d736100) fail('pkg/oncekey_bg.wasm is not a wasm module');
+const out = [wasm.subarray(0, 8)];
+pos = 8;
+while (pos < wasm.length) {
+  const at = pos;
+  const id = wasm[pos++];
+  const size = u32();
+  const end = pos + size;
+  if (id !== 2 && id !== 7) {
+    out.push(wasm.subarray(at, end));
+    pos = end;
+    continue;
+  }
+  const parts = [];
+  const count = u32();
+  parts.push(leb(count));
+  for (let i = 0; i < count; i++) {
+    const module = id === 2 ? name() : null;
+    const field = name();
+    const desc = pos;
+    const kind = wasm[pos++];
+    if (id === 7 || kind === 0) u32();
+    else if (kind === 1) { pos++; limits(); }
+    else if (kind === 2) limits();
+    else if (kind === 3) pos += 2;
+    else fail(`an import of kind ${kind}`);
+    let renamed = field;
+    if (module === MODULE) {
+      renamed = fresh('$');
+    } else if (id === 7 && /_h[0-9a-f]{16}$/.test(field)) {
+      renamed = fresh('_');
+    }
+    if (renamed !== field) renames.set(field, renamed);
+    if (id === 2) parts.push(str(module === MODULE ? 'w' : module));
+    parts.push(str(renamed), wasm.subarray(desc, pos));
+  }
+  if (pos !== end) fail(`section ${id} does not end where it says`);
+  const body = Buffer.concat(parts);
+  out.push(Buffer.from([id]), leb(body.length), body);
+}
+
+for (const [from, to] of renames) {
+  const re = new RegExp(`(?<![\\w$])${from.replace(/\$/g, '\\$')}(?![\\w$])`, 'g');
+  if (!re.test(js)) fail(`${from} is not in the .js`);
+  js = js.replace(re, to);
+}
+const moduleKey = `"${MODULE}": import0`;
+if (js.split(moduleKey).length !== 2) fail('the import object is not where it was');
+js = js.replace(moduleKey, '"w": import0');
+// The glue and the snippets (src/web/*.js) have no multi-line strings or comments after code
+// (checked), so whole-line comments and indentation can go.
+const strip = (path, text) => {
+  text = text.replace(/^[ \t]*\/\*\*[\s\S]*?\*\/[ \t]*\n/gm, '').replace(/^[ \t]*\/\/.*\n/gm, '');
+  if (text.split('\n').some((line) => line.split('`').length % 2 === 0)) {
+    fail(`a multi-line template string in ${path}`);
+  }
+  return text.replace(/^[ \t]+/gm, '');
+};
+fs.writeFileSync(wasmPath, Buffer.concat(out));
+fs.writeFileSync(jsPath, strip(jsPath, js));
+const snippets = (dir) =>
+  fs.readdirSync(dir, { withFileTypes: true }).flatMap((e) => {
+    const path = `${dir}/${e.name}`;
+    return e.isDirectory() ? snippets(path) : path.endsWith('.js') ? [path] : [];
+  });
+if (fs.existsSync('pkg/snippets')) {
+  for (const path of snippets('pkg/snippets')) {
+    fs.writeFileSync(path, strip(path, fs.readFileSync(path, 'utf8')));
+  }
+}
+console.log(`glue: ${renames.size} names shortened`);
+JS

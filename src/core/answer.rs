@@ -167,11 +167,20 @@ impl Answer {
         if status == 400 {
             let body = body.to_ascii_lowercase();
             let header = key_header.to_ascii_lowercase();
-            answer.names_key =
-                (!header.is_empty() && body.contains(&header)) || body.contains("idempotency");
+            answer.names_key = contains(&body, &header) || contains(&body, "idempotency");
         }
         answer
     }
+}
+
+/// Whether `needle` (not empty) occurs in `haystack`: a plain scan, as `str::contains` brings
+/// a two-way searcher and its panic messages into the browser package.
+fn contains(haystack: &str, needle: &str) -> bool {
+    !needle.is_empty()
+        && haystack
+            .as_bytes()
+            .windows(needle.len())
+            .any(|w| w == needle.as_bytes())
 }
 
 /// No answer at all: the outcome is unknown.

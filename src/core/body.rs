@@ -57,26 +57,69 @@ pub enum BodyError {
     NotUtf8,
 }
 
-impl fmt::Display for BodyError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+impl BodyError {
+    /// What [`Display`](fmt::Display) writes, built without the formatting machinery (which
+    /// the browser package leaves out).
+    pub fn message(&self) -> String {
         match self {
-            BodyError::Syntax { message, at } => {
-                write!(f, "the body is not valid JSON: {message} at byte {at}")
-            }
-            BodyError::TooDeep => write!(
-                f,
-                "the body nests arrays or objects deeper than {MAX_DEPTH} levels"
-            ),
+            BodyError::Syntax { message, at } => concat(&[
+                "the body is not valid JSON: ",
+                message,
+                " at byte ",
+                &decimal(*at as u64),
+            ]),
+            BodyError::TooDeep => concat(&[
+                "the body nests arrays or objects deeper than ",
+                &decimal(MAX_DEPTH as u64),
+                " levels",
+            ]),
             BodyError::NotFlat { field } if field.is_empty() => {
-                f.write_str("a form body must be an object of fields")
+                "a form body must be an object of fields".to_owned()
             }
-            BodyError::NotFlat { field } => write!(
-                f,
-                "the form field {field:?} holds an object or a nested array; form fields take strings, numbers, booleans or lists of those"
-            ),
-            BodyError::NotUtf8 => f.write_str("the form body is not UTF-8 text"),
+            BodyError::NotFlat { field } => concat(&[
+                "the form field ",
+                &quoted(field),
+                " holds an object or a nested array; form fields take strings, numbers, booleans or lists of those",
+            ]),
+            BodyError::NotUtf8 => "the form body is not UTF-8 text".to_owned(),
         }
     }
+}
+
+impl fmt::Display for BodyError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message())
+    }
+}
+
+/// `s` as a JSON string literal, quoted and escaped: how messages show a name or a value.
+pub(crate) fn quoted(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    write_string(s, &mut out);
+    out
+}
+
+/// The parts one after the other: `[..].concat()` without its generic machinery, which costs
+/// the browser package a kilobyte.
+pub(crate) fn concat(parts: &[&str]) -> String {
+    let mut out = String::new();
+    for part in parts {
+        out.push_str(part);
+    }
+    out
+}
+
+/// `n` in decimal, without the formatting machinery.
+pub(crate) fn decimal(mut n: u64) -> String {
+    let mut digits = Vec::with_capacity(20);
+    loop {
+        digits.push(b'0' + (n % 10) as u8);
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    digits.iter().rev().map(|&d| char::from(d)).collect()
 }
 
 impl std::error::Error for BodyError {}
@@ -161,7 +204,10 @@ fn write_string(s: &str, out: &mut String) {
             '\u{8}' => out.push_str("\\b"),
             '\u{c}' => out.push_str("\\f"),
             c if (c as u32) < 0x20 => {
-                out.push_str(&format!("\\u{:04x}", c as u32));
+                const HEX: &[u8; 16] = b"0123456789abcdef";
+                out.push_str("\\u00");
+                out.push(char::from(HEX[(c as usize) >> 4]));
+                out.push(char::from(HEX[(c as usize) & 15]));
             }
             c => out.push(c),
         }
@@ -415,21 +461,35 @@ fn canonical_number(negative: bool, int: &[u8], frac: &[u8], exp: i64) -> String
         digits.pop();
         exp = exp.saturating_add(1);
     }
-    let d = String::from_utf8(digits).unwrap_or_default();
-    let n = d.len() as i64;
-    let sign = if negative { "-" } else { "" };
+    let n = digits.len() as i64;
+    let mut out = String::from(if negative { "-" } else { "" });
+    let push_digits = |out: &mut String, digits: &[u8]| {
+        out.extend(digits.iter().map(|&d| char::from(d)));
+    };
     if (0..=21).contains(&(exp + n)) && exp >= 0 {
-        format!("{sign}{d}{}", "0".repeat(exp as usize))
+        push_digits(&mut out, &digits);
+        out.push_str(&"0".repeat(exp as usize));
     } else if exp < 0 && exp + n > -7 {
         let point = n + exp;
         if point > 0 {
-            format!("{sign}{}.{}", &d[..point as usize], &d[point as usize..])
+            let (whole, fraction) = digits.split_at(point as usize);
+            push_digits(&mut out, whole);
+            out.push('.');
+            push_digits(&mut out, fraction);
         } else {
-            format!("{sign}0.{}{d}", "0".repeat((-point) as usize))
+            out.push_str("0.");
+            out.push_str(&"0".repeat((-point) as usize));
+            push_digits(&mut out, &digits);
         }
     } else {
-        format!("{sign}{d}e{exp}")
+        push_digits(&mut out, &digits);
+        out.push('e');
+        if exp < 0 {
+            out.push('-');
+        }
+        out.push_str(&decimal(exp.unsigned_abs()));
     }
+    out
 }
 
 /// Encodes a flat JSON object as `application/x-www-form-urlencoded`: names in the object's

@@ -11,6 +11,8 @@
 
 use std::fmt;
 
+use super::body::{concat, decimal, quoted};
+
 /// The longest key oncekey sends or accepts, in bytes.
 pub const MAX_KEY_LEN: usize = 255;
 
@@ -43,22 +45,37 @@ pub enum KeyError {
     BadQuoting,
 }
 
+impl KeyError {
+    /// What [`Display`](fmt::Display) writes, built without the formatting machinery (which
+    /// the browser package leaves out).
+    pub fn message(&self) -> String {
+        match self {
+            KeyError::Empty => "the idempotency key is empty".to_owned(),
+            KeyError::TooLong { len } => concat(&[
+                "the idempotency key is ",
+                &decimal(*len as u64),
+                " bytes long; at most ",
+                &decimal(MAX_KEY_LEN as u64),
+                " are allowed",
+            ]),
+            KeyError::BadCharacter { found, at } => concat(&[
+                "the idempotency key has ",
+                &quoted(found.encode_utf8(&mut [0; 4])),
+                " at position ",
+                &decimal(*at as u64),
+                "; only visible ASCII characters (! to ~) are allowed",
+            ]),
+            KeyError::BadQuoting => {
+                "the idempotency key header opens a quoted string (RFC 8941) that is not well formed"
+                    .to_owned()
+            }
+        }
+    }
+}
+
 impl fmt::Display for KeyError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            KeyError::Empty => f.write_str("the idempotency key is empty"),
-            KeyError::TooLong { len } => write!(
-                f,
-                "the idempotency key is {len} bytes long; at most {MAX_KEY_LEN} are allowed"
-            ),
-            KeyError::BadCharacter { found, at } => write!(
-                f,
-                "the idempotency key has {found:?} at position {at}; only visible ASCII characters (! to ~) are allowed"
-            ),
-            KeyError::BadQuoting => f.write_str(
-                "the idempotency key header opens a quoted string (RFC 8941) that is not well formed",
-            ),
-        }
+        f.write_str(&self.message())
     }
 }
 
@@ -90,10 +107,19 @@ impl Key {
     /// A fresh UUID v4 key from 16 bytes of the platform CSPRNG (the version and variant bits
     /// are set here, so any 16 bytes will do).
     pub fn from_random_bytes(bytes: [u8; 16]) -> Key {
-        Key(uuid::Builder::from_random_bytes(bytes)
-            .into_uuid()
-            .hyphenated()
-            .to_string())
+        // Written out by hand: uuid's own formatting would bring the formatting machinery into
+        // the browser package.
+        const HEX: &[u8; 16] = b"0123456789abcdef";
+        let uuid = uuid::Builder::from_random_bytes(bytes).into_uuid();
+        let mut out = String::with_capacity(36);
+        for (i, b) in uuid.as_bytes().iter().enumerate() {
+            if matches!(i, 4 | 6 | 8 | 10) {
+                out.push('-');
+            }
+            out.push(char::from(HEX[usize::from(b >> 4)]));
+            out.push(char::from(HEX[usize::from(b & 15)]));
+        }
+        Key(out)
     }
 
     /// A key derived from a namespace and a durable id the caller owns (UUID v5), so that a
@@ -170,8 +196,9 @@ impl Key {
 
     /// The first 8 characters, for logs: enough to tell keys apart, not enough to replay one.
     pub fn short(&self) -> &str {
-        // Keys are ASCII, so any byte index is a character boundary.
-        &self.0[..self.0.len().min(8)]
+        // Keys are ASCII, so any byte index is a character boundary; `get` all the same, as
+        // slicing that could panic brings its messages into the browser package.
+        self.0.get(..8).unwrap_or(&self.0)
     }
 }
 

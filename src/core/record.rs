@@ -26,7 +26,7 @@ use serde::{Deserialize, Serialize};
 
 use std::collections::BTreeMap;
 
-use super::body::{self, BodyError, Value};
+use super::body::{self, concat, decimal, quoted, BodyError, Value};
 use super::key::Key;
 use super::time::Timestamp;
 
@@ -83,14 +83,22 @@ pub enum RequestError {
     Body(BodyError),
 }
 
+impl RequestError {
+    /// What [`Display`](fmt::Display) writes, built without the formatting machinery (which
+    /// the browser package leaves out).
+    pub fn message(&self) -> String {
+        match self {
+            RequestError::Method(m) => quoted(m) + " is not an HTTP method",
+            RequestError::Url(u) => quoted(u) + " is not a usable URL",
+            RequestError::Header(h) => concat(&["the header ", &quoted(h), " cannot be sent"]),
+            RequestError::Body(e) => e.message(),
+        }
+    }
+}
+
 impl fmt::Display for RequestError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            RequestError::Method(m) => write!(f, "{m:?} is not an HTTP method"),
-            RequestError::Url(u) => write!(f, "{u:?} is not a usable URL"),
-            RequestError::Header(h) => write!(f, "the header {h:?} cannot be sent"),
-            RequestError::Body(e) => e.fmt(f),
-        }
+        f.write_str(&self.message())
     }
 }
 
@@ -257,19 +265,22 @@ impl TryFrom<Wire> for Record {
 
     fn try_from(w: Wire) -> Result<Record, RecordError> {
         fn need<T>(v: Option<T>, field: &str) -> Result<T, RecordError> {
-            v.ok_or_else(|| RecordError(format!("it has no {field:?}")))
+            v.ok_or_else(|| RecordError(concat(&["it has no ", &quoted(field)])))
         }
         match w.v {
             Some(RECORD_VERSION) => {}
             Some(v) => {
-                return Err(RecordError(format!(
-                    "it has version {v}; this oncekey reads version {RECORD_VERSION}"
-                )))
+                return Err(RecordError(concat(&[
+                    "it has version ",
+                    &decimal(v.into()),
+                    "; this oncekey reads version ",
+                    &decimal(RECORD_VERSION.into()),
+                ])))
             }
             None => return Err(RecordError("it has no version (\"v\")".into())),
         }
         let key = Key::parse(&need(w.key, "key")?)
-            .map_err(|e| RecordError(format!("its key is unusable: {e}")))?;
+            .map_err(|e| RecordError(concat(&["its key is unusable: ", &e.message()])))?;
         let request = Request {
             method: need(w.method, "method")?,
             url: need(w.url, "url")?,
@@ -279,7 +290,7 @@ impl TryFrom<Wire> for Record {
         };
         request
             .check()
-            .map_err(|e| RecordError(format!("its request is unusable: {e}")))?;
+            .map_err(|e| RecordError(concat(&["its request is unusable: ", &e.message()])))?;
         let started_at = Timestamp::from_millis(need(w.started_at, "startedAt")?);
         Ok(Record {
             name: need(w.name, "name")?,
@@ -300,51 +311,56 @@ impl Record {
     /// The record as JSON text in the shape above, written without a serde format, so that the
     /// browser build carries none (serde's machinery costs the package tens of kilobytes).
     pub fn to_json(&self) -> String {
-        let w = Wire::from(self.clone());
-        let mut m = BTreeMap::new();
-        let num = |n: u64| Value::Number(n.to_string());
-        let text = |s: String| Value::String(s);
-        m.insert("v".to_owned(), num(u64::from(RECORD_VERSION)));
-        for (name, value) in [
-            ("name", w.name),
-            ("key", w.key),
-            ("method", w.method),
-            ("url", w.url),
-            ("body", w.body),
-        ] {
-            if let Some(v) = value {
-                m.insert(name.to_owned(), text(v));
+        // Written straight out in canonical form (names sorted, as `Value::to_canonical` would
+        // sort them): building a `Value` first costs the browser package its map code.
+        let r = &self.request;
+        let text = |s: &str| quoted(s);
+        let mut headers = String::new();
+        for (n, v) in &r.headers {
+            if !headers.is_empty() {
+                headers.push(',');
             }
+            headers.push_str(&concat(&["[", &text(n), ",", &text(v), "]"]));
         }
-        let headers = w
-            .headers
-            .into_iter()
-            .map(|(n, v)| Value::Array(vec![text(n), text(v)]))
-            .collect();
-        m.insert("headers".to_owned(), Value::Array(headers));
-        let encoding = match w.encoding {
+        let encoding = match r.encoding {
             Encoding::Json => "json",
             Encoding::Form => "form",
         };
-        m.insert("encoding".to_owned(), text(encoding.to_owned()));
-        for (name, value) in [
-            ("startedAt", w.started_at),
-            ("attempts", w.attempts.map(u64::from)),
-            ("roundStartedAt", w.round_started_at),
-            ("roundAttempts", w.round_attempts.map(u64::from)),
-        ] {
-            if let Some(v) = value {
-                m.insert(name.to_owned(), num(v));
-            }
-        }
-        Value::Object(m).to_canonical()
+        concat(&[
+            "{\"attempts\":",
+            &decimal(self.attempts.into()),
+            ",\"body\":",
+            &text(&r.body),
+            ",\"encoding\":",
+            &text(encoding),
+            ",\"headers\":[",
+            &headers,
+            "],\"key\":",
+            &text(self.key.as_str()),
+            ",\"method\":",
+            &text(&r.method),
+            ",\"name\":",
+            &text(&self.name),
+            ",\"roundAttempts\":",
+            &decimal(self.round_attempts.into()),
+            ",\"roundStartedAt\":",
+            &decimal(self.round_started_at.as_millis()),
+            ",\"startedAt\":",
+            &decimal(self.started_at.as_millis()),
+            ",\"url\":",
+            &text(&r.url),
+            ",\"v\":",
+            &decimal(RECORD_VERSION.into()),
+            "}",
+        ])
     }
 
     /// Reads [`Record::to_json`]'s text (or serde's, which has the same shape) with the same
     /// checks as the serde path: a corrupt, foreign or unknown-version record is an error that
     /// names what is wrong.
     pub fn from_json(text: &str) -> Result<Record, RecordError> {
-        let value = body::parse(text).map_err(|e| RecordError(format!("it is not JSON ({e})")))?;
+        let value = body::parse(text)
+            .map_err(|e| RecordError(concat(&["it is not JSON (", &e.message(), ")"])))?;
         let Value::Object(m) = value else {
             return Err(RecordError("it is not a JSON object".into()));
         };
@@ -352,19 +368,37 @@ impl Record {
             match m.get(field) {
                 None | Some(Value::Null) => Ok(None),
                 Some(Value::String(s)) => Ok(Some(s.clone())),
-                Some(_) => Err(RecordError(format!("its {field:?} is not a string"))),
+                Some(_) => Err(RecordError(concat(&[
+                    "its ",
+                    &quoted(field),
+                    " is not a string",
+                ]))),
             }
         }
-        fn whole<T: std::str::FromStr>(
+        fn whole(
             m: &BTreeMap<String, Value>,
             field: &str,
-        ) -> Result<Option<T>, RecordError> {
+            max: u64,
+        ) -> Result<Option<u64>, RecordError> {
             match m.get(field) {
                 None | Some(Value::Null) => Ok(None),
-                Some(Value::Number(n)) => n.parse().map(Some).map_err(|_| {
-                    RecordError(format!("its {field:?} is not a whole number in range"))
-                }),
-                Some(_) => Err(RecordError(format!("its {field:?} is not a number"))),
+                Some(Value::Number(n)) => n
+                    .parse::<u64>()
+                    .ok()
+                    .filter(|n| *n <= max)
+                    .map(Some)
+                    .ok_or_else(|| {
+                        RecordError(concat(&[
+                            "its ",
+                            &quoted(field),
+                            " is not a whole number in range",
+                        ]))
+                    }),
+                Some(_) => Err(RecordError(concat(&[
+                    "its ",
+                    &quoted(field),
+                    " is not a number",
+                ]))),
             }
         }
         let headers = match m.get("headers") {
@@ -388,21 +422,50 @@ impl Record {
         let encoding = match string(&m, "encoding")?.as_deref() {
             None | Some("json") => Encoding::Json,
             Some("form") => Encoding::Form,
-            Some(other) => return Err(RecordError(format!("its encoding {other:?} is unknown"))),
+            Some(other) => {
+                return Err(RecordError(concat(&[
+                    "its encoding ",
+                    &quoted(other),
+                    " is unknown",
+                ])))
+            }
         };
+        // Read in one pass each (one error path, not one per field), in the order the fields
+        // are named in the errors.
+        const U32: u64 = u32::MAX as u64;
+        let v = whole(&m, "v", U32)?;
+        let mut texts: [Option<String>; 5] = Default::default();
+        for (slot, field) in texts
+            .iter_mut()
+            .zip(["name", "key", "method", "url", "body"])
+        {
+            *slot = string(&m, field)?;
+        }
+        let mut wholes = [None; 4];
+        let limits = [
+            ("startedAt", u64::MAX),
+            ("attempts", U32),
+            ("roundStartedAt", u64::MAX),
+            ("roundAttempts", U32),
+        ];
+        for (slot, (field, max)) in wholes.iter_mut().zip(limits) {
+            *slot = whole(&m, field, max)?;
+        }
+        let [name, key, method, url, body] = texts;
+        let [started_at, attempts, round_started_at, round_attempts] = wholes;
         Record::try_from(Wire {
-            v: whole(&m, "v")?,
-            name: string(&m, "name")?,
-            key: string(&m, "key")?,
-            method: string(&m, "method")?,
-            url: string(&m, "url")?,
+            v: v.map(|v| v as u32),
+            name,
+            key,
+            method,
+            url,
             headers,
-            body: string(&m, "body")?,
+            body,
             encoding,
-            started_at: whole(&m, "startedAt")?,
-            attempts: whole(&m, "attempts")?,
-            round_started_at: whole(&m, "roundStartedAt")?,
-            round_attempts: whole(&m, "roundAttempts")?,
+            started_at,
+            attempts: attempts.map(|a| a as u32),
+            round_started_at,
+            round_attempts: round_attempts.map(|a| a as u32),
         })
     }
 }
@@ -493,6 +556,11 @@ mod tests {
             r
         );
         assert!(ours.contains(r#""v":1"#), "{ours}");
+        // Written in canonical form, as the body comparison would write it, with two headers.
+        r.request.headers.push(("X-Two".into(), "2".into()));
+        let ours = r.to_json();
+        assert_eq!(body::canonical_json(&ours).unwrap(), ours);
+        assert_eq!(Record::from_json(&ours).unwrap(), r);
     }
 
     #[test]

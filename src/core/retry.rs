@@ -48,6 +48,13 @@ impl Default for RetryPolicy {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PolicyError(&'static str);
 
+impl PolicyError {
+    /// What [`Display`](fmt::Display) writes: the setting and what is wrong with it.
+    pub fn message(&self) -> &'static str {
+        self.0
+    }
+}
+
 impl fmt::Display for PolicyError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.0)

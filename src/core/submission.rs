@@ -29,7 +29,7 @@ use std::collections::VecDeque;
 use std::fmt;
 
 use super::answer::{classify, classify_failure, Answer, Failure, Outcome, RetryAfter, Verdict};
-use super::body::BodyError;
+use super::body::{concat, quoted, BodyError};
 use super::key::Key;
 use super::record::{Record, Request};
 use super::retry::{GiveUp, Next, RetryPolicy};
@@ -177,16 +177,26 @@ pub enum BeginError {
     Body(BodyError),
 }
 
+impl BeginError {
+    /// What [`Display`](fmt::Display) writes, built without the formatting machinery (which
+    /// the browser package leaves out).
+    pub fn message(&self) -> String {
+        match self {
+            BeginError::PendingMismatch { key, differs } => concat(&[
+                "a submission with another ",
+                differs,
+                " is still pending under key ",
+                key.short(),
+                "; try it again or discard it before sending a new one",
+            ]),
+            BeginError::Body(e) => e.message(),
+        }
+    }
+}
+
 impl fmt::Display for BeginError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            BeginError::PendingMismatch { key, differs } => write!(
-                f,
-                "a submission with another {differs} is still pending under key {}; try it again or discard it before sending a new one",
-                key.short()
-            ),
-            BeginError::Body(e) => e.fmt(f),
-        }
+        f.write_str(&self.message())
     }
 }
 
@@ -205,16 +215,26 @@ pub enum StateError {
     Unreadable(BodyError),
 }
 
+impl StateError {
+    /// What [`Display`](fmt::Display) writes, built without the formatting machinery (which
+    /// the browser package leaves out).
+    pub fn message(&self) -> String {
+        match self {
+            StateError::NothingPending => "no submission is pending".to_owned(),
+            StateError::AlreadyPending(k) => {
+                concat(&["a submission is already pending under key ", k.short()])
+            }
+            StateError::OtherName(n) => {
+                concat(&["the record belongs to the submission ", &quoted(n)])
+            }
+            StateError::Unreadable(e) => concat(&["the record cannot be resumed: ", &e.message()]),
+        }
+    }
+}
+
 impl fmt::Display for StateError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            StateError::NothingPending => f.write_str("no submission is pending"),
-            StateError::AlreadyPending(k) => {
-                write!(f, "a submission is already pending under key {}", k.short())
-            }
-            StateError::OtherName(n) => write!(f, "the record belongs to the submission {n:?}"),
-            StateError::Unreadable(e) => write!(f, "the record cannot be resumed: {e}"),
-        }
+        f.write_str(&self.message())
     }
 }
 

@@ -136,15 +136,20 @@ pub(crate) fn event_to_js(e: &Event) -> JsValue {
 }
 
 fn settle_to_promise(settling: super::Result<super::Settling>) -> Promise {
-    match settling {
-        Err(e) => Promise::reject(&e.into()),
-        Ok(settling) => wasm_bindgen_futures::future_to_promise(async move {
-            settling
-                .await
-                .map(|s| result_to_js(&s))
-                .map_err(JsValue::from)
-        }),
-    }
+    let mut settling = match settling {
+        Err(e) => return Promise::reject(&e.into()),
+        Ok(settling) => Some(settling),
+    };
+    Promise::new(&mut |resolve, reject| {
+        if let Some(settling) = settling.take() {
+            settling.then(move |result| {
+                let _ = match result {
+                    Ok(s) => resolve.call1(&JsValue::NULL, &result_to_js(&s)),
+                    Err(e) => reject.call1(&JsValue::NULL, &e.into()),
+                };
+            });
+        }
+    })
 }
 
 #[wasm_bindgen]

@@ -8,6 +8,8 @@ use std::fmt;
 
 use wasm_bindgen::{JsCast, JsValue};
 
+use crate::core::body::concat;
+
 /// A `Result` with the driver's [`Error`].
 pub type Result<T> = std::result::Result<T, Error>;
 
@@ -88,6 +90,11 @@ impl Error {
         kind_of(describe(value))
     }
 
+    /// What went wrong, for people (what [`Display`](fmt::Display) writes).
+    pub fn message(&self) -> &str {
+        &self.inner.message
+    }
+
     /// A wrong option: the message names the option.
     pub fn is_option(&self) -> bool {
         self.inner.kind == Kind::Option
@@ -122,7 +129,7 @@ pub(crate) fn describe(value: &JsValue) -> String {
         return if name.is_empty() || name == "Error" || name == "OncekeyError" {
             message
         } else {
-            format!("{name}: {message}")
+            concat(&[&name, ": ", &message])
         };
     }
     if let Some(s) = value.as_string() {
@@ -133,10 +140,7 @@ pub(crate) fn describe(value: &JsValue) -> String {
         .and_then(|s| s.as_string())
     {
         Some(s) => s,
-        None => format!(
-            "a thrown {}",
-            value.js_typeof().as_string().unwrap_or_default()
-        ),
+        None => "a thrown ".to_owned() + &value.js_typeof().as_string().unwrap_or_default(),
     }
 }
 

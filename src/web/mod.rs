@@ -22,15 +22,31 @@
 //! keep the key; when and whether to retry is the core's call, never this driver's. A second
 //! `submit` of the same body joins the one under way; across tabs, a Web Lock named after the
 //! key lets one attempt out at a time (every attempt of a key another tab can know: retries,
-//! resumed records, and all attempts with `localStorage`). A body JSON cannot carry is refused before anything is
-//! stored or sent. Storage that cannot be used degrades to memory with a warning; an unreadable
+//! resumed records, and all attempts with `localStorage`). A body JSON cannot carry is refused
+//! before anything is stored or sent. Storage that cannot be used degrades to memory with a warning; an unreadable
 //! record is removed with a warning. Keys and jitter come from `crypto.getRandomValues`.
 //!
 //! # For Rust callers
 //!
 //! [`Submitter::open`] with [`Options`], [`Submitter::submit`] with JSON text, and the
 //! [`Settling`] future it returns; [`Submitter::on_change`] for [`Event`]s.
+//!
+//! # Rust and JavaScript
+//!
+//! The package's size is part of the product (budget: 40 KB gzipped), and promises, web APIs
+//! and the DOM cost wasm many times the bytes they cost JavaScript. So the driver keeps its
+//! state and every decision here, in Rust, around the core, and `browser.js` (shipped in the
+//! package's `snippets/`) does the page's work: reading the options object, one attempt's
+//! trip over the network (Web Lock, `fetch`, timeout), the storage probe, the JSON text of a
+//! JavaScript body, and the form kit. The npm package also brings its own small allocator
+//! (`alloc.rs`, only where `scripts/build-pkg.sh` sets `--cfg oncekey_pkg`) and carries no
+//! formatting machinery on its paths: messages are built by concatenation.
 
+// `oncekey_pkg` is set by scripts/build-pkg.sh only: the npm package's own allocator.
+#![allow(unexpected_cfgs)]
+
+#[cfg(all(oncekey_pkg, not(target_feature = "atomics")))]
+mod alloc;
 mod api;
 mod error;
 mod form;
@@ -38,6 +54,10 @@ mod js;
 mod options;
 mod storage;
 mod submitter;
+
+#[cfg(all(oncekey_pkg, not(target_feature = "atomics")))]
+#[global_allocator]
+static ALLOCATOR: alloc::Allocator = alloc::Allocator::new();
 
 pub use error::{Error, Result};
 pub use form::{attach_form, auto_attach, FormKit};

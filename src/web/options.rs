@@ -6,9 +6,10 @@
 
 use std::time::Duration;
 
-use js_sys::{Object, Reflect};
-use wasm_bindgen::{JsCast, JsValue};
+use js_sys::Array;
+use wasm_bindgen::prelude::*;
 
+use crate::core::body::quoted;
 use crate::core::record::{is_sendable_header, is_token};
 use crate::core::{Encoding, KeyFormat, RetryPolicy, DEFAULT_KEY_HEADER};
 
@@ -31,11 +32,12 @@ pub enum Credentials {
 }
 
 impl Credentials {
-    pub(crate) fn to_web(self) -> web_sys::RequestCredentials {
+    /// As `fetch` spells it.
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
-            Credentials::Omit => web_sys::RequestCredentials::Omit,
-            Credentials::SameOrigin => web_sys::RequestCredentials::SameOrigin,
-            Credentials::Include => web_sys::RequestCredentials::Include,
+            Credentials::Omit => "omit",
+            Credentials::SameOrigin => "same-origin",
+            Credentials::Include => "include",
         }
     }
 }
@@ -98,22 +100,22 @@ impl Options {
             return Err(Error::option("options.url must be a non-empty string"));
         }
         if !is_token(&self.method) {
-            return Err(Error::option(format!(
-                "options.method must be an HTTP method such as \"POST\", not {:?}",
-                self.method
-            )));
+            return Err(Error::option(
+                "options.method must be an HTTP method such as \"POST\", not ".to_owned()
+                    + &quoted(&self.method),
+            ));
         }
         if !is_token(&self.key_header) {
-            return Err(Error::option(format!(
-                "options.keyHeader must be a header name, not {:?}",
-                self.key_header
-            )));
+            return Err(Error::option(
+                "options.keyHeader must be a header name, not ".to_owned()
+                    + &quoted(&self.key_header),
+            ));
         }
         for (name, value) in &self.headers {
             if !is_sendable_header(name, value) {
-                return Err(Error::option(format!(
-                    "options.headers has a header that cannot be sent: {name:?}"
-                )));
+                return Err(Error::option(
+                    "options.headers has a header that cannot be sent: ".to_owned() + &quoted(name),
+                ));
             }
         }
         if self.timeout.is_some_and(|t| t.is_zero()) {
@@ -121,238 +123,80 @@ impl Options {
         }
         self.retry
             .validate()
-            .map_err(|e| Error::option(format!("options.{e}")))
+            .map_err(|e| Error::option("options.".to_owned() + e.message()))
     }
 }
 
-const KNOWN: &[&str] = &[
-    "url",
-    "method",
-    "headers",
-    "attemptHeaders",
-    "keyHeader",
-    "keyFormat",
-    "timeoutMs",
-    "retry",
-    "storage",
-    "credentials",
-    "encoding",
-    "resume",
-];
-
-const RETRY_KNOWN: &[&str] = &["attempts", "base", "cap", "budget"];
+#[wasm_bindgen(module = "/src/web/browser.js")]
+extern "C" {
+    /// Checks the options object's names and the types of its values, and gives them back in
+    /// a fixed order (see `browser.js`), or throws an error that names the option.
+    #[wasm_bindgen(catch, js_name = readOptions)]
+    fn read_options(value: &JsValue) -> std::result::Result<Array, JsValue>;
+}
 
 /// Reads the JavaScript options object.
 pub(crate) fn from_js(value: &JsValue) -> Result<Options> {
-    if !is_plain_object(value) {
-        return Err(Error::option(
-            "options must be an object such as { url: \"/api/tickets\" }",
-        ));
+    let read = read_options(value).map_err(|e| Error::from_js(Error::option, &e))?;
+    let text = |i| read.get(i).as_string();
+    let number = |i| read.get(i).as_f64();
+    let millis = |i| number(i).map(|ms| Duration::from_millis(ms as u64));
+    let mut options = Options::new(&text(0).unwrap_or_default());
+    if let Some(method) = text(1) {
+        options.method = method;
     }
-    check_names(value, KNOWN, "options.")?;
-    let url = string(value, "url")?
-        .ok_or_else(|| Error::option("options.url is required: where to send the submission"))?;
-    let mut options = Options::new(&url);
-    if let Some(method) = string(value, "method")? {
-        options.method = method.to_ascii_uppercase();
-    }
-    if let Some(name) = string(value, "keyHeader")? {
+    if let Some(name) = text(2) {
         options.key_header = name;
     }
-    if let Some(format) = choice(
-        value,
-        "keyFormat",
-        &[
-            ("bare", KeyFormat::Bare),
-            ("sf-string", KeyFormat::SfString),
-        ],
-    )? {
-        options.key_format = format;
+    // The choices come as the index of their word, in the same order as here.
+    if let Some(i) = number(3) {
+        options.key_format = [KeyFormat::Bare, KeyFormat::SfString][i as usize];
     }
-    if let Some(storage) = choice(
-        value,
-        "storage",
-        &[
-            ("session", StorageKind::Session),
-            ("local", StorageKind::Local),
-            ("memory", StorageKind::Memory),
-        ],
-    )? {
-        options.storage = storage;
+    if let Some(i) = number(4) {
+        options.storage = [
+            StorageKind::Session,
+            StorageKind::Local,
+            StorageKind::Memory,
+        ][i as usize];
     }
-    if let Some(credentials) = choice(
-        value,
-        "credentials",
-        &[
-            ("omit", Credentials::Omit),
-            ("same-origin", Credentials::SameOrigin),
-            ("include", Credentials::Include),
-        ],
-    )? {
-        options.credentials = credentials;
+    if let Some(i) = number(5) {
+        options.credentials = [
+            Credentials::Omit,
+            Credentials::SameOrigin,
+            Credentials::Include,
+        ][i as usize];
     }
-    if let Some(encoding) = choice(
-        value,
-        "encoding",
-        &[("json", Encoding::Json), ("form", Encoding::Form)],
-    )? {
-        options.encoding = encoding;
+    if let Some(i) = number(6) {
+        options.encoding = [Encoding::Json, Encoding::Form][i as usize];
     }
-    if let Some(ms) = millis(value, "timeoutMs", "options.timeoutMs")? {
+    if let Some(ms) = millis(7) {
         options.timeout = Some(ms);
     }
-    let resume = get(value, "resume");
-    if !resume.is_undefined() {
-        options.resume = resume.as_bool().ok_or_else(|| {
-            Error::option(format!(
-                "options.resume must be true or false, not {}",
-                show(&resume)
-            ))
-        })?;
+    if let Some(resume) = read.get(8).as_bool() {
+        options.resume = resume;
     }
-    let headers = get(value, "headers");
-    if !headers.is_undefined() {
-        if !is_plain_object(&headers) {
-            return Err(Error::option(
-                "options.headers must be an object of header names to string values",
-            ));
-        }
-        for entry in Object::entries(headers.unchecked_ref::<Object>()).iter() {
-            let pair: js_sys::Array = entry.unchecked_into();
-            let name = pair.get(0).as_string().unwrap_or_default();
-            let Some(v) = pair.get(1).as_string() else {
-                return Err(Error::option(format!(
-                    "options.headers[{name:?}] must be a string, not {}",
-                    show(&pair.get(1))
-                )));
-            };
-            options.headers.push((name, v));
+    if let Ok(pairs) = read.get(9).dyn_into::<Array>() {
+        for pair in pairs.iter() {
+            let pair: Array = pair.unchecked_into();
+            let (name, value) = (pair.get(0).as_string(), pair.get(1).as_string());
+            options
+                .headers
+                .push((name.unwrap_or_default(), value.unwrap_or_default()));
         }
     }
-    let attempt_headers = get(value, "attemptHeaders");
-    if !attempt_headers.is_undefined() {
-        options.attempt_headers = Some(attempt_headers.dyn_into().map_err(|v| {
-            Error::option(format!(
-                "options.attemptHeaders must be a function returning headers, not {}",
-                show(&v)
-            ))
-        })?);
+    options.attempt_headers = read.get(10).dyn_into().ok();
+    if let Some(attempts) = number(11) {
+        options.retry.attempts = attempts as u32;
     }
-    let retry = get(value, "retry");
-    if !retry.is_undefined() {
-        if !is_plain_object(&retry) {
-            return Err(Error::option(
-                "options.retry must be an object such as { attempts: 8, base: 500, cap: 30000, budget: 900000 }",
-            ));
-        }
-        check_names(&retry, RETRY_KNOWN, "options.retry.")?;
-        let attempts = get(&retry, "attempts");
-        if !attempts.is_undefined() {
-            options.retry.attempts = attempts
-                .as_f64()
-                .filter(|n| n.fract() == 0.0 && *n >= 1.0 && *n <= f64::from(u32::MAX))
-                .ok_or_else(|| {
-                    Error::option(format!(
-                        "options.retry.attempts must be a whole number of at least 1, not {}",
-                        show(&attempts)
-                    ))
-                })? as u32;
-        }
-        if let Some(d) = millis(&retry, "base", "options.retry.base")? {
-            options.retry.base = d;
-        }
-        if let Some(d) = millis(&retry, "cap", "options.retry.cap")? {
-            options.retry.cap = d;
-        }
-        if let Some(d) = millis(&retry, "budget", "options.retry.budget")? {
-            options.retry.budget = d;
-        }
+    if let Some(d) = millis(12) {
+        options.retry.base = d;
+    }
+    if let Some(d) = millis(13) {
+        options.retry.cap = d;
+    }
+    if let Some(d) = millis(14) {
+        options.retry.budget = d;
     }
     options.check()?;
     Ok(options)
-}
-
-fn get(object: &JsValue, name: &str) -> JsValue {
-    Reflect::get(object, &name.into()).unwrap_or(JsValue::UNDEFINED)
-}
-
-fn is_plain_object(value: &JsValue) -> bool {
-    value.is_object() && !js_sys::Array::is_array(value) && !value.is_function()
-}
-
-fn check_names(object: &JsValue, known: &[&str], prefix: &str) -> Result<()> {
-    for name in Object::keys(object.unchecked_ref::<Object>()).iter() {
-        let name = name.as_string().unwrap_or_default();
-        if !known.contains(&name.as_str()) {
-            return Err(Error::option(format!(
-                "{prefix}{name} is not an option; the options are {}",
-                known.join(", ")
-            )));
-        }
-    }
-    Ok(())
-}
-
-fn string(object: &JsValue, name: &str) -> Result<Option<String>> {
-    let value = get(object, name);
-    if value.is_undefined() {
-        return Ok(None);
-    }
-    match value.as_string() {
-        Some(s) if !s.is_empty() => Ok(Some(s)),
-        _ => Err(Error::option(format!(
-            "options.{name} must be a non-empty string, not {}",
-            show(&value)
-        ))),
-    }
-}
-
-/// One of a few words, named in the error when it is none of them.
-fn choice<T: Copy>(object: &JsValue, name: &str, choices: &[(&str, T)]) -> Result<Option<T>> {
-    let value = get(object, name);
-    if value.is_undefined() {
-        return Ok(None);
-    }
-    let word = value.as_string().unwrap_or_default();
-    match choices.iter().find(|(w, _)| *w == word) {
-        Some((_, t)) => Ok(Some(*t)),
-        None => {
-            let words: Vec<String> = choices.iter().map(|(w, _)| format!("{w:?}")).collect();
-            Err(Error::option(format!(
-                "options.{name} must be one of {}, not {}",
-                words.join(", "),
-                show(&value)
-            )))
-        }
-    }
-}
-
-fn millis(object: &JsValue, name: &str, path: &str) -> Result<Option<Duration>> {
-    let value = get(object, name);
-    if value.is_undefined() {
-        return Ok(None);
-    }
-    match value.as_f64() {
-        Some(ms) if ms.is_finite() && ms > 0.0 && ms <= 2_147_483_647.0 => {
-            Ok(Some(Duration::from_millis(ms.ceil() as u64)))
-        }
-        _ => Err(Error::option(format!(
-            "{path} must be a number of milliseconds above 0 (at most 2147483647), not {}",
-            show(&value)
-        ))),
-    }
-}
-
-/// A value as the error message shows it.
-fn show(value: &JsValue) -> String {
-    if let Some(s) = value.as_string() {
-        return format!("{s:?}");
-    }
-    if value.is_function() {
-        return "a function".to_owned();
-    }
-    js_sys::JSON::stringify(value)
-        .ok()
-        .and_then(|s| s.as_string())
-        .unwrap_or_else(|| value.js_typeof().as_string().unwrap_or_default())
 }

@@ -1,8 +1,10 @@
 //! # Where pending submissions are kept
 //!
 //! CONTRACT.md section 5, in the browser: one record per name, under `oncekey:<name>`, in
-//! `sessionStorage` by default, `localStorage` or memory on request. gloo-storage gives access to
-//! the storage (`raw()`); values stay strings, the record's JSON text ([`Record::to_json`], written by the core without a serde format).
+//! `sessionStorage` by default, `localStorage` or memory on request. The storage is taken from the
+//! global scope and probed by `browser.js` (`webStorage`), so workers are served too; values stay
+//! strings, the record's JSON text ([`Record::to_json`], written by the core without a serde
+//! format).
 //!
 //! Storage that cannot be used (blocked in a sandboxed frame, disabled, quota exceeded) degrades
 //! to memory with a warning; the submission still happens once. A record that cannot be read is
@@ -10,9 +12,9 @@
 
 use std::cell::RefCell;
 
-use gloo_storage::Storage as _;
-use wasm_bindgen::{JsCast, JsValue};
+use wasm_bindgen::prelude::*;
 
+use crate::core::body::{concat, quoted};
 use crate::core::Record;
 
 use super::error::describe;
@@ -56,8 +58,6 @@ thread_local! {
     static MEMORY: RefCell<Vec<(String, String)>> = const { RefCell::new(Vec::new()) };
 }
 
-const PROBE: &str = "oncekey:probe";
-
 /// What a read found.
 pub(crate) enum Found {
     Nothing,
@@ -89,10 +89,12 @@ impl Store {
             ),
             Err(why) => (
                 Store { web: None, kind },
-                Some(format!(
-                    "{} cannot be used ({why}); pending submissions are kept in memory and will not survive a reload",
-                    kind.global_name()
-                )),
+                Some(concat(&[
+                    kind.global_name(),
+                    " cannot be used (",
+                    &why,
+                    "); pending submissions are kept in memory and will not survive a reload",
+                ])),
             ),
         }
     }
@@ -125,7 +127,7 @@ impl Store {
             Ok(record) => Found::Record(record),
             Err(why) => {
                 self.remove(name);
-                Found::Removed(format!("the stored submission {slot:?} was removed: {why}"))
+                Found::Removed(removed(name, &why))
             }
         }
     }
@@ -161,11 +163,12 @@ impl Store {
 
     fn degrade(&mut self, error: &JsValue) -> String {
         self.web = None;
-        format!(
-            "{} failed ({}); pending submissions are kept in memory and will not survive a reload",
+        concat(&[
             self.kind.global_name(),
-            describe(error)
-        )
+            " failed (",
+            &describe(error),
+            "); pending submissions are kept in memory and will not survive a reload",
+        ])
     }
 }
 
@@ -190,31 +193,30 @@ fn memory_set(slot: String, text: String) {
 
 /// Where the record of `name` is kept.
 pub(crate) fn slot(name: &str) -> String {
-    format!("oncekey:{name}")
+    "oncekey:".to_owned() + name
 }
 
-/// Gets the storage from the global scope (a getter that throws when storage is blocked),
-/// then writes and removes a probe (which throws when it is disabled or full).
+/// The warning for a stored record of `name` that had to be removed.
+pub(crate) fn removed(name: &str, why: &str) -> String {
+    concat(&[
+        "the stored submission ",
+        &quoted(&slot(name)),
+        " was removed: ",
+        why,
+    ])
+}
+
+#[wasm_bindgen(module = "/src/web/browser.js")]
+extern "C" {
+    /// The web storage named so from the global scope, once a probe was written and removed;
+    /// throws when it is blocked, missing, disabled or full.
+    #[wasm_bindgen(catch, js_name = webStorage)]
+    fn web_storage(name: &str) -> Result<web_sys::Storage, JsValue>;
+}
+
+/// The storage of `kind` (not memory), or why it cannot be used.
 fn probe(kind: StorageKind) -> Result<web_sys::Storage, String> {
-    let global = js_sys::global();
-    let value =
-        js_sys::Reflect::get(&global, &kind.global_name().into()).map_err(|e| describe(&e))?;
-    if value.is_undefined() || value.is_null() {
-        return Err(format!("this context has no {}", kind.global_name()));
-    }
-    // gloo-storage's `raw()` needs a window; a worker has none (and no web storage either).
-    let in_window = js_sys::Reflect::get(&global, &"window".into()).is_ok_and(|w| w == *global);
-    let storage: web_sys::Storage = if in_window {
-        match kind {
-            StorageKind::Local => gloo_storage::LocalStorage::raw(),
-            _ => gloo_storage::SessionStorage::raw(),
-        }
-    } else {
-        value.unchecked_into()
-    };
-    storage.set_item(PROBE, "1").map_err(|e| describe(&e))?;
-    storage.remove_item(PROBE).map_err(|e| describe(&e))?;
-    Ok(storage)
+    web_storage(kind.global_name()).map_err(|e| describe(&e))
 }
 
 fn encode(record: &Record) -> String {
@@ -224,7 +226,7 @@ fn encode(record: &Record) -> String {
 fn decode(text: &str, name: &str) -> Result<Record, String> {
     let record = Record::from_json(text).map_err(|e| e.0)?;
     if record.name != name {
-        return Err(format!("it belongs to {:?}", record.name));
+        return Err("it belongs to ".to_owned() + &quoted(&record.name));
     }
     Ok(record)
 }

@@ -15,17 +15,17 @@ use std::rc::{Rc, Weak};
 use std::task::{Context, Poll, Waker};
 
 use js_sys::Function;
+use wasm_bindgen::closure::Closure;
 use wasm_bindgen::{JsCast, JsValue};
-use wasm_bindgen_futures::JsFuture;
 
-use crate::core::body::{self, Value};
+use crate::core::body::{self, concat, Value};
 use crate::core::{
     Action, Answer, Attempt, BeginError, Begun, BodyError, Change, Encoding, Failure, GiveUp, Key,
     NewKey, Outcome, Record, Request, RequestError, Settled, State, Submission, Timestamp,
 };
 
 use super::error::{Error, Result};
-use super::js::{self, AbortGuard, Timer};
+use super::js::{self, Timer};
 use super::options::Options;
 use super::storage::{self, Found, StorageKind, Store};
 
@@ -94,7 +94,8 @@ pub(crate) struct Inner {
     next_listener: u32,
     waiters: Vec<Rc<RefCell<Waiter>>>,
     timer: Option<(Timestamp, Timer)>,
-    abort: Option<web_sys::AbortController>,
+    /// Aborts the attempt under way (a discard).
+    abort: Option<Function>,
     last_body: JsValue,
     /// Fields merged into the body of every attempt and never stored (see `set_secrets`).
     secrets: Vec<(String, Value)>,
@@ -102,17 +103,27 @@ pub(crate) struct Inner {
     early_warnings: Vec<String>,
 }
 
+type OnSettled = Box<dyn FnOnce(Result<Submitted>)>;
+
 #[derive(Default)]
 struct Waiter {
     result: Option<Result<Submitted>>,
     waker: Option<Waker>,
+    /// Called instead, when set (the JavaScript API's promise: no executor needed).
+    on_settled: Option<OnSettled>,
 }
 
-impl Waiter {
-    fn complete(&mut self, result: Result<Submitted>) {
-        self.result = Some(result);
-        if let Some(waker) = self.waker.take() {
-            waker.wake();
+/// Answers a caller waiting on the submission.
+fn complete(waiter: &RefCell<Waiter>, result: Result<Submitted>) {
+    let on_settled = waiter.borrow_mut().on_settled.take();
+    match on_settled {
+        Some(f) => f(result),
+        None => {
+            let mut w = waiter.borrow_mut();
+            w.result = Some(result);
+            if let Some(waker) = w.waker.take() {
+                waker.wake();
+            }
         }
     }
 }
@@ -132,6 +143,17 @@ impl Future for Settling {
                 waiter.waker = Some(cx.waker().clone());
                 Poll::Pending
             }
+        }
+    }
+}
+
+impl Settling {
+    /// Calls `f` with the result instead of waking a task: at once if it is there already.
+    pub(crate) fn then(self, f: impl FnOnce(Result<Submitted>) + 'static) {
+        let ready = self.0.borrow_mut().result.take();
+        match ready {
+            Some(result) => f(result),
+            None => self.0.borrow_mut().on_settled = Some(Box::new(f)),
         }
     }
 }
@@ -175,15 +197,12 @@ impl Submitter {
             Found::Record(record) => {
                 if let Err(e) = core.restore(js::now(), record, options.resume) {
                     store.remove(name);
-                    warnings.push(format!(
-                        "the stored submission {:?} was removed: {e}",
-                        storage::slot(name)
-                    ));
+                    warnings.push(storage::removed(name, &e.message()));
                 }
             }
         }
         for w in &warnings {
-            js::warn(&format!("oncekey: {w}"));
+            js::warn(w);
         }
         let inner = Rc::new(RefCell::new(Inner {
             core,
@@ -211,11 +230,14 @@ impl Submitter {
             let inner = self.inner.borrow();
             let o = &inner.options;
             Request::new(&o.method, &o.url, body, o.encoding).map_err(|e| match e {
-                RequestError::Body(b) => Error::body(match o.encoding {
-                    Encoding::Json => format!("the body cannot be sent: {b}"),
-                    Encoding::Form => format!("the body cannot be sent as a form: {b}"),
-                }),
-                other => Error::option(other.to_string()),
+                RequestError::Body(b) => Error::body(concat(&[
+                    match o.encoding {
+                        Encoding::Json => "the body cannot be sent: ",
+                        Encoding::Form => "the body cannot be sent as a form: ",
+                    },
+                    &b.message(),
+                ])),
+                other => Error::option(other.message()),
             })?
         };
         let key = NewKey::Random(js::random_bytes());
@@ -226,8 +248,10 @@ impl Submitter {
                 .core
                 .begin(js::now(), request, key)
                 .map_err(|e| match e {
-                    BeginError::PendingMismatch { .. } => Error::pending(e.to_string()),
-                    BeginError::Body(b) => Error::body(format!("the body cannot be sent: {b}")),
+                    BeginError::PendingMismatch { .. } => Error::pending(e.message()),
+                    BeginError::Body(b) => {
+                        Error::body("the body cannot be sent: ".to_owned() + &b.message())
+                    }
                 })?;
             if begun == Begun::Started {
                 inner.last_body = JsValue::NULL;
@@ -247,7 +271,7 @@ impl Submitter {
             inner
                 .core
                 .try_again(js::now())
-                .map_err(|e| Error::state(e.to_string()))?;
+                .map_err(|e| Error::state(e.message()))?;
             inner.waiters.push(waiter.clone());
         }
         drive(&self.inner);
@@ -334,10 +358,10 @@ impl Submitter {
         };
         drive(&self.inner);
         if let Some(abort) = abort {
-            abort.abort();
+            let _ = abort.call0(&JsValue::NULL);
         }
         for w in waiters {
-            w.borrow_mut().complete(Err(Error::discarded()));
+            complete(&w, Err(Error::discarded()));
         }
     }
 }
@@ -354,9 +378,7 @@ pub(crate) fn drive(inner: &Rc<RefCell<Inner>>) {
                     warn(inner, w);
                 }
             }
-            Action::Send(attempt) => {
-                wasm_bindgen_futures::spawn_local(run_attempt(inner.clone(), attempt));
-            }
+            Action::Send(attempt) => run_attempt(inner, attempt),
             Action::Forget => {
                 let mut i = inner.borrow_mut();
                 let name = i.core.name().to_owned();
@@ -389,7 +411,7 @@ fn emit(inner: &Rc<RefCell<Inner>>, event: &Event) {
 }
 
 fn warn(inner: &Rc<RefCell<Inner>>, warning: String) {
-    js::warn(&format!("oncekey: {warning}"));
+    js::warn(&warning);
     let change = inner.borrow().snapshot();
     emit(
         inner,
@@ -415,7 +437,7 @@ fn settle(inner: &Rc<RefCell<Inner>>, settled: Settled) {
         gave_up: settled.gave_up,
     };
     for w in waiters {
-        w.borrow_mut().complete(Ok(result.clone()));
+        complete(&w, Ok(result.clone()));
     }
 }
 
@@ -442,165 +464,73 @@ fn arm_timer(inner: &Rc<RefCell<Inner>>) {
     i.timer = Some((at, timer));
 }
 
-enum Exchange {
-    Answer(Answer, JsValue),
-    Failure(Failure),
-}
-
-async fn run_attempt(inner: Rc<RefCell<Inner>>, attempt: Attempt) {
+/// Starts an attempt (see [`js::send_attempt`]); its answer goes to the core, then [`drive`].
+fn run_attempt(inner: &Rc<RefCell<Inner>>, attempt: Attempt) {
     let id = attempt.id;
-    // Another tab can know this key only once it has been stored and found there: after a first
-    // attempt, or at once through localStorage. The first attempt of a key made here in session
-    // (or memory) storage skips the lock, whose round trip costs about 1 ms.
-    let shared = attempt.number > 1 || inner.borrow().options.storage == StorageKind::Local;
-    let lock = match shared {
-        true => js::lock(&format!("oncekey:{}", attempt.key)).await,
-        false => None,
+    let (options, secrets) = {
+        let i = inner.borrow();
+        (i.options.clone(), i.secrets.clone())
     };
-    let exchange = exchange(inner.clone(), attempt).await;
-    drop(lock);
-    {
-        let mut i = inner.borrow_mut();
+    let request = &attempt.request;
+    // As `fetch` takes it: no body for GET and HEAD; a body the encoding cannot carry (a secret
+    // that is not a string, say) is `false`: an attempt that fails like the network.
+    let body = match request.method.as_str() {
+        "GET" | "HEAD" => JsValue::UNDEFINED,
+        _ => match with_secrets(request, &secrets).and_then(|r| r.wire_body()) {
+            Ok(body) => body.into(),
+            Err(_) => JsValue::FALSE,
+        },
+    };
+    let mut headers = concat(&["Content-Type:", request.encoding.content_type()]);
+    for (name, value) in request.headers.iter().chain(&options.headers) {
+        headers.extend(["\n", name, ":", value]);
+    }
+    // Another tab can know this key only once it has been stored and found there: after a
+    // first attempt, or at once through localStorage. The first attempt of a key made here in
+    // session (or memory) storage skips the lock, whose round trip costs about 1 ms.
+    let shared = attempt.number > 1 || options.storage == StorageKind::Local;
+    let held = inner.clone();
+    let key_header = options.key_header.clone();
+    let done = Closure::once_into_js(move |status: u16, found: String, text: String| {
+        let mut i = held.borrow_mut();
         if i.core.in_flight() != Some(id) {
             return; // discarded meanwhile: the answer is ignored
         }
         i.abort = None;
         let (now, jitter) = (js::now(), js::jitter());
-        match exchange {
-            Exchange::Answer(answer, body) => {
-                i.last_body = body;
+        match status {
+            0 => i.core.handle_failure(now, id, Failure::Network, jitter),
+            1 => i.core.handle_failure(now, id, Failure::Timeout, jitter),
+            _ => {
+                let answer = Answer::from_response(
+                    status,
+                    found.split('\n').filter_map(|line| line.split_once(':')),
+                    &text,
+                    &key_header,
+                );
+                i.last_body = parse_body(&text);
                 i.core.handle_answer(now, id, &answer, jitter);
             }
-            Exchange::Failure(failure) => i.core.handle_failure(now, id, failure, jitter),
         }
-    }
-    drive(&inner);
-}
-
-/// The headers an answer is read by (see [`Answer::from_response`]).
-const ANSWER_HEADERS: [&str; 6] = [
-    "retry-after",
-    "retry-after-ms",
-    "stripe-should-retry",
-    "x-should-retry",
-    "idempotent-replayed",
-    "x-idempotency-status",
-];
-
-async fn exchange(inner: Rc<RefCell<Inner>>, attempt: Attempt) -> Exchange {
-    let (options, secrets, discarded) = {
-        let i = inner.borrow();
-        (
-            i.options.clone(),
-            i.secrets.clone(),
-            i.core.in_flight() != Some(attempt.id),
-        )
-    };
-    if discarded {
-        return Exchange::Failure(Failure::Network);
-    }
-    let timeout = options.timeout.map(|t| t.as_millis() as u64);
-    let Ok(guard) = AbortGuard::new(timeout) else {
-        return Exchange::Failure(Failure::Network);
-    };
-    inner.borrow_mut().abort = Some(guard.controller());
-    let Ok(init) = request_init(&options, &attempt, &secrets, &guard.signal()) else {
-        return Exchange::Failure(Failure::Network);
-    };
-    let response = match js::fetch(&attempt.request.url, &init).await {
-        Ok(response) => response,
-        Err(_) if guard.timed_out() => return Exchange::Failure(Failure::Timeout),
-        Err(_) => return Exchange::Failure(Failure::Network),
-    };
-    let headers = response.headers();
-    let found: Vec<(&str, String)> = ANSWER_HEADERS
-        .iter()
-        .filter_map(|name| headers.get(name).ok().flatten().map(|v| (*name, v)))
-        .collect();
-    // The status is the answer; a body cut off (by the timeout) only loses the details.
-    let text = match response.text() {
-        Ok(promise) => JsFuture::from(promise)
-            .await
-            .ok()
-            .and_then(|t| t.as_string())
-            .unwrap_or_default(),
-        Err(_) => String::new(),
-    };
-    guard.finish();
-    let answer = Answer::from_response(
-        response.status(),
-        found.iter().map(|(n, v)| (*n, v.as_str())),
-        &text,
-        &options.key_header,
-    );
-    Exchange::Answer(answer, parse_body(&text))
-}
-
-fn request_init(
-    options: &Options,
-    attempt: &Attempt,
-    secrets: &[(String, Value)],
-    signal: &web_sys::AbortSignal,
-) -> std::result::Result<web_sys::RequestInit, JsValue> {
-    let request = &attempt.request;
-    let headers = web_sys::Headers::new()?;
-    headers.set("Content-Type", request.encoding.content_type())?;
-    for (name, value) in request.headers.iter().chain(&options.headers) {
-        headers.set(name, value)?;
-    }
-    if let Some(f) = &options.attempt_headers {
-        for (name, value) in attempt_headers(f, attempt) {
-            headers.set(&name, &value)?;
-        }
-    }
-    headers.set(
+        drop(i);
+        drive(&held);
+    });
+    let abort = js::send_attempt(
+        &request.url,
+        &request.method,
+        &headers,
+        &body,
+        options.credentials.as_str(),
+        options.timeout.map_or(0.0, |t| t.as_millis() as f64),
+        shared.then(|| storage::slot(attempt.key.as_str())),
+        options.attempt_headers.clone(),
+        attempt.number,
+        attempt.key.as_str(),
         &options.key_header,
         &attempt.key.header_value(options.key_format),
-    )?;
-    let init = web_sys::RequestInit::new();
-    init.set_method(&request.method);
-    init.set_headers(&headers);
-    init.set_credentials(options.credentials.to_web());
-    init.set_signal(Some(signal));
-    if !matches!(request.method.as_str(), "GET" | "HEAD") {
-        let body = with_secrets(request, secrets)
-            .and_then(|r| r.wire_body())
-            .map_err(|e| JsValue::from_str(&e.to_string()))?;
-        init.set_body(&JsValue::from_str(&body));
-    }
-    Ok(init)
-}
-
-/// What `options.attemptHeaders` gives for this attempt. A throw or a value that is not an
-/// object of strings is reported on the console and adds nothing: the attempt still goes out.
-fn attempt_headers(f: &Function, attempt: &Attempt) -> Vec<(String, String)> {
-    let info = js_sys::Object::new();
-    let _ = js_sys::Reflect::set(&info, &"attempt".into(), &JsValue::from(attempt.number));
-    let _ = js_sys::Reflect::set(
-        &info,
-        &"key".into(),
-        &JsValue::from_str(attempt.key.as_str()),
+        done,
     );
-    let given = match f.call1(&JsValue::NULL, &info) {
-        Ok(v) => v,
-        Err(e) => {
-            js::warn(&format!(
-                "oncekey: options.attemptHeaders threw: {}",
-                super::error::describe(&e)
-            ));
-            return Vec::new();
-        }
-    };
-    if !given.is_object() {
-        return Vec::new();
-    }
-    js_sys::Object::entries(given.unchecked_ref())
-        .iter()
-        .filter_map(|entry| {
-            let pair: js_sys::Array = entry.unchecked_into();
-            Some((pair.get(0).as_string()?, pair.get(1).as_string()?))
-        })
-        .collect()
+    inner.borrow_mut().abort = Some(abort);
 }
 
 /// The request with the secrets merged into its JSON object body (the same on every attempt).
@@ -627,39 +557,16 @@ pub(crate) fn parse_body(text: &str) -> JsValue {
     js_sys::JSON::parse(text).unwrap_or_else(|_| JsValue::from_str(text))
 }
 
+#[wasm_bindgen::prelude::wasm_bindgen(module = "/src/web/browser.js")]
+extern "C" {
+    #[wasm_bindgen(catch, js_name = toJson)]
+    fn js_to_json(body: &JsValue) -> std::result::Result<String, JsValue>;
+}
+
 /// The body as JSON text, refusing what JSON cannot carry (a cycle, a BigInt, a function, a
 /// symbol, NaN or Infinity) instead of letting `JSON.stringify` drop or mangle it.
 pub(crate) fn to_json(body: &JsValue) -> Result<String> {
-    let replacer = wasm_bindgen::closure::Closure::<
-        dyn FnMut(JsValue, JsValue) -> std::result::Result<JsValue, JsValue>,
-    >::new(|key: JsValue, value: JsValue| {
-        let what = if value.is_function() {
-            "a function"
-        } else if value.is_bigint() {
-            "a BigInt"
-        } else if value.is_symbol() {
-            "a symbol"
-        } else if value.as_f64().is_some_and(|n| !n.is_finite()) {
-            "NaN or Infinity"
-        } else {
-            return Ok(value);
-        };
-        let at = match key.as_string() {
-            Some(k) if !k.is_empty() => format!(" at {k:?}"),
-            _ => String::new(),
-        };
-        Err(Error::body(format!("the body has {what}{at}, which JSON cannot carry")).into())
-    });
-    let text: JsValue = js_sys::JSON::stringify_with_replacer(body, replacer.as_ref())
-        .map_err(|e| {
-            Error::from_js(
-                |m| Error::body(format!("the body cannot be sent as JSON: {m}")),
-                &e,
-            )
-        })?
-        .into();
-    text.as_string()
-        .ok_or_else(|| Error::body("the body cannot be sent as JSON: it is undefined"))
+    js_to_json(body).map_err(|e| Error::from_js(Error::body, &e))
 }
 
 /// For the JavaScript API: the listener as a Rust closure.

@@ -1,0 +1,766 @@
+// The browser driver's JavaScript, for the Rust modules beside it: reading the options object
+// (options.rs), one attempt's trip over the network (js.rs), and the form kit's work on the
+// page (form.rs). Written in JavaScript because promises, web APIs and the DOM cost wasm many
+// times the bytes through bindings. Nothing here runs at load, so the module loads in a worker
+// too. The rules stay in the core, behind the Submitter.
+
+// The driver's errors for a wrong option: an Error named OncekeyError with its code (error.rs).
+const fail = (message) => {
+  const e = new Error(message);
+  e.name = 'OncekeyError';
+  e.code = 'option';
+  return e;
+};
+
+// What a value says, without assuming it is an Error (error.rs `describe`).
+const describe = (v) => {
+  if (v instanceof Error) {
+    const name = String(v.name);
+    return !name || name === 'Error' || name === 'OncekeyError' ? String(v.message) : `${name}: ${v.message}`;
+  }
+  if (typeof v === 'string') return v;
+  try {
+    const s = JSON.stringify(v);
+    if (typeof s === 'string') return s;
+  } catch {
+    // Described below.
+  }
+  return 'a thrown ' + typeof v;
+};
+
+// ## Options
+//
+// Every mistake is an error that names the option (an unknown name too, so that a typo such as
+// `timeout` for `timeoutMs` does not pass silently). What is then checked of the values
+// themselves (a method that is a token, headers that can be sent, the retry policy) is
+// options.rs's `check`, for Rust callers too.
+
+const KNOWN = [
+  'url',
+  'method',
+  'headers',
+  'attemptHeaders',
+  'keyHeader',
+  'keyFormat',
+  'timeoutMs',
+  'retry',
+  'storage',
+  'credentials',
+  'encoding',
+  'resume',
+];
+const RETRY_KNOWN = ['attempts', 'base', 'cap', 'budget'];
+// The words of each choice, in the order of the Rust enums they stand for.
+const CHOICES = {
+  keyFormat: ['bare', 'sf-string'],
+  storage: ['session', 'local', 'memory'],
+  credentials: ['omit', 'same-origin', 'include'],
+  encoding: ['json', 'form'],
+};
+
+// A value as the error message shows it.
+function show(value) {
+  if (typeof value === 'string') return JSON.stringify(value);
+  if (typeof value === 'function') return 'a function';
+  try {
+    const s = JSON.stringify(value);
+    if (typeof s === 'string') return s;
+  } catch {
+    // Named by its type below.
+  }
+  return typeof value;
+}
+
+const wrong = (path, expected, value) => fail(`${path} must be ${expected}, not ${show(value)}`);
+
+const isPlainObject = (v) => typeof v === 'object' && v !== null && !Array.isArray(v);
+
+function checkNames(object, known, prefix) {
+  for (const name of Object.keys(object)) {
+    if (!known.includes(name)) throw fail(`${prefix}${name} is not an option; the options are ${known.join(', ')}`);
+  }
+}
+
+function string(object, name) {
+  const value = object[name];
+  if (value === undefined) return undefined;
+  if (typeof value === 'string' && value) return value;
+  throw wrong('options.' + name, 'a non-empty string', value);
+}
+
+function millis(object, name, path) {
+  const value = object[name];
+  if (value === undefined) return undefined;
+  if (typeof value === 'number' && value > 0 && value <= 2147483647) return Math.ceil(value);
+  throw wrong(path, 'a number of milliseconds above 0 (at most 2147483647)', value);
+}
+
+// The options, normalized for options.rs: [url, method, keyHeader, keyFormat, storage,
+// credentials, encoding, timeoutMs, resume, headers as [name, value] pairs, attemptHeaders,
+// retry.attempts, retry.base, retry.cap, retry.budget], choices as the index of their word,
+// and undefined for what was not given.
+export function readOptions(value) {
+  if (!isPlainObject(value)) throw fail('options must be an object such as { url: "/api/tickets" }');
+  checkNames(value, KNOWN, 'options.');
+  const url = string(value, 'url');
+  if (url === undefined) throw fail('options.url is required: where to send the submission');
+  // ASCII only, as the core compares methods.
+  const method = string(value, 'method')?.replace(/[a-z]+/g, (s) => s.toUpperCase());
+  const keyHeader = string(value, 'keyHeader');
+  const choices = Object.entries(CHOICES).map(([name, words]) => {
+    const word = value[name];
+    if (word === undefined) return undefined;
+    const i = words.indexOf(typeof word === 'string' ? word : '');
+    if (i < 0) throw wrong('options.' + name, 'one of ' + words.map((w) => JSON.stringify(w)).join(', '), word);
+    return i;
+  });
+  const timeoutMs = millis(value, 'timeoutMs', 'options.timeoutMs');
+  const resume = value.resume;
+  if (resume !== undefined && typeof resume !== 'boolean') throw wrong('options.resume', 'true or false', resume);
+  const headers = value.headers;
+  let pairs;
+  if (headers !== undefined) {
+    if (!isPlainObject(headers)) throw fail('options.headers must be an object of header names to string values');
+    pairs = Object.entries(headers);
+    for (const [name, v] of pairs) {
+      if (typeof v !== 'string') throw wrong(`options.headers[${JSON.stringify(name)}]`, 'a string', v);
+    }
+  }
+  const attemptHeaders = value.attemptHeaders;
+  if (attemptHeaders !== undefined && typeof attemptHeaders !== 'function') {
+    throw wrong('options.attemptHeaders', 'a function returning headers', attemptHeaders);
+  }
+  const retry = value.retry;
+  let attempts, base, cap, budget;
+  if (retry !== undefined) {
+    if (!isPlainObject(retry)) {
+      throw fail('options.retry must be an object such as { attempts: 8, base: 500, cap: 30000, budget: 900000 }');
+    }
+    checkNames(retry, RETRY_KNOWN, 'options.retry.');
+    attempts = retry.attempts;
+    if (attempts !== undefined && !(Number.isInteger(attempts) && attempts >= 1 && attempts <= 4294967295)) {
+      throw wrong('options.retry.attempts', 'a whole number of at least 1', attempts);
+    }
+    base = millis(retry, 'base', 'options.retry.base');
+    cap = millis(retry, 'cap', 'options.retry.cap');
+    budget = millis(retry, 'budget', 'options.retry.budget');
+  }
+  return [url, method, keyHeader, ...choices, timeoutMs, resume, pairs, attemptHeaders, attempts, base, cap, budget];
+}
+
+// ## The body and storage
+
+const bodyError = (message) => {
+  const e = fail(message);
+  e.code = 'body';
+  return e;
+};
+
+// The body as JSON text, refusing what JSON cannot carry (a cycle, a BigInt, a function, a
+// symbol, NaN or Infinity) instead of letting JSON.stringify drop or mangle it.
+export function toJson(body) {
+  let text;
+  try {
+    text = JSON.stringify(body, (key, value) => {
+      const what =
+        typeof value === 'function'
+          ? 'a function'
+          : typeof value === 'bigint'
+            ? 'a BigInt'
+            : typeof value === 'symbol'
+              ? 'a symbol'
+              : typeof value === 'number' && !Number.isFinite(value)
+                ? 'NaN or Infinity'
+                : null;
+      if (what === null) return value;
+      const at = key ? ' at ' + JSON.stringify(key) : '';
+      throw bodyError(`the body has ${what}${at}, which JSON cannot carry`);
+    });
+  } catch (e) {
+    throw bodyError('the body cannot be sent as JSON: ' + describe(e));
+  }
+  if (typeof text !== 'string') throw bodyError('the body cannot be sent as JSON: it is undefined');
+  return text;
+}
+
+// The web storage `name` (sessionStorage or localStorage) from the global scope (a getter that
+// throws when storage is blocked), once a probe was written and removed (which throws when it
+// is disabled or full).
+export function webStorage(name) {
+  const storage = globalThis[name];
+  if (storage === undefined || storage === null) throw new Error('this context has no ' + name);
+  storage.setItem('oncekey:probe', '1');
+  storage.removeItem('oncekey:probe');
+  return storage;
+}
+
+// ## An attempt
+//
+// Under a Web Lock, fetch with a timeout, and the answer read, for js.rs.
+
+// Runs `f` under the Web Lock `name` (waiting for another tab or submitter that holds it), or
+// without one where the browser has no Web Locks or refuses one (an opaque origin, say): the
+// server's idempotency still holds. `f` never rejects.
+async function underLock(name, f) {
+  const locks = name ? globalThis.navigator?.locks : undefined;
+  if (typeof locks?.request !== 'function') return f();
+  let granted = false;
+  try {
+    return await locks.request(name, () => {
+      granted = true;
+      return f();
+    });
+  } catch {
+    // Refused before it was granted: go on without.
+    if (!granted) return f();
+  }
+}
+
+// What options.attemptHeaders gives for this attempt. A throw or a value that is not an object
+// of strings is reported on the console and adds nothing: the attempt still goes out.
+function extraHeaders(f, attempt, key) {
+  let given;
+  try {
+    given = f.call(null, { attempt, key });
+  } catch (e) {
+    console.warn('oncekey: options.attemptHeaders threw: ' + describe(e));
+    return [];
+  }
+  if (typeof given !== 'object' || given === null) return [];
+  return Object.entries(given).filter(([, v]) => typeof v === 'string');
+}
+
+// Sends one attempt; calls done(status, headers, text) once: status 0 when no answer came (the
+// network, an abort, or a body that cannot be sent: false), 1 when the timeout fired; headers
+// as "name:value" lines. Starts after the current task (as a spawned future did), and returns
+// a function that aborts it.
+export function attempt(url, method, headers, body, credentials, timeoutMs, lock, f, number, key, keyHeader, keyValue, done) {
+  const controller = new AbortController();
+  let timedOut = false;
+  const send = async () => {
+    if (controller.signal.aborted || body === false) return done(0, '', '');
+    const timer = timeoutMs > 0 ? setTimeout(() => ((timedOut = true), controller.abort()), timeoutMs) : undefined;
+    try {
+      let response;
+      try {
+        const h = new Headers();
+        for (const line of headers.split('\n')) {
+          const colon = line.indexOf(':');
+          if (colon > 0) h.set(line.slice(0, colon), line.slice(colon + 1));
+        }
+        if (f) for (const [name, value] of extraHeaders(f, number, key)) h.set(name, value);
+        h.set(keyHeader, keyValue);
+        const init = { method, headers: h, credentials, signal: controller.signal };
+        if (body != null) init.body = body;
+        response = await fetch(url, init);
+      } catch {
+        return done(timedOut ? 1 : 0, '', '');
+      }
+      const found = [...response.headers].map(([name, value]) => name + ':' + value).join('\n');
+      // The status is the answer; a body cut off (by the timeout) only loses the details.
+      const text = await response.text().catch(() => '');
+      done(response.status, found, text);
+    } finally {
+      clearTimeout(timer);
+    }
+  };
+  Promise.resolve().then(() => underLock(lock, send));
+  return () => controller.abort();
+}
+
+// ## The form kit
+//
+// See form.rs for what it promises: a client of the public Submitter API, plus setSecrets from
+// form.rs.
+
+// What the kit adds to a submitter's options.
+const KIT_OPTIONS = ['name', 'clearOnSuccess', 'successMessage', 'resume'];
+
+// A property of an object (or function); undefined for anything else, as Reflect.get fails.
+const get = (o, k) => ((typeof o === 'object' && o !== null) || typeof o === 'function' ? o[k] : undefined);
+
+const lower = (el, name) => (el.getAttribute(name) || '').toLowerCase();
+const sameTag = (el, tag) => el.tagName.toLowerCase() === tag;
+
+// Checks the kit's options and makes the submitter's: a copy without the kit's own names, with
+// the form's URL and method where none are given, and never resumed by itself (the kit decides
+// when to resend what it found: it may need secrets first).
+export function prepare(form, options) {
+  if (options === undefined || options === null) {
+    options = {};
+  } else if (typeof options !== 'object') {
+    throw fail('form kit options must be an object');
+  }
+  const submitter = Object.assign({}, options);
+  for (const name of KIT_OPTIONS) delete submitter[name];
+  if (submitter.url === undefined) submitter.url = form.action;
+  if (submitter.method === undefined) {
+    const method = form.getAttribute('method') ?? 'POST';
+    if (/^(get|dialog)$/i.test(method)) {
+      throw fail(`the form's method is ${JSON.stringify(method)}; oncekey sends a body, so use method="post"`);
+    }
+    submitter.method = method;
+  }
+  submitter.resume = false;
+  let name = options.name;
+  if (typeof name !== 'string') {
+    name = form.getAttribute('data-oncekey') || form.id;
+    if (!name) throw fail('options.name is required when the form has no data-oncekey attribute or id');
+  }
+  const resume = options.resume;
+  if (typeof resume === 'string' && resume !== 'auto' && resume !== 'manual') {
+    throw fail(`options.resume must be "auto" or "manual", not ${JSON.stringify(resume)}`);
+  }
+  const clear = options.clearOnSuccess;
+  if (clear !== undefined && typeof clear !== 'boolean') {
+    throw fail('options.clearOnSuccess must be true or false');
+  }
+  const success = options.successMessage;
+  if (success !== undefined && typeof success !== 'string' && typeof success !== 'function') {
+    throw fail('options.successMessage must be a string such as "Ticket #{id} created" or a function');
+  }
+  return { name, submitter, resume: resume !== 'manual', clear: clear !== false, success };
+}
+
+// Every <form data-oncekey> of the page, or null where there is no page.
+export function forms() {
+  const document = globalThis.window?.document;
+  return document ? Array.from(document.querySelectorAll('form[data-oncekey]')) : null;
+}
+
+// Wires the form to the submitter; returns the kit's { detach, tryAgain, discard }.
+export function wire(form, submitter, setSecrets, kit) {
+  const document = form.ownerDocument;
+  if (!document) throw fail('the form is not in a document');
+  let status = form.querySelector('[role="status"]');
+  const statusMade = !status;
+  if (statusMade) {
+    status = document.createElement('p');
+    status.setAttribute('role', 'status');
+    status.setAttribute('class', 'oncekey-status');
+    form.append(status);
+  }
+  // Focus can be moved to the status so screen readers and keyboard users hear it.
+  if (!status.hasAttribute('tabindex')) status.setAttribute('tabindex', '-1');
+  const secretNames = secretFieldNames(form);
+  // Controls the kit disabled, to enable again (and only those).
+  let locked = [];
+  let controls = null;
+  // Waiting for the person to fill the secret fields again after a reload.
+  let askingSecrets = false;
+
+  // Text, never HTML.
+  const say = (text) => {
+    status.textContent = text;
+  };
+
+  // Disables every enabled control (remembering which), sets aria-busy. With submitEnabled, the
+  // form's submit buttons stay usable (they mean Try again).
+  const lock = (submitEnabled) => {
+    form.setAttribute('aria-busy', 'true');
+    for (const el of form.elements) {
+      if (controls && controls.contains(el)) continue;
+      const disabled = el.disabled === true;
+      if (submitEnabled && isSubmitButton(el)) {
+        if (disabled && locked.includes(el)) el.disabled = false;
+        continue;
+      }
+      if (!disabled) {
+        el.disabled = true;
+        if (!locked.includes(el)) locked.push(el);
+      }
+    }
+  };
+
+  const unlock = () => {
+    for (const el of locked) el.disabled = false;
+    locked = [];
+    form.removeAttribute('aria-busy');
+  };
+
+  const removeControls = () => {
+    controls?.remove();
+    controls = null;
+  };
+
+  // Records the settled state on the form and tells listeners.
+  const finish = (state, s) => {
+    const detail = {};
+    if (s) {
+      form.setAttribute('data-oncekey-outcome', s.outcome);
+      Object.assign(detail, {
+        outcome: s.outcome,
+        key: s.key,
+        attempts: s.attempts,
+        status: s.status,
+        replayed: s.replayed,
+        body: s.body,
+      });
+    }
+    announce(form, state, detail);
+  };
+
+  const successText = (body) => {
+    if (typeof kit.success === 'function') {
+      try {
+        const text = kit.success.call(null, body);
+        if (typeof text === 'string') return text;
+      } catch {
+        // The default below.
+      }
+      return 'Sent.';
+    }
+    if (typeof kit.success === 'string') return fillTemplate(kit.success, body);
+    const id = get(body, 'id');
+    return id === undefined || id === null ? 'Sent and confirmed.' : `Created #${describe(id)}.`;
+  };
+
+  const settled = (s) => {
+    const outcome = s.outcome;
+    if (outcome === 'unsure') {
+      showUnsure(
+        'We could not confirm that this was received. Try again sends the same request, and the server will not do it twice; or discard it to write a new one.',
+      );
+      return finish('unsure', s);
+    }
+    unlock();
+    removeControls();
+    if (outcome === 'succeeded') {
+      if (kit.clear) form.reset();
+      say(successText(s.body));
+      finish(outcome, s);
+      return status.focus();
+    }
+    const problem = problemText(s.body, s.status);
+    if (outcome === 'refused') {
+      const firstInvalid = showProblem(form, s.body);
+      say('Not accepted: ' + problem);
+      finish(outcome, s);
+      return (firstInvalid || status).focus();
+    }
+    // conflict, misconfigured
+    console.error(`oncekey: ${outcome} for key ${s.key}: ${problem}`);
+    say(
+      (outcome === 'conflict'
+        ? "The server holds this request's key for different content. This is a bug in the page; nothing was retried."
+        : 'The server refused the idempotency key: this form is set up wrongly. Nothing was done.') +
+        ` (${problem})`,
+    );
+    finish(outcome, s);
+    status.focus();
+  };
+
+  // The submitter refused at once (nothing changed), or the submission was discarded meanwhile.
+  const refusedOrDiscarded = (e) => {
+    if (e?.code !== 'discarded') return say(describe(e));
+    unlock();
+    removeControls();
+    say('Discarded. Nothing was confirmed; sending again makes a new request.');
+    finish('idle', null);
+  };
+
+  // Try again: the same key and body (and the secrets held in memory).
+  const resend = () => {
+    removeControls();
+    submitter.tryAgain().then(settled, refusedOrDiscarded);
+  };
+
+  const discard = () => submitter.discard();
+
+  // Locked, with "Try again" and "Discard"; the form's own submit buttons are Try again too.
+  // The caller announces the state, with what it knows of the submission.
+  const showUnsure = (message) => {
+    lock(true);
+    say(message);
+    if (!controls) {
+      controls = document.createElement('div');
+      controls.setAttribute('class', 'oncekey-actions actions');
+      for (const [text, cls, f] of [
+        ['Try again', 'oncekey-try-again', resend],
+        ['Discard', 'oncekey-discard secondary', discard],
+      ]) {
+        const b = document.createElement('button');
+        b.setAttribute('type', 'button');
+        b.setAttribute('class', cls);
+        b.textContent = text;
+        b.addEventListener('click', f);
+        controls.append(b);
+      }
+      status.after(controls);
+    }
+  };
+
+  // After a reload the secrets are gone: unlock just those fields and ask for them.
+  const askForSecrets = () => {
+    askingSecrets = true;
+    lock(true);
+    const labels = [];
+    for (const name of secretNames) {
+      for (const el of namedControls(form, name)) {
+        el.disabled = false;
+        const label = labelOf(el) || name;
+        if (labels[labels.length - 1] !== label) labels.push(label);
+      }
+    }
+    // "password", "password and pin", "password, card and pin".
+    const last = labels.length > 1 ? labels.pop() : null;
+    const listed = last === null ? labels.join('') : `${labels.join(', ')} and ${last}`;
+    const one = last === null && labels.length === 1;
+    say(
+      `This request was interrupted by a reload. For your safety, ${listed} ${one ? 'was' : 'were'} not kept: please enter ${one ? 'it' : 'them'} again, then send; it goes out as the same request.`,
+    );
+    announce(form, 'unsure', { needsSecrets: true });
+    namedControls(form, secretNames[0])[0]?.focus();
+  };
+
+  const begin = () => {
+    clearFieldErrors(form);
+    form.removeAttribute('data-oncekey-outcome');
+    const fields = readFields(form, secretNames);
+    if (typeof fields === 'string') return say(fields);
+    setSecrets(fields.secrets);
+    submitter.submit(fields.body).then(settled, refusedOrDiscarded);
+  };
+
+  const onSubmit = (event) => {
+    event.preventDefault();
+    if (askingSecrets) {
+      askingSecrets = false;
+      const fields = readFields(form, secretNames);
+      if (typeof fields === 'string') return say(fields);
+      setSecrets(fields.secrets);
+      return resend();
+    }
+    const state = submitter.state;
+    // The person pressed Enter or the form's button while unsure: that is Try again.
+    if (state === 'unsure') resend();
+    // Double submit: the attempt under way answers for both.
+    else if (state !== 'sending' && state !== 'waiting') begin();
+  };
+
+  const onChange = (c) => {
+    if (c.warning) {
+      // Storage degraded to memory, or an unreadable record removed: the form still works,
+      // once; the console says why.
+      return console.warn('oncekey: ' + c.warning);
+    }
+    const state = c.state;
+    if (state === 'sending') {
+      lock(false);
+      say(c.attempts > 1 ? `Sending again (attempt ${c.attempts}), with the same key…` : 'Sending…');
+    } else if (state === 'waiting') {
+      lock(false);
+      const tenths = c.nextAttemptAt === null ? 0 : Math.max(0, Math.ceil((c.nextAttemptAt - Date.now()) / 100));
+      say(`No answer yet. Trying again in ${Math.floor(tenths / 10)}.${tenths % 10} s; it will not be counted twice.`);
+    } else {
+      // Unsure and the definite outcomes are shown when the submission settles, with its
+      // answer; a restored record is shown below.
+      return;
+    }
+    const detail = {};
+    if (c.key !== null) detail.key = c.key;
+    detail.attempts = c.attempts;
+    if (c.nextAttemptAt !== null) detail.nextAttemptAt = c.nextAttemptAt;
+    announce(form, state, detail);
+  };
+
+  form.addEventListener('submit', onSubmit);
+  let off = submitter.onChange(onChange);
+  form.setAttribute('data-oncekey-state', submitter.state);
+
+  // A submission found in storage: fields back, form locked, then resend (or wait).
+  const pending = submitter.pending();
+  if (pending) {
+    const body = pending.body;
+    if (typeof body === 'object' && body !== null && !Array.isArray(body)) restoreFields(form, body);
+    if (secretNames.length) {
+      askForSecrets();
+    } else if (kit.resume) {
+      resend();
+    } else {
+      showUnsure(
+        'This request was sent before the page reloaded, and its answer was lost. Try again sends the same request; the server will not do it twice.',
+      );
+      announce(form, 'unsure', { key: pending.key, attempts: pending.attempts });
+    }
+  }
+
+  return {
+    // Undoes everything the kit did: listeners, locks, attributes, the elements it made. A
+    // pending submission stays stored.
+    detach() {
+      off?.();
+      off = null;
+      form.removeEventListener('submit', onSubmit);
+      removeControls();
+      unlock();
+      for (const attr of ['data-oncekey-state', 'data-oncekey-outcome', 'aria-busy']) form.removeAttribute(attr);
+      clearFieldErrors(form);
+      if (statusMade) status.remove();
+      else status.textContent = '';
+    },
+    tryAgain: resend,
+    discard,
+  };
+}
+
+// Marks the form with `state` and tells listeners: an oncekey:change event whose detail is
+// `detail` with its state set here. One call per change of state.
+function announce(form, state, detail) {
+  form.setAttribute('data-oncekey-state', state);
+  detail.state = state;
+  form.dispatchEvent(new CustomEvent('oncekey:change', { detail, bubbles: true }));
+}
+
+function isSubmitButton(el) {
+  const kind = lower(el, 'type');
+  return (
+    (sameTag(el, 'button') && (kind === '' || kind === 'submit')) ||
+    (sameTag(el, 'input') && (kind === 'submit' || kind === 'image'))
+  );
+}
+
+function isSecret(el) {
+  return (
+    lower(el, 'type') === 'password' ||
+    lower(el, 'autocomplete')
+      .split(/\s+/)
+      .some((w) => w.startsWith('cc-')) ||
+    el.hasAttribute('data-oncekey-secret')
+  );
+}
+
+function secretFieldNames(form) {
+  const names = [];
+  for (const el of form.elements) {
+    const name = el.getAttribute('name');
+    if (name && isSecret(el) && !names.includes(name)) names.push(name);
+  }
+  return names;
+}
+
+function namedControls(form, name) {
+  return Array.from(form.elements).filter((el) => el.getAttribute('name') === name);
+}
+
+function labelOf(el) {
+  const label = el.labels?.[0];
+  return label ? label.innerText.trim() : '';
+}
+
+// The form's fields (secrets left out) as an object with its names sorted, as the browser would
+// submit them (repeated names become arrays), and the secrets as [name, value] pairs; or a
+// message when a file was chosen.
+function readFields(form, secretNames) {
+  let data;
+  try {
+    data = new FormData(form);
+  } catch (e) {
+    return describe(e);
+  }
+  const fields = new Map();
+  const secrets = new Map();
+  for (const [name, value] of data) {
+    if (typeof value !== 'string') {
+      // A File: only refuse it when one was chosen (an empty file input sends nothing).
+      if (value.size > 0 || value.name) {
+        return `The field ${JSON.stringify(name)} holds a file; oncekey cannot send files yet.`;
+      }
+      continue;
+    }
+    const target = secretNames.includes(name) ? secrets : fields;
+    const first = target.get(name);
+    if (first === undefined) target.set(name, value);
+    else if (Array.isArray(first)) first.push(value);
+    else target.set(name, [first, value]);
+  }
+  const body = Object.create(null);
+  for (const name of [...fields.keys()].sort()) body[name] = fields.get(name);
+  return { body, secrets: [...secrets] };
+}
+
+// Puts a stored body back into the fields it came from.
+function restoreFields(form, fields) {
+  for (const [name, value] of Object.entries(fields)) {
+    const values = (Array.isArray(value) ? value : [value]).filter((v) => typeof v === 'string');
+    let next = 0;
+    for (const el of namedControls(form, name)) {
+      const kind = lower(el, 'type');
+      if (kind === 'checkbox' || kind === 'radio') {
+        el.checked = values.includes(el.value);
+      } else if (sameTag(el, 'select')) {
+        for (const option of el.options) option.selected = values.includes(option.value);
+      } else if (!['file', 'submit', 'button', 'image'].includes(kind) && next < values.length) {
+        el.value = values[next++];
+      }
+    }
+  }
+}
+
+function clearFieldErrors(form) {
+  for (const n of form.querySelectorAll('.oncekey-field-error')) n.remove();
+  for (const el of form.querySelectorAll('[aria-invalid][data-oncekey-invalid]')) {
+    for (const attr of ['aria-invalid', 'data-oncekey-invalid', 'aria-describedby']) el.removeAttribute(attr);
+  }
+}
+
+const firstString = (p, keys) => keys.map((k) => get(p, k)).find((v) => typeof v === 'string');
+
+// Shows RFC 9457 invalid-params (or errors) next to the fields they name; returns the first
+// such field.
+function showProblem(form, body) {
+  let params = get(body, 'invalid-params');
+  if (!Array.isArray(params)) params = get(body, 'errors');
+  if (!Array.isArray(params)) return null;
+  let first = null;
+  for (const [i, p] of params.entries()) {
+    let name = firstString(p, ['name', 'field', 'pointer']);
+    if (name === undefined) return null;
+    name = name.replace(/^\/+/, '');
+    const reason = firstString(p, ['reason', 'message', 'detail']) ?? 'is not accepted';
+    const field = namedControls(form, name)[0];
+    if (!field) continue;
+    const id = `oncekey-error-${name.replace(/[^A-Za-z0-9]/gu, '-')}-${i}`;
+    const note = form.ownerDocument.createElement('span');
+    note.setAttribute('class', 'oncekey-field-error');
+    note.setAttribute('id', id);
+    note.textContent = `${name} ${reason}`;
+    field.after(note);
+    field.setAttribute('aria-invalid', 'true');
+    field.setAttribute('data-oncekey-invalid', '');
+    field.setAttribute('aria-describedby', id);
+    first ??= field;
+  }
+  return first;
+}
+
+// One line for people from a problem document (or an answer's text).
+function problemText(body, status) {
+  const title = get(body, 'title');
+  const detail = get(body, 'detail');
+  const t = typeof title === 'string' ? title : null;
+  const d = typeof detail === 'string' ? detail : null;
+  if (t !== null) return d ? `${t}: ${d}` : t;
+  if (d !== null) return d;
+  if (typeof body === 'string' && body && new TextEncoder().encode(body).length < 200) return body;
+  return status === null ? 'no answer' : `the server answered ${status}`;
+}
+
+// "Ticket #{id} created" with {name} replaced by the answer's fields, as text.
+function fillTemplate(template, body) {
+  let out = '';
+  let rest = template;
+  for (let open; (open = rest.indexOf('{')) >= 0; ) {
+    out += rest.slice(0, open);
+    const close = rest.indexOf('}', open);
+    if (close < 0) {
+      out += rest.slice(open);
+      rest = '';
+      break;
+    }
+    const v = get(body, rest.slice(open + 1, close));
+    if (v !== undefined) out += describe(v);
+    rest = rest.slice(close + 1);
+  }
+  return out + rest;
+}
