@@ -109,6 +109,14 @@ for (const [from, to] of renames) {
   if (!re.test(js)) fail(`${from} is not in the .js`);
   js = js.replace(re, to);
 }
+// The declarations name the wasm's exports too (InitOutput, oncekey_bg.wasm.d.ts).
+for (const path of ['pkg/oncekey.d.ts', 'pkg/oncekey_bg.wasm.d.ts']) {
+  let text = fs.readFileSync(path, 'utf8');
+  for (const [from, to] of renames) {
+    if (to.startsWith('_')) text = text.replace(new RegExp(`\\b${from}\\b`, 'g'), to);
+  }
+  fs.writeFileSync(path, text);
+}
 const moduleKey = `"${MODULE}": import0`;
 if (js.split(moduleKey).length !== 2) fail('the import object is not where it was');
 js = js.replace(moduleKey, '"w": import0');
