@@ -109,17 +109,25 @@ for (const [from, to] of renames) {
   if (!re.test(js)) fail(`${from} is not in the .js`);
   js = js.replace(re, to);
 }
+// The declarations name the wasm's exports too (InitOutput, oncekey_bg.wasm.d.ts).
+for (const path of ['pkg/oncekey.d.ts', 'pkg/oncekey_bg.wasm.d.ts']) {
+  let text = fs.readFileSync(path, 'utf8');
+  for (const [from, to] of renames) {
+    if (to.startsWith('_')) text = text.replace(new RegExp(`\\b${from}\\b`, 'g'), to);
+  }
+  fs.writeFileSync(path, text);
+}
 const moduleKey = `"${MODULE}": import0`;
 if (js.split(moduleKey).length !== 2) fail('the import object is not where it was');
 js = js.replace(moduleKey, '"w": import0');
 // The glue and the snippets (src/web/*.js) have no multi-line strings or comments after code
-// (checked), so whole-line comments and indentation can go.
+// (checked), so whole-line comments, indentation and blank lines can go.
 const strip = (path, text) => {
   text = text.replace(/^[ \t]*\/\*\*[\s\S]*?\*\/[ \t]*\n/gm, '').replace(/^[ \t]*\/\/.*\n/gm, '');
   if (text.split('\n').some((line) => line.split('`').length % 2 === 0)) {
     fail(`a multi-line template string in ${path}`);
   }
-  return text.replace(/^[ \t]+/gm, '');
+  return text.replace(/^[ \t]+/gm, '').replace(/\n+/g, '\n');
 };
 fs.writeFileSync(wasmPath, Buffer.concat(out));
 fs.writeFileSync(jsPath, strip(jsPath, js));

@@ -75,7 +75,8 @@ impl State {
                 self.spill(self.end);
                 self.next = base;
             }
-            self.end = base + pages * PAGE;
+            // At most 4 GiB of memory: saturate (losing the very last byte) rather than wrap to 0.
+            self.end = base.saturating_add(pages * PAGE);
             return self.take(class);
         }
         // The gap before the aligned start goes to the free lists, in aligned pieces.
@@ -89,7 +90,7 @@ impl State {
         while self.next < to {
             let piece = self.next & self.next.wrapping_neg();
             let mut class = piece.trailing_zeros() as usize;
-            while self.next + (1 << class) > to {
+            while 1usize << class > to - self.next {
                 class -= 1;
             }
             self.give(self.next, class);

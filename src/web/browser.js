@@ -4,16 +4,17 @@
 // times the bytes through bindings. Nothing here runs at load, so the module loads in a worker
 // too. The rules stay in the core, behind the Submitter.
 
-// The driver's errors for a wrong option: an Error named OncekeyError with its code (error.rs).
-const fail = (message) => {
+// The driver's errors, a wrong option unless said otherwise: an Error named OncekeyError with
+// its code (error.rs makes its own with this too).
+export const fail = (message, code = 'option') => {
   const e = new Error(message);
   e.name = 'OncekeyError';
-  e.code = 'option';
+  e.code = code;
   return e;
 };
 
-// What a value says, without assuming it is an Error (error.rs `describe`).
-const describe = (v) => {
+// What a value says, without assuming it is an Error (error.rs binds it as `describe`).
+export const describe = (v) => {
   if (v instanceof Error) {
     const name = String(v.name);
     return !name || name === 'Error' || name === 'OncekeyError' ? String(v.message) : `${name}: ${v.message}`;
@@ -150,11 +151,7 @@ export function readOptions(value) {
 
 // ## The body and storage
 
-const bodyError = (message) => {
-  const e = fail(message);
-  e.code = 'body';
-  return e;
-};
+const bodyError = (message) => fail(message, 'body');
 
 // The body as JSON text, refusing what JSON cannot carry (a cycle, a BigInt, a function, a
 // symbol, NaN or Infinity) instead of letting JSON.stringify drop or mangle it.

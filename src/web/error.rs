@@ -6,9 +6,7 @@
 
 use std::fmt;
 
-use wasm_bindgen::{JsCast, JsValue};
-
-use crate::core::body::concat;
+use wasm_bindgen::JsValue;
 
 /// A `Result` with the driver's [`Error`].
 pub type Result<T> = std::result::Result<T, Error>;
@@ -121,27 +119,16 @@ impl Error {
     }
 }
 
-/// What a thrown JavaScript value says, without assuming it is an `Error`.
-pub(crate) fn describe(value: &JsValue) -> String {
-    if let Some(e) = value.dyn_ref::<js_sys::Error>() {
-        let name = String::from(e.name());
-        let message = String::from(e.message());
-        return if name.is_empty() || name == "Error" || name == "OncekeyError" {
-            message
-        } else {
-            concat(&[&name, ": ", &message])
-        };
-    }
-    if let Some(s) = value.as_string() {
-        return s;
-    }
-    match js_sys::JSON::stringify(value)
-        .ok()
-        .and_then(|s| s.as_string())
-    {
-        Some(s) => s,
-        None => "a thrown ".to_owned() + &value.js_typeof().as_string().unwrap_or_default(),
-    }
+#[wasm_bindgen::prelude::wasm_bindgen(module = "/src/web/browser.js")]
+extern "C" {
+    /// What a thrown JavaScript value says, without assuming it is an `Error`: its message if
+    /// it is one (after its name, unless that is `Error` or `OncekeyError`), its text if it is a
+    /// string, its JSON, or else its type.
+    pub(crate) fn describe(value: &JsValue) -> String;
+
+    /// `new Error(message)` named `OncekeyError`, with its `code`.
+    #[wasm_bindgen(js_name = fail)]
+    fn js_error(message: &str, code: &str) -> JsValue;
 }
 
 impl fmt::Display for Error {
@@ -163,9 +150,6 @@ impl std::error::Error for Error {}
 
 impl From<Error> for JsValue {
     fn from(e: Error) -> JsValue {
-        let js = js_sys::Error::new(&e.inner.message);
-        js.set_name("OncekeyError");
-        let _ = js_sys::Reflect::set(&js, &"code".into(), &e.inner.kind.code().into());
-        js.into()
+        js_error(&e.inner.message, e.inner.kind.code())
     }
 }
