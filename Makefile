@@ -27,9 +27,9 @@ setup:
 lint: setup
 	cargo fmt --all --check
 	cargo clippy --workspace --all-targets --all-features -- -D warnings
-	cargo clippy -p oncekey --all-targets --target $(WASM) -- -D warnings
+	cargo clippy -p oncekey --all-targets --target $(WASM) --features small-alloc -- -D warnings
 	RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --all-features -p oncekey -p oncekey-server
-	RUSTDOCFLAGS="-D warnings" cargo doc --no-deps -p oncekey --target $(WASM)
+	RUSTDOCFLAGS="-D warnings" cargo doc --no-deps -p oncekey --target $(WASM) --features small-alloc
 
 # The reference server: the peer of the native, browser, end-to-end and chaos tests.
 server: setup

@@ -12,9 +12,9 @@ fi
 
 # wasm-pack leaves snippets of an earlier build behind, and the package ships snippets/ whole.
 rm -rf pkg/snippets
-# `oncekey_pkg`: the package is a whole program, so it brings its own small allocator
+# `small-alloc`: the package is a whole program, so it brings its own small allocator
 # (src/web/alloc.rs); Rust programs that depend on the crate keep theirs.
-RUSTFLAGS="${RUSTFLAGS:-} --cfg oncekey_pkg" wasm-pack build --release --target web --out-dir pkg --out-name oncekey
+wasm-pack build --release --target web --out-dir pkg --out-name oncekey -- --features small-alloc
 
 before=$(wc -c < pkg/oncekey_bg.wasm)
 node "$WASM_OPT" -Oz pkg/oncekey_bg.wasm -o pkg/oncekey_bg.wasm.opt

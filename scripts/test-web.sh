@@ -20,7 +20,8 @@ export ONCEKEY_TEST_SERVER="$ONCEKEY_SERVER_URL"
 export WASM_BINDGEN_TEST_TIMEOUT=${WASM_BINDGEN_TEST_TIMEOUT:-300}
 
 echo "== wasm-bindgen-test in headless Chromium"
-wasm-pack test --headless --chrome --chromedriver "$CHROMEDRIVER" -- --lib --test web
+# With the package's own allocator (feature small-alloc), as the package is built.
+wasm-pack test --headless --chrome --chromedriver "$CHROMEDRIVER" -- --lib --test web --features small-alloc
 
 echo "== the built package in a plain module page"
 node tests/pages/pkg-test.mjs "$ONCEKEY_SERVER_URL"

@@ -6,9 +6,9 @@
 //! where the default (dlmalloc) costs eight, at the price of up to half a block of slack per
 //! allocation.
 //!
-//! Only the npm package uses it (`scripts/build-pkg.sh` sets `--cfg oncekey_pkg`): there the
-//! package is the whole program, while a Rust program that depends on this crate keeps its own
-//! allocator. wasm32 without the `atomics` feature has one thread, so the state needs no lock;
+//! Only the npm package uses it (`scripts/build-pkg.sh` turns on the cargo feature
+//! `small-alloc`): there the package is the whole program, while a Rust program that depends on
+//! this crate keeps its own allocator. wasm32 without the `atomics` feature has one thread, so the state needs no lock;
 //! with it the default allocator stays.
 
 use std::alloc::{GlobalAlloc, Layout};

@@ -39,13 +39,10 @@
 //! package's `snippets/`) does the page's work: reading the options object, one attempt's
 //! trip over the network (Web Lock, `fetch`, timeout), the storage probe, the JSON text of a
 //! JavaScript body, and the form kit. The npm package also brings its own small allocator
-//! (`alloc.rs`, only where `scripts/build-pkg.sh` sets `--cfg oncekey_pkg`) and carries no
+//! (`alloc.rs`, cargo feature `small-alloc`, which `scripts/build-pkg.sh` turns on) and carries no
 //! formatting machinery on its paths: messages are built by concatenation.
 
-// `oncekey_pkg` is set by scripts/build-pkg.sh only: the npm package's own allocator.
-#![allow(unexpected_cfgs)]
-
-#[cfg(all(oncekey_pkg, not(target_feature = "atomics")))]
+#[cfg(all(feature = "small-alloc", not(target_feature = "atomics")))]
 mod alloc;
 mod api;
 mod error;
@@ -55,7 +52,7 @@ mod options;
 mod storage;
 mod submitter;
 
-#[cfg(all(oncekey_pkg, not(target_feature = "atomics")))]
+#[cfg(all(feature = "small-alloc", not(target_feature = "atomics")))]
 #[global_allocator]
 static ALLOCATOR: alloc::Allocator = alloc::Allocator::new();
 
