@@ -297,3 +297,64 @@ async fn a_fleet_of_three_with_one_killed_makes_one_ticket_per_submission() {
         stats["replays"]
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_unsure_submission_is_set_aside_from_polls_but_try_again_takes_it_at_once() {
+    let Some(url) =
+        pg_database("an_unsure_submission_is_set_aside_from_polls_but_try_again_takes_it_at_once")
+    else {
+        return;
+    };
+    // Nothing listens on port 9: every attempt fails, and the round ends unsure.
+    let client = Client::builder()
+        .store(PostgresStore::connect(&url).expect("the store"))
+        .retry(oncekey::RetryPolicy {
+            attempts: 2,
+            base: Duration::from_millis(10),
+            cap: Duration::from_millis(20),
+            budget: Duration::from_secs(30),
+        })
+        .timeout(Duration::from_millis(300))
+        .lease(Duration::from_millis(300))
+        .build()
+        .expect("client");
+    let record = client
+        .submission("u-1")
+        .post("http://127.0.0.1:9/api/tickets")
+        .json(&ticket("unsure"))
+        .unwrap()
+        .record()
+        .unwrap();
+    let u = url.clone();
+    tokio::task::spawn_blocking(move || {
+        let mut db = postgres::Client::connect(&u, postgres::NoTls).unwrap();
+        PostgresStore::enqueue(&mut db, &record).unwrap();
+    })
+    .await
+    .unwrap();
+
+    let first = client.resume_due(10).await.unwrap();
+    assert_eq!(first.len(), 1);
+    let settled = first[0].result.as_ref().unwrap();
+    assert_eq!(settled.outcome(), Outcome::Unsure);
+    assert_eq!(settled.attempts(), 2);
+    // Still stored, free, but not taken by the next polls.
+    assert!(client.resume_due(10).await.unwrap().is_empty());
+    assert!(client.resume_due(10).await.unwrap().is_empty());
+    let pending = client.pending().await.unwrap();
+    assert_eq!(pending.len(), 1);
+    assert_eq!(pending[0].lease, None);
+    // Try again takes it at once: a new round with the same key.
+    let again = client.try_again("u-1").await.unwrap();
+    assert_eq!(again.outcome(), Outcome::Unsure);
+    assert_eq!(again.attempts(), 4);
+    assert_eq!(again.key(), settled.key());
+    // Once set aside long enough (timeout + lease = 600 ms), a poll takes it up again; its
+    // round is spent, so it is reported unsure without being sent.
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    let later = client.resume_due(10).await.unwrap();
+    assert_eq!(later.len(), 1);
+    let later = later[0].result.as_ref().unwrap();
+    assert_eq!(later.outcome(), Outcome::Unsure);
+    assert_eq!(later.attempts(), 4, "nothing sent");
+}

@@ -530,7 +530,10 @@ impl Client {
     /// or left by a client that died, whose lease ran out) in one step of the store
     /// ([`Store::claim_due`]: instances calling it at once get different ones), and finishes
     /// them as [`Client::resume_pending`] does. Call it in a loop, with a pause when it finds
-    /// nothing; one result per submission taken.
+    /// nothing; one result per submission taken. A submission that settles unsure stays stored
+    /// and is set aside for as long as a lease lasts ([`ClientBuilder::timeout`] plus
+    /// [`ClientBuilder::lease`]) before a poll takes it again; [`Client::try_again`] takes it at
+    /// once.
     pub async fn resume_due(&self, limit: usize) -> Result<Vec<Resumed>> {
         let lease = self.lease_until(now());
         let due = self
@@ -860,7 +863,16 @@ impl Client {
                     ),
                     Action::Settled(settled) => {
                         if settled.outcome == Outcome::Unsure {
-                            self.release(name).await;
+                            // Kept, and set aside from resume_due for as long as a lease lasts.
+                            let (n, owner) = (name.to_owned(), self.inner.owner.clone());
+                            let due = self.lease_until(now()).until;
+                            if let Err(e) = self.store_call(move |s| s.defer(&n, &owner, due)).await
+                            {
+                                tracing::warn!(
+                                    name,
+                                    "the lease could not be released (it runs out by itself): {e}"
+                                );
+                            }
                         }
                         let (headers, body) = last.take().unwrap_or_default();
                         return Ok(Settlement {

@@ -474,6 +474,18 @@ impl Store for PostgresStore {
         })?)
     }
 
+    fn defer(&self, name: &str, owner: &str, due: Timestamp) -> Result<(), BoxError> {
+        // No owner (so a claim by name takes it), but not due before `due`.
+        Ok(self.with(|c| {
+            c.execute(
+                "UPDATE oncekey_pending SET lease_owner = NULL, lease_until = $3
+                 WHERE name = $1 AND lease_owner = $2 AND record IS NOT NULL",
+                &[&name, &owner, &millis(due)],
+            )
+            .map(|_| ())
+        })?)
+    }
+
     fn list(&self) -> Result<Vec<Listed>, BoxError> {
         Ok(self.with(|c| {
             c.query(

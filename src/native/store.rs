@@ -92,6 +92,15 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     /// Every stored record, by name.
     fn list(&self) -> Result<Vec<Listed>, BoxError>;
 
+    /// Gives the lease up like [`Store::release`], and keeps the submission out of
+    /// [`Store::claim_due`] until `due`: a claim by name ([`Store::claim`]) still takes it at
+    /// once. For a submission that settled unsure, so that workers polling for due ones do not
+    /// take it up again at every poll. The default releases it (due at once).
+    fn defer(&self, name: &str, owner: &str, due: Timestamp) -> Result<(), BoxError> {
+        let _ = due;
+        self.release(name, owner)
+    }
+
     /// Takes the lease `lease` on up to `limit` stored submissions that no one holds (never
     /// leased, released, or run out at `now`), oldest lease first, and answers them with their
     /// records. Two callers at once get different submissions. The default claims them one by
