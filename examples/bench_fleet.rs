@@ -8,42 +8,19 @@
 //! `bench_fleet --instance STORE TICKETS_URL FIRST COUNT`, sending 32 at once.
 
 #[cfg(not(all(target_arch = "wasm32", any(target_os = "unknown", target_os = "none"))))]
+#[path = "support/server.rs"]
+mod server;
+
+#[cfg(not(all(target_arch = "wasm32", any(target_os = "unknown", target_os = "none"))))]
 mod app {
-    use std::process::{Child, Command, Stdio};
+    use super::server::Server;
+    use std::process::{Child, Command};
     use std::sync::Arc;
     use std::time::{Duration, Instant};
 
     use oncekey::{Client, PostgresStore, RetryPolicy, SqliteStore, Store};
 
     const IN_FLIGHT: usize = 32;
-
-    struct Server(Child, String);
-
-    impl Server {
-        fn start(bin: &str) -> Server {
-            let mut child = Command::new(bin)
-                .args(["--addr", "127.0.0.1:0", "--db", ":memory:"])
-                .stdout(Stdio::piped())
-                .stderr(Stdio::null())
-                .spawn()
-                .expect("start the server");
-            let mut line = String::new();
-            std::io::BufRead::read_line(
-                &mut std::io::BufReader::new(child.stdout.take().expect("stdout")),
-                &mut line,
-            )
-            .expect("the server's first line");
-            let url = line.trim().trim_start_matches("listening on ").to_owned();
-            Server(child, format!("{url}/api/tickets"))
-        }
-    }
-
-    impl Drop for Server {
-        fn drop(&mut self) {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
 
     /// One client process: sends `count` submissions from number `first` on, `IN_FLIGHT` at a
     /// time, and exits non-zero unless every one succeeded.
@@ -156,11 +133,12 @@ mod app {
         };
         let n: usize = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(2000);
         let server = Server::start(server_bin);
+        let tickets = format!("{}/api/tickets", server.url);
         let dir = tempfile::tempdir().expect("temp dir");
         // Warm-up (connections, server caches), not counted.
         run(
             &dir.path().join("warm.db").display().to_string(),
-            &server.1,
+            &tickets,
             200,
             1,
         );
@@ -168,7 +146,7 @@ mod app {
         println!("fleet: {n} submissions against the reference server, {IN_FLIGHT} in flight per process (best of 2)");
         let best = |store: &dyn Fn(usize) -> String, processes: usize| {
             (0..2)
-                .map(|round| run(&store(round), &server.1, n, processes))
+                .map(|round| run(&store(round), &tickets, n, processes))
                 .fold(0.0, f64::max)
         };
         let sqlite = best(

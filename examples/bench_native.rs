@@ -9,8 +9,13 @@
 //! a process's own.
 
 #[cfg(not(all(target_arch = "wasm32", any(target_os = "unknown", target_os = "none"))))]
+#[path = "support/server.rs"]
+mod server;
+
+#[cfg(not(all(target_arch = "wasm32", any(target_os = "unknown", target_os = "none"))))]
 mod app {
-    use std::process::{Child, Command, Stdio};
+    use super::server::Server;
+    use std::process::Command;
     use std::sync::Arc;
     use std::time::{Duration, Instant};
 
@@ -18,37 +23,6 @@ mod app {
 
     const CONCURRENCY: usize = 64;
     const ROUNDS: usize = 3;
-
-    struct Server {
-        child: Child,
-        url: String,
-    }
-
-    impl Server {
-        fn start(bin: &str) -> Server {
-            let mut child = Command::new(bin)
-                .args(["--addr", "127.0.0.1:0", "--db", ":memory:"])
-                .stdout(Stdio::piped())
-                .stderr(Stdio::null())
-                .spawn()
-                .expect("start the server");
-            let mut line = String::new();
-            std::io::BufRead::read_line(
-                &mut std::io::BufReader::new(child.stdout.take().unwrap()),
-                &mut line,
-            )
-            .unwrap();
-            let url = line.trim().trim_start_matches("listening on ").to_owned();
-            Server { child, url }
-        }
-    }
-
-    impl Drop for Server {
-        fn drop(&mut self) {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
 
     fn body(i: usize) -> serde_json::Value {
         serde_json::json!({
