@@ -19,11 +19,13 @@ pub fn fresh(test: &str) -> Option<PgDb> {
     let cluster = match std::env::var("ONCEKEY_PG_URL") {
         Ok(url) if !url.is_empty() => url,
         _ => {
-            let line = format!(
+            // Straight to the process's stderr, past the test harness's capture (which takes
+            // what `eprintln!` prints), so the skip shows in `cargo test`'s output.
+            use std::io::Write;
+            let _ = writeln!(
+                std::io::stderr(),
                 "SKIPPED {test}: no PostgreSQL (ONCEKEY_PG_URL is unset; make test starts one)"
             );
-            eprintln!("{line}");
-            println!("{line}");
             return None;
         }
     };
