@@ -268,6 +268,18 @@ The answer's body goes to stdout; a one-line summary to stderr.";
         code(s.outcome())
     }
 
+    /// Reports how the stored submission `name` ended, or why it could not go on; its exit
+    /// code.
+    fn report_result(name: &str, result: &oncekey::Result<Settlement>) -> u8 {
+        match result {
+            Ok(s) => report(s),
+            Err(e) => {
+                eprintln!("oncekey: {name}: {e}");
+                error_code(e)
+            }
+        }
+    }
+
     async fn send(args: Send) -> Result<u8, (String, u8)> {
         let plain = |e: String| (e, FAILED);
         let client = client(&args.options).map_err(plain)?;
@@ -320,13 +332,7 @@ The answer's body goes to stdout; a one-line summary to stderr.";
                 .await
                 .map_err(|e| (e.to_string(), FAILED))?;
             for p in pending {
-                let c = match client.try_again(&p.name).await {
-                    Ok(s) => report(&s),
-                    Err(e) => {
-                        eprintln!("oncekey: {}: {e}", p.name);
-                        error_code(&e)
-                    }
-                };
+                let c = report_result(&p.name, &client.try_again(&p.name).await);
                 worst = worst.max(c);
             }
         } else {
@@ -338,14 +344,7 @@ The answer's body goes to stdout; a one-line summary to stderr.";
                 eprintln!("oncekey: nothing pending");
             }
             for r in resumed {
-                let c = match &r.result {
-                    Ok(s) => report(s),
-                    Err(e) => {
-                        eprintln!("oncekey: {}: {e}", r.name);
-                        error_code(e)
-                    }
-                };
-                worst = worst.max(c);
+                worst = worst.max(report_result(&r.name, &r.result));
             }
         }
         Ok(worst)
@@ -361,13 +360,7 @@ The answer's body goes to stdout; a one-line summary to stderr.";
             let resumed = client.resume_due(args.batch).await.map_err(failed)?;
             let found = !resumed.is_empty();
             for r in resumed {
-                let c = match &r.result {
-                    Ok(s) => report(s),
-                    Err(e) => {
-                        eprintln!("oncekey: {}: {e}", r.name);
-                        error_code(e)
-                    }
-                };
+                let c = report_result(&r.name, &r.result);
                 if c == code(Outcome::Unsure) {
                     unsure.insert(r.name.clone());
                 } else {
