@@ -50,15 +50,7 @@ fn post(
 }
 
 async fn get_json(client: &reqwest::Client, server: &str, path: &str, tenant: &str) -> Value {
-    client
-        .get(format!("{server}{path}"))
-        .header("X-Tenant", tenant)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap()
+    common::get_json(client, &format!("{server}{path}"), tenant).await
 }
 
 /// The tenant's tickets, counted in the database.

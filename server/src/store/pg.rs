@@ -213,17 +213,19 @@ fn insert_receipt(
     st: &Statements,
     c: &ClaimRequest,
 ) -> Result<u64, postgres::Error> {
-    client.execute(
-        &st.insert_receipt,
-        &[
-            &c.tenant,
-            &c.key,
-            &c.fingerprint,
-            &c.token,
-            &c.lease_until,
-            &c.now,
-        ],
-    )
+    client.execute(&st.insert_receipt, &claim_params(c))
+}
+
+/// The parameters of the statements that write a claim (`insert_receipt`, `renew_receipt`).
+fn claim_params(c: &ClaimRequest) -> [&(dyn postgres::types::ToSql + Sync); 6] {
+    [
+        &c.tenant,
+        &c.key,
+        &c.fingerprint,
+        &c.token,
+        &c.lease_until,
+        &c.now,
+    ]
 }
 
 /// Creates the schema on an empty database, or checks its version.
@@ -468,17 +470,7 @@ impl Tx for PgTx<'_> {
             return match found.decide(c)? {
                 Decision::Answer(claim) => Ok(claim),
                 Decision::Renew => {
-                    self.client.execute(
-                        &st.renew_receipt,
-                        &[
-                            &c.tenant,
-                            &c.key,
-                            &c.fingerprint,
-                            &c.token,
-                            &c.lease_until,
-                            &c.now,
-                        ],
-                    )?;
+                    self.client.execute(&st.renew_receipt, &claim_params(c))?;
                     Ok(Claim::Taken { took_over: false })
                 }
                 Decision::TakeOver => {

@@ -102,15 +102,7 @@ impl Desk {
 
     /// A GET for this desk's tenant, its answer read as JSON.
     async fn get_json<T: serde::de::DeserializeOwned>(&self, path: &str) -> T {
-        self.client
-            .get(self.url(path))
-            .header("X-Tenant", &self.tenant)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap()
+        get_json(&self.client, &self.url(path), &self.tenant).await
     }
 
     pub async fn stats(&self) -> Value {
@@ -206,6 +198,23 @@ pub async fn send_until_definite(make: impl Fn() -> reqwest::RequestBuilder) -> 
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     panic!("no definite answer after 500 tries");
+}
+
+/// A GET of `url` for `tenant`, its answer read as JSON.
+pub async fn get_json<T: serde::de::DeserializeOwned>(
+    client: &reqwest::Client,
+    url: &str,
+    tenant: &str,
+) -> T {
+    client
+        .get(url)
+        .header("X-Tenant", tenant)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
 }
 
 /// Sends `requests` at once and returns, with their tasks still running, as soon as a quarter of

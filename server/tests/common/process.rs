@@ -21,23 +21,34 @@ fn command(db: &OsStr, args: &[&str]) -> Command {
     command
 }
 
+/// Starts the server with its stderr going to `stderr`, and reads its first line (empty when
+/// it exited without one).
+fn spawn(db: &OsStr, args: &[&str], stderr: Stdio) -> (Child, String) {
+    let mut child = command(db, args)
+        .stdout(Stdio::piped())
+        .stderr(stderr)
+        .spawn()
+        .expect("the server binary starts");
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    (child, line)
+}
+
 impl Process {
     /// Starts the server on `db` with `args`, and reads its address from its first line.
     pub fn start(db: impl AsRef<OsStr>, args: &[&str]) -> Process {
         let logs = std::env::var_os("ONCEKEY_TEST_SERVER_LOGS").is_some();
-        let mut child = command(db.as_ref(), args)
-            .stdout(Stdio::piped())
-            .stderr(if logs {
+        let (child, line) = spawn(
+            db.as_ref(),
+            args,
+            if logs {
                 Stdio::inherit()
             } else {
                 Stdio::null()
-            })
-            .spawn()
-            .expect("the server binary starts");
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
+            },
+        );
         let url = line
             .trim()
             .strip_prefix("listening on ")
@@ -61,15 +72,7 @@ impl Drop for Process {
 
 /// Starts the server expecting it to refuse: its exit code and what it wrote on stderr.
 pub fn refused(db: impl AsRef<OsStr>, args: &[&str]) -> (Option<i32>, String) {
-    let mut child = command(db.as_ref(), args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("the server binary starts");
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
+    let (mut child, line) = spawn(db.as_ref(), args, Stdio::piped());
     if !line.is_empty() {
         let _ = child.kill();
         let _ = child.wait();
