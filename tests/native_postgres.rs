@@ -12,6 +12,7 @@ use std::collections::HashSet;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use oncekey::core::Record;
 use oncekey::{Client, Lease, Outcome, PostgresStore, Store, Timestamp};
 use support::*;
 
@@ -22,6 +23,18 @@ fn client(url: &str) -> Client {
         .timeout(Duration::from_secs(5))
         .build()
         .expect("client")
+}
+
+/// Enqueues `records` in one transaction of the database at `url`, as an application would.
+fn enqueue_all(url: &str, records: &[Record]) {
+    pg_blocking(|| {
+        let mut db = postgres::Client::connect(url, postgres::NoTls).unwrap();
+        let mut tx = db.transaction().unwrap();
+        for r in records {
+            PostgresStore::enqueue(&mut tx, r).unwrap();
+        }
+        tx.commit().unwrap();
+    })
 }
 
 fn rows(url: &str, sql: &str) -> i64 {
@@ -128,22 +141,15 @@ async fn due_submissions_are_split_between_claimers_through_the_index() {
                 .unwrap()
         })
         .collect();
-    let u = url.clone();
-    let plan = tokio::task::spawn_blocking(move || {
-        let mut db = postgres::Client::connect(&u, postgres::NoTls).unwrap();
-        let mut tx = db.transaction().unwrap();
-        for r in &records {
-            PostgresStore::enqueue(&mut tx, r).unwrap();
-        }
-        tx.commit().unwrap();
+    enqueue_all(&url, &records);
+    let plan = pg_blocking(|| {
+        let mut db = postgres::Client::connect(&url, postgres::NoTls).unwrap();
         db.batch_execute("ANALYZE oncekey_pending").unwrap();
-        PostgresStore::connect(&u)
+        PostgresStore::connect(&url)
             .unwrap()
             .explain_claim_due()
             .unwrap()
-    })
-    .await
-    .unwrap();
+    });
     let plan = plan.join("\n");
     assert!(
         plan.contains("Index Scan using oncekey_pending_due"),
@@ -229,17 +235,7 @@ async fn a_fleet_of_three_with_one_killed_makes_one_ticket_per_submission() {
         })
         .collect();
     let keys: HashSet<String> = records.iter().map(|r| r.key.to_string()).collect();
-    let u = url.clone();
-    tokio::task::spawn_blocking(move || {
-        let mut db = postgres::Client::connect(&u, postgres::NoTls).unwrap();
-        let mut tx = db.transaction().unwrap();
-        for r in &records {
-            PostgresStore::enqueue(&mut tx, r).unwrap();
-        }
-        tx.commit().unwrap();
-    })
-    .await
-    .unwrap();
+    enqueue_all(&url, &records);
 
     let mut fleet: Vec<Worker> = (0..3).map(|_| worker(&url)).collect();
     // Kill one instance once the fleet is well under way, holding leases.
@@ -325,13 +321,7 @@ async fn an_unsure_submission_is_set_aside_from_polls_but_try_again_takes_it_at_
         .unwrap()
         .record()
         .unwrap();
-    let u = url.clone();
-    tokio::task::spawn_blocking(move || {
-        let mut db = postgres::Client::connect(&u, postgres::NoTls).unwrap();
-        PostgresStore::enqueue(&mut db, &record).unwrap();
-    })
-    .await
-    .unwrap();
+    enqueue_all(&url, std::slice::from_ref(&record));
 
     let first = client.resume_due(10).await.unwrap();
     assert_eq!(first.len(), 1);

@@ -738,20 +738,28 @@ impl Client {
         match self.begin(name, job, stored) {
             Ok(Some(sub)) => self.drive(name, sub).await,
             Ok(None) => {
-                self.release(name).await;
+                self.release(name, None).await;
                 Err(Error::request(format!("nothing is stored under {name:?}")).with_name(name))
             }
             Err(e) => {
-                self.release(name).await;
+                self.release(name, None).await;
                 Err(e)
             }
         }
     }
 
-    async fn release(&self, name: &str) {
+    /// Gives the lease on `name` up: for anyone at once (`None`), or keeping the submission out
+    /// of [`Store::claim_due`] until `due` ([`Store::defer`]).
+    async fn release(&self, name: &str, due: Option<Timestamp>) {
         let n = name.to_owned();
         let owner = self.inner.owner.clone();
-        if let Err(e) = self.store_call(move |s| s.release(&n, &owner)).await {
+        let released = self
+            .store_call(move |s| match due {
+                None => s.release(&n, &owner),
+                Some(due) => s.defer(&n, &owner, due),
+            })
+            .await;
+        if let Err(e) = released {
             tracing::warn!(
                 name,
                 "the lease could not be released (it runs out by itself): {e}"
@@ -864,15 +872,8 @@ impl Client {
                     Action::Settled(settled) => {
                         if settled.outcome == Outcome::Unsure {
                             // Kept, and set aside from resume_due for as long as a lease lasts.
-                            let (n, owner) = (name.to_owned(), self.inner.owner.clone());
                             let due = self.lease_until(now()).until;
-                            if let Err(e) = self.store_call(move |s| s.defer(&n, &owner, due)).await
-                            {
-                                tracing::warn!(
-                                    name,
-                                    "the lease could not be released (it runs out by itself): {e}"
-                                );
-                            }
+                            self.release(name, Some(due)).await;
                         }
                         let (headers, body) = last.take().unwrap_or_default();
                         return Ok(Settlement {
@@ -935,7 +936,7 @@ impl Client {
             }
             // The core always sends, waits or settles (a restored record whose round is spent
             // settles unsure): reaching here is a bug, so say so rather than hang.
-            self.release(name).await;
+            self.release(name, None).await;
             return Err(Error::request(format!(
                 "the submission {name:?} neither sent, waited nor settled"
             )));
