@@ -15,6 +15,14 @@ fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
 
+/// Runs the command, which must fail (exit 1) with a message containing `needle`.
+fn fails_with(args: &[&str], needle: &str) {
+    let out = oncekey(args);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains(needle), "expected {needle:?} in: {stderr}");
+}
+
 #[test]
 fn help_explains_the_outcomes() {
     let out = oncekey(&["send", "--help"]);
@@ -120,70 +128,59 @@ fn send_resume_list_and_discard_with_exit_codes() {
     assert!(text(&out.stderr).contains("nothing pending"));
 
     // Failures are non-zero with a clear message.
-    let out = oncekey(&[
-        "send", "--store", store, "--name", "t4", "--json", "{oops", "POST", &url,
-    ]);
-    assert_eq!(out.status.code(), Some(1));
-    assert!(
-        text(&out.stderr).contains("error:"),
-        "{}",
-        text(&out.stderr)
+    fails_with(
+        &[
+            "send", "--store", store, "--name", "t4", "--json", "{oops", "POST", &url,
+        ],
+        "error:",
     );
-    let out = oncekey(&[
-        "send",
-        "--store",
+    fails_with(
+        &[
+            "send",
+            "--store",
+            "/nonexistent/dir/p.db",
+            "--name",
+            "t5",
+            "POST",
+            &url,
+        ],
         "/nonexistent/dir/p.db",
-        "--name",
-        "t5",
-        "POST",
-        &url,
-    ]);
-    assert_eq!(out.status.code(), Some(1));
-    assert!(
-        text(&out.stderr).contains("/nonexistent/dir/p.db"),
-        "{}",
-        text(&out.stderr)
     );
-    let out = oncekey(&[
-        "send",
-        "--store",
-        store,
-        "--name",
-        "t6",
-        "--secret-header",
-        "Authorization=NOT_SET_ANYWHERE",
-        "POST",
-        &url,
-    ]);
-    assert_eq!(out.status.code(), Some(1));
-    assert!(text(&out.stderr).contains("NOT_SET_ANYWHERE"));
-    let out = oncekey(&[
-        "send",
-        "--store",
-        store,
-        "--name",
-        "t7",
-        "-H",
-        "Authorization: Bearer x",
-        "POST",
-        &url,
-    ]);
-    assert_eq!(out.status.code(), Some(1));
-    assert!(
-        text(&out.stderr).contains("secret"),
-        "{}",
-        text(&out.stderr)
+    fails_with(
+        &[
+            "send",
+            "--store",
+            store,
+            "--name",
+            "t6",
+            "--secret-header",
+            "Authorization=NOT_SET_ANYWHERE",
+            "POST",
+            &url,
+        ],
+        "NOT_SET_ANYWHERE",
+    );
+    fails_with(
+        &[
+            "send",
+            "--store",
+            store,
+            "--name",
+            "t7",
+            "-H",
+            "Authorization: Bearer x",
+            "POST",
+            &url,
+        ],
+        "secret",
     );
 
     // A corrupt store file: a clear error naming it.
     let junk = dir.path().join("junk.db");
     std::fs::write(&junk, "not a database ".repeat(500)).unwrap();
-    let out = oncekey(&["resume", "--store", junk.to_str().unwrap()]);
-    assert_eq!(out.status.code(), Some(1));
-    assert!(
-        text(&out.stderr).contains("not a SQLite database"),
-        "{}",
-        text(&out.stderr)
+    fails_with(
+        &["resume", "--store", junk.to_str().unwrap()],
+        "not a SQLite database",
     );
 
     let rt = tokio::runtime::Runtime::new().unwrap();
