@@ -4,9 +4,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# tools/package.json pins binaryen; scripts/setup.sh installs it (and this does, if missing).
+# tools/package.json pins binaryen and terser; scripts/setup.sh installs them (and this does, if
+# missing).
 WASM_OPT=tools/node_modules/binaryen/bin/wasm-opt
-if [ ! -f "$WASM_OPT" ]; then
+if [ ! -f "$WASM_OPT" ] || [ ! -d tools/node_modules/terser ]; then
   npm ci --prefix tools --no-audit --no-fund --loglevel=error
 fi
 
@@ -120,26 +121,35 @@ for (const path of ['pkg/oncekey.d.ts', 'pkg/oncekey_bg.wasm.d.ts']) {
 const moduleKey = `"${MODULE}": import0`;
 if (js.split(moduleKey).length !== 2) fail('the import object is not where it was');
 js = js.replace(moduleKey, '"w": import0');
-// The glue and the snippets (src/web/*.js) have no multi-line strings or comments after code
-// (checked), so whole-line comments, indentation and blank lines can go.
-const strip = (path, text) => {
-  text = text.replace(/^[ \t]*\/\*\*[\s\S]*?\*\/[ \t]*\n/gm, '').replace(/^[ \t]*\/\/.*\n/gm, '');
-  if (text.split('\n').some((line) => line.split('`').length % 2 === 0)) {
-    fail(`a multi-line template string in ${path}`);
-  }
-  return text.replace(/^[ \t]+/gm, '').replace(/\n+/g, '\n');
-};
 fs.writeFileSync(wasmPath, Buffer.concat(out));
-fs.writeFileSync(jsPath, strip(jsPath, js));
+fs.writeFileSync(jsPath, js);
+console.log(`glue: ${renames.size} names shortened`);
+JS
+
+# The package's API is JavaScript (src/web/browser.js, shipped in snippets/ by wasm-bindgen): the
+# glue re-exports it, beside `init`. Then terser minifies the glue and the snippets: the page
+# downloads them on every load, and their comments and long names are most of their bytes.
+node - pkg/oncekey.js <<'JS'
+const fs = require('fs');
+const { minify } = require('./tools/node_modules/terser');
+const jsPath = process.argv[2];
+const fail = (why) => { console.error(`build-pkg.sh: ${why}`); process.exit(1); };
 const snippets = (dir) =>
   fs.readdirSync(dir, { withFileTypes: true }).flatMap((e) => {
     const path = `${dir}/${e.name}`;
     return e.isDirectory() ? snippets(path) : path.endsWith('.js') ? [path] : [];
   });
-if (fs.existsSync('pkg/snippets')) {
-  for (const path of snippets('pkg/snippets')) {
-    fs.writeFileSync(path, strip(path, fs.readFileSync(path, 'utf8')));
+const files = snippets('pkg/snippets');
+const driver = files.filter((p) => p.endsWith('/src/web/browser.js'));
+if (driver.length !== 1) fail(`${driver.length} copies of src/web/browser.js in pkg/snippets`);
+const glue = fs.readFileSync(jsPath, 'utf8') +
+  `\nexport { Submitter, attachForm, autoAttach } from './${driver[0].slice('pkg/'.length)}';\n`;
+(async () => {
+  for (const [path, text] of [[jsPath, glue], ...files.map((p) => [p, fs.readFileSync(p, 'utf8')])]) {
+    const out = await minify(text, { module: true, compress: { passes: 2 }, mangle: true, format: { comments: false } });
+    if (typeof out.code !== 'string') fail(`terser gave nothing for ${path}`);
+    fs.writeFileSync(path, out.code + '\n');
   }
-}
-console.log(`glue: ${renames.size} names shortened`);
+  console.log(`terser: ${files.length + 1} files minified`);
+})().catch((e) => fail(String(e)));
 JS

@@ -15,10 +15,7 @@ pub mod core;
 #[cfg(all(target_arch = "wasm32", any(target_os = "unknown", target_os = "none")))]
 mod web;
 #[cfg(all(target_arch = "wasm32", any(target_os = "unknown", target_os = "none")))]
-pub use crate::web::{
-    attach_form, auto_attach, Credentials, Error, Event, FormKit, ListenerId, Options, Result,
-    Settling, StorageKind, Submitted, Submitter,
-};
+pub use crate::web::{install, Submitter};
 
 pub use crate::core::{
     Encoding, Key, KeyError, KeyFormat, Outcome, Request, RetryPolicy, State, Timestamp,

@@ -8,7 +8,6 @@
 #![cfg(target_arch = "wasm32")]
 
 use js_sys::{Promise, Reflect, JSON};
-use oncekey::core::body::Value;
 use oncekey::Submitter;
 use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::JsFuture;
@@ -116,12 +115,13 @@ fn listen(s: &Submitter) -> js_sys::Array {
     let f = Closure::<dyn FnMut(JsValue)>::new(move |e: JsValue| {
         sink.push(&e);
     });
-    s.on_change_js(f.into_js_value()).unwrap();
+    s.on_change(f.as_ref().unchecked_ref()).unwrap();
+    f.forget();
     events
 }
 
 fn state(s: &Submitter) -> String {
-    s.state_js().as_string().unwrap()
+    s.state()
 }
 
 struct Case {
@@ -149,7 +149,7 @@ impl Case {
     }
 
     fn submitter(&self, extra: &str) -> Submitter {
-        Submitter::new(&self.name, self.options(extra)).expect("valid options")
+        Submitter::new(&self.name, &self.options(extra)).expect("valid options")
     }
 
     fn plan(&self, faults: &[&str]) {
@@ -224,7 +224,7 @@ async fn settle(p: Promise) -> Result<JsValue, JsValue> {
 }
 
 async fn submit(s: &Submitter, body: &str) -> JsValue {
-    settle(s.submit_js(json(body)))
+    settle(s.submit(&json(body)))
         .await
         .expect("submit resolves")
 }
@@ -377,18 +377,18 @@ async fn a_fresh_submitter_with_the_same_name_finishes_the_pending_one() {
     // The "reloaded page": a new submitter of the same name, storage as it was left.
     let s = case.submitter("");
     assert_eq!(state(&s), "unsure");
-    let pending = s.pending_js();
+    let pending = s.pending();
     assert_eq!(text(&pending, "key"), key);
     assert_eq!(text(&get(&pending, "body"), "subject"), "Printer on fire");
     assert_eq!(number(&pending, "attempts"), 1.0);
-    let result = settle(s.try_again_js()).await.unwrap();
+    let result = settle(s.try_again()).await.unwrap();
     assert_eq!(text(&result, "outcome"), "succeeded");
     assert_eq!(text(&result, "key"), key);
     assert_eq!(number(&result, "attempts"), 2.0);
     assert_eq!(case.keys(), [key.clone(), key]);
     assert_eq!(case.tickets().await, 1.0);
     assert_eq!(case.stored(), None);
-    assert!(s.pending_js().is_null());
+    assert!(s.pending().is_null());
 }
 
 #[test]
@@ -398,7 +398,7 @@ async fn a_different_body_is_refused_and_leaves_the_pending_record_untouched() {
     let before = case.stored().unwrap();
     let s = case.submitter("");
     let other = r#"{"subject":"Another","body":"x","email":"ana@example.com"}"#;
-    let err = settle(s.submit_js(json(other))).await.unwrap_err();
+    let err = settle(s.submit(&json(other))).await.unwrap_err();
     assert_eq!(text(&err, "code"), "pending");
     let message = error_message(&err);
     assert!(
@@ -423,8 +423,8 @@ async fn a_different_body_is_refused_and_leaves_the_pending_record_untouched() {
 async fn a_double_submit_sends_one_request() {
     let case = Case::new("double");
     let s = case.submitter("");
-    let first = s.submit_js(json(TICKET));
-    let second = s.submit_js(json(TICKET));
+    let first = s.submit(&json(TICKET));
+    let second = s.submit(&json(TICKET));
     let (first, second) = (settle(first).await.unwrap(), settle(second).await.unwrap());
     assert_eq!(text(&first, "outcome"), "succeeded");
     assert_eq!(text(&first, "key"), text(&second, "key"));
@@ -450,7 +450,7 @@ async fn blocked_storage_degrades_to_memory_and_still_submits_once() {
         warnings[0]
     );
     assert!(warnings[0].contains("SecurityError"), "{}", warnings[0]);
-    assert!(s.is_memory());
+    assert_eq!(s.storage(), "memory");
     let result = submit(&s, TICKET).await;
     assert_eq!(text(&result, "outcome"), "succeeded");
     assert_eq!(case.keys().len(), 1);
@@ -501,7 +501,7 @@ async fn corrupt_and_foreign_records_are_removed_with_a_warning() {
         assert_eq!(warnings.len(), 1, "{stored}: {warnings:?}");
         assert!(warnings[0].contains("was removed"), "{}", warnings[0]);
         assert_eq!(case.stored(), None, "{stored}");
-        assert!(s.pending_js().is_null());
+        assert!(s.pending().is_null());
         assert_eq!(state(&s), "idle");
     }
     // And the submitter still works.
@@ -531,7 +531,7 @@ async fn unsure_after_the_budget_then_try_again_succeeds_with_the_same_key() {
     assert!(case.stored().is_some(), "still stored while unsure");
     assert_eq!(case.tickets().await, 0.0);
     case.plan(&[]);
-    let again = settle(s.try_again_js()).await.unwrap();
+    let again = settle(s.try_again()).await.unwrap();
     assert_eq!(text(&again, "outcome"), "succeeded");
     assert_eq!(text(&again, "key"), text(&result, "key"));
     assert!(all_equal(&case.keys()));
@@ -549,7 +549,7 @@ async fn bodies_json_cannot_carry_are_refused_before_anything_is_stored_or_sent(
         (with_function(), "a function at \"onClick\""),
         (JsValue::UNDEFINED, "undefined"),
     ] {
-        let err = settle(s.submit_js(body)).await.unwrap_err();
+        let err = settle(s.submit(&body)).await.unwrap_err();
         assert_eq!(text(&err, "code"), "body");
         let message = error_message(&err);
         assert!(message.contains(expected), "{message}");
@@ -578,7 +578,7 @@ async fn a_discard_forgets_the_pending_submission_and_the_next_gets_a_new_key() 
     let s = case.submitter("");
     s.discard();
     assert_eq!(case.stored(), None);
-    assert!(s.pending_js().is_null());
+    assert!(s.pending().is_null());
     let result = submit(&s, TICKET).await;
     assert_eq!(text(&result, "outcome"), "succeeded");
     assert_ne!(text(&result, "key"), key);
@@ -609,7 +609,7 @@ async fn two_submitters_resuming_one_record_send_one_at_a_time() {
     case.plan(&["delay=500"]);
     let a = case.submitter(r#""resume":true"#);
     let b = case.submitter(r#""resume":true"#);
-    let (ra, rb) = (a.submit_js(json(TICKET)), b.submit_js(json(TICKET)));
+    let (ra, rb) = (a.submit(&json(TICKET)), b.submit(&json(TICKET)));
     let (ra, rb) = (settle(ra).await.unwrap(), settle(rb).await.unwrap());
     assert_eq!(text(&ra, "outcome"), "succeeded");
     assert_eq!(text(&rb, "outcome"), "succeeded");
@@ -625,7 +625,7 @@ async fn a_discard_while_sending_aborts_and_answers_the_waiting_caller() {
     let case = Case::new("abort");
     case.plan(&["delay=800"]);
     let s = case.submitter("");
-    let waiting = s.submit_js(json(TICKET));
+    let waiting = s.submit(&json(TICKET));
     JsFuture::from(sleep(100)).await.unwrap();
     assert_eq!(state(&s), "sending");
     s.discard();
@@ -641,11 +641,9 @@ async fn secrets_go_with_every_attempt_and_never_to_storage() {
     let case = Case::new("secret");
     case.plan(&["fail-before"]);
     let s = case.submitter("");
-    s.set_secrets(vec![(
-        "email".into(),
-        Value::String("ana@example.com".into()),
-    )]);
-    let waiting = s.submit_js(json(r#"{"subject":"Printer","body":"3rd floor"}"#));
+    s.set_secrets(&json(r#"{"email":"ana@example.com"}"#))
+        .unwrap();
+    let waiting = s.submit(&json(r#"{"subject":"Printer","body":"3rd floor"}"#));
     let stored = case.stored().expect("stored before the first byte is sent");
     assert!(
         stored.contains("Printer") && !stored.contains("ana@"),
@@ -670,17 +668,17 @@ async fn another_secret_after_a_reload_is_a_conflict_never_retried() {
     // the person types another secret, so the same key now comes with another body: 422.
     let case = Case::new("conflict");
     case.plan(&["delay=1000"]);
-    let secret = |v: &str| vec![("email".to_owned(), Value::String(v.to_owned()))];
+    let secret = |v: &str| json(&format!(r#"{{"email":"{v}"}}"#));
     let body = r#"{"subject":"Printer","body":"3rd floor"}"#;
     let first = case.submitter(r#""timeoutMs":200,"retry":{"attempts":1}"#);
-    first.set_secrets(secret("ana@example.com"));
+    first.set_secrets(&secret("ana@example.com")).unwrap();
     let unsure = submit(&first, body).await;
     assert_eq!(text(&unsure, "outcome"), "unsure");
     drop(first);
     JsFuture::from(sleep(1200)).await.unwrap(); // the server finishes the first attempt
     let again = case.submitter("");
-    again.set_secrets(secret("bob@example.com"));
-    let result = settle(again.try_again_js()).await.unwrap();
+    again.set_secrets(&secret("bob@example.com")).unwrap();
+    let result = settle(again.try_again()).await.unwrap();
     assert_eq!(text(&result, "outcome"), "conflict");
     assert_eq!(number(&result, "status"), 422.0);
     assert_eq!(text(&result, "key"), text(&unsure, "key"));
@@ -736,11 +734,11 @@ async fn wrong_options_are_errors_that_name_the_option() {
         (r#"{"url":"/x","resume":"yes"}"#, "options.resume"),
     ];
     for (options, expected) in cases {
-        let err = Submitter::new("opts", json(options)).unwrap_err();
+        let err = Submitter::new("opts", &json(options)).unwrap_err();
         assert_eq!(text(&err, "code"), "option", "{options}");
         let message = error_message(&err);
         assert!(message.contains(expected), "{options}: {message}");
     }
-    assert!(Submitter::new("opts", JsValue::NULL).is_err());
+    assert!(Submitter::new("opts", &JsValue::NULL).is_err());
     let _ = JsFuture::from(sleep(0)).await;
 }

@@ -1,13 +1,16 @@
 //! # The JavaScript API
 //!
-//! What wasm-pack publishes as the npm package `oncekey`: the `Submitter` class, with real
-//! TypeScript types for its options, results and events (the custom section below).
+//! What the npm package `oncekey` exports besides `init`: the `Submitter` class and the form
+//! kit, written in JavaScript (`browser.js`) around the wasm core ([`machine`](super::machine)).
+//! Their TypeScript declarations are the custom section below (wasm-bindgen writes it into
+//! `oncekey.d.ts`), and `scripts/build-pkg.sh` re-exports them from the package's `oncekey.js`.
+//!
+//! For Rust programs in the browser, the same API as thin bindings, gloo's way: [`Submitter`]
+//! takes and gives JavaScript values, and its promises become futures with
+//! `wasm_bindgen_futures::JsFuture`.
 
-use js_sys::{Object, Promise, Reflect};
+use js_sys::{Function, Promise};
 use wasm_bindgen::prelude::*;
-
-use super::options;
-use super::submitter::{as_function, js_listener, to_json, Event, Submitted, Submitter};
 
 #[wasm_bindgen(typescript_custom_section)]
 const TS_TYPES: &'static str = r#"
@@ -58,6 +61,80 @@ export interface SubmitterOptions {
   resume?: boolean;
 }
 
+/**
+ * One named submission: one key per intended submission, kept in storage across retries and
+ * reloads until a definite answer. Make it after `await init()`.
+ */
+export declare class Submitter {
+  /** Throws an error naming a wrong option; never throws for storage problems (warnings). */
+  constructor(name: string, options: SubmitterOptions);
+  /** The name it was made with. */
+  readonly name: string;
+  /**
+   * Sends `body` once: resolves when the outcome is definite, or `unsure` when retries
+   * stopped. The same body while one is pending joins it. Rejects, with nothing stored or
+   * sent, for a body JSON cannot carry (code "body") or when another body is pending
+   * ("pending").
+   */
+  submit(body: unknown): Promise<SubmitResult>;
+  /** Resends the pending submission: same key, same body ("state" when nothing is pending). */
+  tryAgain(): Promise<SubmitResult>;
+  /**
+   * Drops an unconfirmed submission: the record is removed, an attempt under way is aborted,
+   * waiting calls reject ("discarded"), and the next submission gets a new key.
+   */
+  discard(): void;
+  /** The pending submission, or null. */
+  pending(): PendingSubmission | null;
+  /** The current state. */
+  readonly state: SubmitterState;
+  /** Where records are kept: the storage asked for, or "memory" once it could not be used. */
+  readonly storage: "session" | "local" | "memory";
+  /**
+   * Calls `listener` at once with the current state (and any warning from the constructor),
+   * then on every change. Returns a function that stops it.
+   */
+  onChange(listener: (change: SubmitterChange) => void): () => void;
+  /**
+   * Fields that are never stored (a password, a card number), merged into the JSON object body
+   * of every attempt from now on, in memory only; dropped when the submission settles or is
+   * discarded. After a reload, ask for them again and set them before `tryAgain()`.
+   */
+  setSecrets(fields: Record<string, unknown>): void;
+}
+
+/** Options of the form kit: the submitter's, and its own. */
+export interface FormKitOptions extends Partial<Omit<SubmitterOptions, "resume">> {
+  /** The submission's name; default: the form's `data-oncekey` attribute, or its id. */
+  name?: string;
+  /** Clear the form after a success; default true. */
+  clearOnSuccess?: boolean;
+  /** "Ticket #{id} created", with `{field}` from the answer, or a function of the answer. */
+  successMessage?: string | ((body: unknown) => string);
+  /** After a reload: resend at once ("auto", the default) or wait for "Try again" ("manual"). */
+  resume?: "auto" | "manual";
+}
+
+/** A form wired to a submitter. */
+export interface FormKit {
+  readonly submitter: Submitter;
+  /** Undoes everything the kit did; a pending submission stays stored. */
+  detach(): void;
+  /** "Try again", as the button does. */
+  tryAgain(): void;
+  /** "Discard", as the button does. */
+  discard(): void;
+}
+
+/**
+ * Wires `form` to a submitter: locks it while the outcome is unknown, restores it after a
+ * reload, says what is happening, offers "Try again". URL and method default to the form's.
+ */
+export declare function attachForm(form: HTMLFormElement, options?: FormKitOptions): FormKit;
+
+/** `attachForm` for every `<form data-oncekey="NAME">` on the page. */
+export declare function autoAttach(options?: FormKitOptions): FormKit[];
+
 /** How a submission ended, or why its retries stopped (`unsure`). */
 export interface SubmitResult {
   outcome: Outcome;
@@ -96,127 +173,55 @@ export interface SubmitterChange {
 }
 "#;
 
-fn object(fields: &[(&str, JsValue)]) -> JsValue {
-    let o = Object::new();
-    for (name, value) in fields {
-        // Setting a data property on a fresh plain object cannot fail.
-        let _ = Reflect::set(&o, &(*name).into(), value);
-    }
-    o.into()
-}
+#[wasm_bindgen(module = "/src/web/browser.js")]
+extern "C" {
+    /// One named submission: one key per intended submission, kept in storage across retries
+    /// and reloads until a definite answer (the package's `Submitter`; see the README).
+    #[derive(Debug, Clone)]
+    pub type Submitter;
 
-fn opt<T: Into<JsValue>>(value: Option<T>) -> JsValue {
-    value.map_or(JsValue::NULL, Into::into)
-}
+    #[wasm_bindgen(constructor, catch)]
+    fn construct(name: &str, options: &JsValue) -> Result<Submitter, JsValue>;
 
-fn result_to_js(s: &Submitted) -> JsValue {
-    object(&[
-        ("outcome", s.outcome.as_str().into()),
-        ("status", opt(s.status)),
-        ("key", s.key.as_str().into()),
-        ("body", s.body.clone()),
-        ("replayed", s.replayed.into()),
-        ("attempts", s.attempts.into()),
-        ("gaveUp", opt(s.gave_up.map(|g| g.as_str()))),
-    ])
-}
-
-pub(crate) fn event_to_js(e: &Event) -> JsValue {
-    let c = &e.change;
-    object(&[
-        ("state", c.state.as_str().into()),
-        ("key", opt(c.key.as_ref().map(|k| k.as_str()))),
-        ("attempts", c.attempts.into()),
-        (
-            "nextAttemptAt",
-            opt(c.next_attempt_at.map(|t| t.as_millis() as f64)),
-        ),
-        ("warning", opt(e.warning.as_deref())),
-    ])
-}
-
-fn settle_to_promise(settling: super::Result<super::Settling>) -> Promise {
-    let mut settling = match settling {
-        Err(e) => return Promise::reject(&e.into()),
-        Ok(settling) => Some(settling),
-    };
-    Promise::new(&mut |resolve, reject| {
-        if let Some(settling) = settling.take() {
-            settling.then(move |result| {
-                let _ = match result {
-                    Ok(s) => resolve.call1(&JsValue::NULL, &result_to_js(&s)),
-                    Err(e) => reject.call1(&JsValue::NULL, &e.into()),
-                };
-            });
-        }
-    })
-}
-
-#[wasm_bindgen]
-impl Submitter {
-    /// `new Submitter(name, options)`: throws an error naming a wrong option; never throws for
-    /// storage problems (they are warnings).
-    #[wasm_bindgen(constructor)]
-    pub fn new(
-        name: &str,
-        #[wasm_bindgen(unchecked_param_type = "SubmitterOptions")] options: JsValue,
-    ) -> Result<Submitter, JsValue> {
-        let options = options::from_js(&options)?;
-        Ok(Submitter::open(name, options)?)
-    }
-
-    /// Sends `body` once: resolves when the outcome is definite, or `unsure` when retries
-    /// stopped. Rejects, with nothing stored or sent, for a body JSON cannot carry or when
-    /// another body is pending.
-    #[wasm_bindgen(js_name = submit, unchecked_return_type = "Promise<SubmitResult>")]
-    pub fn submit_js(
-        &self,
-        #[wasm_bindgen(unchecked_param_type = "unknown")] body: JsValue,
-    ) -> Promise {
-        settle_to_promise(to_json(&body).and_then(|text| self.submit(&text)))
-    }
+    /// Sends `body` once; the promise resolves to the `SubmitResult` object, or rejects with an
+    /// `OncekeyError` (its `code`: `body`, `pending` or `discarded`).
+    #[wasm_bindgen(method)]
+    pub fn submit(this: &Submitter, body: &JsValue) -> Promise;
 
     /// Resends the pending submission: same key, same body.
-    #[wasm_bindgen(js_name = tryAgain, unchecked_return_type = "Promise<SubmitResult>")]
-    pub fn try_again_js(&self) -> Promise {
-        settle_to_promise(self.try_again())
-    }
+    #[wasm_bindgen(method, js_name = tryAgain)]
+    pub fn try_again(this: &Submitter) -> Promise;
 
-    /// The pending submission, or null.
-    #[wasm_bindgen(js_name = pending, unchecked_return_type = "PendingSubmission | null")]
-    pub fn pending_js(&self) -> JsValue {
-        match self.pending_record() {
-            None => JsValue::NULL,
-            Some(r) => object(&[
-                ("key", r.key.as_str().into()),
-                ("body", super::submitter::parse_body(&r.request.body)),
-                ("attempts", r.attempts.into()),
-                ("startedAt", (r.started_at.as_millis() as f64).into()),
-            ]),
-        }
-    }
+    /// Drops the unconfirmed submission; the next one gets a new key.
+    #[wasm_bindgen(method)]
+    pub fn discard(this: &Submitter);
 
-    /// The current state.
-    #[wasm_bindgen(getter, js_name = state, unchecked_return_type = "SubmitterState")]
-    pub fn state_js(&self) -> JsValue {
-        self.current_state().as_str().into()
-    }
+    /// The pending submission (`{ key, body, attempts, startedAt }`), or `null`.
+    #[wasm_bindgen(method)]
+    pub fn pending(this: &Submitter) -> JsValue;
 
-    /// Calls `listener` at once with the current state (and any warning from the constructor),
-    /// then on every change. Returns a function that stops it.
-    #[wasm_bindgen(js_name = onChange, unchecked_return_type = "() => void")]
-    pub fn on_change_js(
-        &self,
-        #[wasm_bindgen(unchecked_param_type = "(change: SubmitterChange) => void")]
-        listener: JsValue,
-    ) -> Result<JsValue, JsValue> {
-        let Some(listener) = as_function(listener) else {
-            return Err(super::Error::option("onChange needs a function").into());
-        };
-        let id = self.on_change(js_listener(listener));
-        let weak = self.weak();
-        Ok(Closure::once_into_js(move || {
-            Submitter::off_weak(&weak, id)
-        }))
+    /// The current state: `idle`, `sending`, `waiting`, `unsure` or an outcome.
+    #[wasm_bindgen(method, getter)]
+    pub fn state(this: &Submitter) -> String;
+
+    /// Where records are kept: `session`, `local`, or `memory` (asked for, or degraded).
+    #[wasm_bindgen(method, getter)]
+    pub fn storage(this: &Submitter) -> String;
+
+    /// Calls `listener` with every change (now first); returns the function that stops it.
+    #[wasm_bindgen(method, catch, js_name = onChange)]
+    pub fn on_change(this: &Submitter, listener: &Function) -> Result<Function, JsValue>;
+
+    /// Fields never stored, merged into every attempt's JSON object body.
+    #[wasm_bindgen(method, catch, js_name = setSecrets)]
+    pub fn set_secrets(this: &Submitter, fields: &JsValue) -> Result<(), JsValue>;
+}
+
+impl Submitter {
+    /// `new Submitter(name, options)`: an `OncekeyError` naming a wrong option; never an error
+    /// for storage problems (they are warnings, through `on_change`).
+    pub fn new(name: &str, options: &JsValue) -> Result<Submitter, JsValue> {
+        super::machine::install();
+        Submitter::construct(name, options)
     }
 }

@@ -1,20 +1,28 @@
-// The browser driver's JavaScript, for the Rust modules beside it: reading the options object
-// (options.rs), one attempt's trip over the network (js.rs), and the form kit's work on the
-// page (form.rs). Written in JavaScript because promises, web APIs and the DOM cost wasm many
-// times the bytes through bindings. Nothing here runs at load, so the module loads in a worker
-// too. The rules stay in the core, behind the Submitter.
+// The browser driver: the npm package's `Submitter` and form kit. The rules are the core's, in
+// wasm (machine.rs: whether and when to retry, what a status means, the key, the record, "same
+// body"); this file carries out its actions in the page: storage, fetch under a Web Lock with a
+// timeout, timers, promises and listeners, and the form kit's DOM work. Written in JavaScript
+// because promises, web APIs and the DOM cost wasm many times the bytes through bindings.
+// Nothing here runs at load, so the module loads in a worker too.
+
+// The core's class, handed over by the wasm module when it starts (machine.rs, `provide`).
+let Core;
+export function provide(core) {
+  Core = core.constructor;
+  core.free();
+}
 
 // The driver's errors, a wrong option unless said otherwise: an Error named OncekeyError with
-// its code (error.rs makes its own with this too).
-export const fail = (message, code = 'option') => {
+// its code: option, body, pending, state or discarded.
+const fail = (message, code = 'option') => {
   const e = new Error(message);
   e.name = 'OncekeyError';
   e.code = code;
   return e;
 };
 
-// What a value says, without assuming it is an Error (error.rs binds it as `describe`).
-export const describe = (v) => {
+// What a value says, without assuming it is an Error.
+const describe = (v) => {
   if (v instanceof Error) {
     const name = String(v.name);
     return !name || name === 'Error' || name === 'OncekeyError' ? String(v.message) : `${name}: ${v.message}`;
@@ -29,12 +37,13 @@ export const describe = (v) => {
   return 'a thrown ' + typeof v;
 };
 
+const warn = (message) => console.warn('oncekey: ' + message);
+
 // ## Options
 //
 // Every mistake is an error that names the option (an unknown name too, so that a typo such as
-// `timeout` for `timeoutMs` does not pass silently). What is then checked of the values
-// themselves (a method that is a token, headers that can be sent, the retry policy) is
-// options.rs's `check`, for Rust callers too.
+// `timeout` for `timeoutMs` does not pass silently). The retry policy's own rules (a cap below
+// the base, say) are the core's.
 
 const KNOWN = [
   'url',
@@ -51,13 +60,17 @@ const KNOWN = [
   'resume',
 ];
 const RETRY_KNOWN = ['attempts', 'base', 'cap', 'budget'];
-// The words of each choice, in the order of the Rust enums they stand for.
+// The words of each choice; the first is the default.
 const CHOICES = {
   keyFormat: ['bare', 'sf-string'],
   storage: ['session', 'local', 'memory'],
-  credentials: ['omit', 'same-origin', 'include'],
+  credentials: ['same-origin', 'omit', 'include'],
   encoding: ['json', 'form'],
 };
+// An HTTP token (RFC 9110 section 5.6.2): what a method or a header name must be.
+const TOKEN = /^[!#$%&'*+\-.^_\x60|~0-9A-Za-z]+$/;
+// What a header value cannot hold: control characters but the tab.
+const CONTROL = /[\0-\x08\n-\x1f\x7f-\x9f]/;
 
 // A value as the error message shows it.
 function show(value) {
@@ -82,80 +95,77 @@ function checkNames(object, known, prefix) {
   }
 }
 
-function string(object, name) {
+function string(object, name, fallback) {
   const value = object[name];
-  if (value === undefined) return undefined;
+  if (value === undefined) return fallback;
   if (typeof value === 'string' && value) return value;
   throw wrong('options.' + name, 'a non-empty string', value);
 }
 
-function millis(object, name, path) {
+function millis(object, name, path, fallback) {
   const value = object[name];
-  if (value === undefined) return undefined;
+  if (value === undefined) return fallback;
   if (typeof value === 'number' && value > 0 && value <= 2147483647) return Math.ceil(value);
   throw wrong(path, 'a number of milliseconds above 0 (at most 2147483647)', value);
 }
 
-// The options, normalized for options.rs: [url, method, keyHeader, keyFormat, storage,
-// credentials, encoding, timeoutMs, resume, headers as [name, value] pairs, attemptHeaders,
-// retry.attempts, retry.base, retry.cap, retry.budget], choices as the index of their word,
-// and undefined for what was not given.
-export function readOptions(value) {
+// The options with their defaults, checked.
+function readOptions(value) {
   if (!isPlainObject(value)) throw fail('options must be an object such as { url: "/api/tickets" }');
   checkNames(value, KNOWN, 'options.');
-  const url = string(value, 'url');
-  if (url === undefined) throw fail('options.url is required: where to send the submission');
+  const o = {};
+  o.url = string(value, 'url');
+  if (o.url === undefined) throw fail('options.url is required: where to send the submission');
   // ASCII only, as the core compares methods.
-  const method = string(value, 'method')?.replace(/[a-z]+/g, (s) => s.toUpperCase());
-  const keyHeader = string(value, 'keyHeader');
-  const choices = Object.entries(CHOICES).map(([name, words]) => {
-    const word = value[name];
-    if (word === undefined) return undefined;
-    const i = words.indexOf(typeof word === 'string' ? word : '');
-    if (i < 0) throw wrong('options.' + name, 'one of ' + words.map((w) => JSON.stringify(w)).join(', '), word);
-    return i;
-  });
-  const timeoutMs = millis(value, 'timeoutMs', 'options.timeoutMs');
-  const resume = value.resume;
-  if (resume !== undefined && typeof resume !== 'boolean') throw wrong('options.resume', 'true or false', resume);
-  const headers = value.headers;
-  let pairs;
-  if (headers !== undefined) {
-    if (!isPlainObject(headers)) throw fail('options.headers must be an object of header names to string values');
-    pairs = Object.entries(headers);
-    for (const [name, v] of pairs) {
-      if (typeof v !== 'string') throw wrong(`options.headers[${JSON.stringify(name)}]`, 'a string', v);
+  o.method = string(value, 'method', 'POST').replace(/[a-z]+/g, (s) => s.toUpperCase());
+  if (!TOKEN.test(o.method)) throw wrong('options.method', 'an HTTP method such as "POST"', o.method);
+  o.keyHeader = string(value, 'keyHeader', 'Idempotency-Key');
+  if (!TOKEN.test(o.keyHeader)) throw wrong('options.keyHeader', 'a header name', o.keyHeader);
+  for (const [name, words] of Object.entries(CHOICES)) {
+    const word = value[name] ?? words[0];
+    if (!words.includes(word)) {
+      throw wrong('options.' + name, 'one of ' + words.map((w) => JSON.stringify(w)).join(', '), word);
+    }
+    o[name] = word;
+  }
+  o.timeoutMs = millis(value, 'timeoutMs', 'options.timeoutMs', 30000);
+  o.resume = value.resume ?? false;
+  if (typeof o.resume !== 'boolean') throw wrong('options.resume', 'true or false', o.resume);
+  const headers = value.headers ?? {};
+  if (!isPlainObject(headers)) throw fail('options.headers must be an object of header names to string values');
+  o.headers = Object.entries(headers);
+  for (const [name, v] of o.headers) {
+    if (typeof v !== 'string') throw wrong(`options.headers[${JSON.stringify(name)}]`, 'a string', v);
+    if (!TOKEN.test(name) || CONTROL.test(v)) {
+      throw fail('options.headers has a header that cannot be sent: ' + JSON.stringify(name));
     }
   }
-  const attemptHeaders = value.attemptHeaders;
-  if (attemptHeaders !== undefined && typeof attemptHeaders !== 'function') {
-    throw wrong('options.attemptHeaders', 'a function returning headers', attemptHeaders);
+  o.attemptHeaders = value.attemptHeaders;
+  if (o.attemptHeaders !== undefined && typeof o.attemptHeaders !== 'function') {
+    throw wrong('options.attemptHeaders', 'a function returning headers', o.attemptHeaders);
   }
-  const retry = value.retry;
-  let attempts, base, cap, budget;
-  if (retry !== undefined) {
-    if (!isPlainObject(retry)) {
-      throw fail('options.retry must be an object such as { attempts: 8, base: 500, cap: 30000, budget: 900000 }');
-    }
-    checkNames(retry, RETRY_KNOWN, 'options.retry.');
-    attempts = retry.attempts;
-    if (attempts !== undefined && !(Number.isInteger(attempts) && attempts >= 1 && attempts <= 4294967295)) {
-      throw wrong('options.retry.attempts', 'a whole number of at least 1', attempts);
-    }
-    base = millis(retry, 'base', 'options.retry.base');
-    cap = millis(retry, 'cap', 'options.retry.cap');
-    budget = millis(retry, 'budget', 'options.retry.budget');
+  const retry = value.retry ?? {};
+  if (!isPlainObject(retry)) {
+    throw fail('options.retry must be an object such as { attempts: 8, base: 500, cap: 30000, budget: 900000 }');
   }
-  return [url, method, keyHeader, ...choices, timeoutMs, resume, pairs, attemptHeaders, attempts, base, cap, budget];
+  checkNames(retry, RETRY_KNOWN, 'options.retry.');
+  o.attempts = retry.attempts ?? 8;
+  if (!(Number.isInteger(o.attempts) && o.attempts >= 1 && o.attempts <= 4294967295)) {
+    throw wrong('options.retry.attempts', 'a whole number of at least 1', o.attempts);
+  }
+  o.base = millis(retry, 'base', 'options.retry.base', 500);
+  o.cap = millis(retry, 'cap', 'options.retry.cap', 30000);
+  o.budget = millis(retry, 'budget', 'options.retry.budget', 900000);
+  return o;
 }
 
-// ## The body and storage
+// ## The body
 
 const bodyError = (message) => fail(message, 'body');
 
 // The body as JSON text, refusing what JSON cannot carry (a cycle, a BigInt, a function, a
 // symbol, NaN or Infinity) instead of letting JSON.stringify drop or mangle it.
-export function toJson(body) {
+function toJson(body) {
   let text;
   try {
     text = JSON.stringify(body, (key, value) => {
@@ -180,20 +190,369 @@ export function toJson(body) {
   return text;
 }
 
-// The web storage `name` (sessionStorage or localStorage) from the global scope (a getter that
-// throws when storage is blocked), once a probe was written and removed (which throws when it
-// is disabled or full).
-export function webStorage(name) {
-  const storage = globalThis[name];
-  if (storage === undefined || storage === null) throw new Error('this context has no ' + name);
-  storage.setItem('oncekey:probe', '1');
-  storage.removeItem('oncekey:probe');
-  return storage;
+// An answer's body: its JSON parsed, or its text; null when empty.
+function parseBody(text) {
+  if (!text) return null;
+  try {
+    return JSON.parse(text);
+  } catch {
+    return text;
+  }
+}
+
+// ## Storage
+//
+// CONTRACT.md section 5, in the browser: one record per name, under `oncekey:<name>`, in
+// sessionStorage by default, localStorage or memory on request; values are the record's JSON
+// text, written and read by the core. Storage that cannot be used (blocked in a sandboxed frame,
+// disabled, full) degrades to memory with a warning; the submission still happens once.
+
+// The memory store is one per page, like the web storages it stands in for.
+const memory = new Map();
+
+const slot = (name) => 'oncekey:' + name;
+
+const degraded = (kind, what, why) =>
+  `${kind}Storage ${what} (${describe(why)}); pending submissions are kept in memory and will not survive a reload`;
+
+class Store {
+  // The storage of `kind` from the global scope (a getter that throws when it is blocked), once
+  // a probe was written and removed (which throws when it is disabled or full); or memory, and
+  // `this.warning` says why.
+  constructor(kind) {
+    this.kind = kind;
+    this.web = null;
+    if (kind === 'memory') return;
+    try {
+      const web = globalThis[kind + 'Storage'];
+      if (web === undefined || web === null) throw new Error(`this context has no ${kind}Storage`);
+      web.setItem('oncekey:probe', '1');
+      web.removeItem('oncekey:probe');
+      this.web = web;
+    } catch (e) {
+      this.warning = degraded(kind, 'cannot be used', e);
+    }
+  }
+
+  // A failure of the web storage: memory from now on; returns the warning.
+  degrade(e) {
+    this.web = null;
+    return degraded(this.kind, 'failed', e);
+  }
+
+  // The text stored under `name`, or null; [text, warning] when the storage failed.
+  read(name) {
+    if (this.web) {
+      try {
+        return [this.web.getItem(slot(name))];
+      } catch (e) {
+        return [memory.get(slot(name)) ?? null, this.degrade(e)];
+      }
+    }
+    return [memory.get(slot(name)) ?? null];
+  }
+
+  // Writes synchronously, so before the action that follows; returns a warning when it failed
+  // (the record is then kept in memory).
+  write(name, text) {
+    if (this.web) {
+      try {
+        return void this.web.setItem(slot(name), text);
+      } catch (e) {
+        memory.set(slot(name), text);
+        return this.degrade(e);
+      }
+    }
+    memory.set(slot(name), text);
+  }
+
+  remove(name) {
+    try {
+      this.web?.removeItem(slot(name));
+    } catch {
+      // A storage that fails to remove fails to read too; nothing more can be done here.
+    }
+    memory.delete(slot(name));
+  }
+}
+
+// ## The submitter
+
+// The core's states and outcomes, in the order of its enums (machine.rs).
+const STATES = ['idle', 'sending', 'waiting', 'unsure', 'succeeded', 'refused', 'conflict', 'misconfigured'];
+const OUTCOMES = ['succeeded', 'refused', 'conflict', 'misconfigured', 'unsure'];
+
+const jitter = () => crypto.getRandomValues(new Uint32Array(1))[0];
+
+// The first `n` lines of `text` and the rest.
+function lines(text, n) {
+  const out = [];
+  let at = 0;
+  for (let i = 0; i < n; i++) {
+    const end = text.indexOf('\n', at);
+    out.push(text.slice(at, end));
+    at = end + 1;
+  }
+  out.push(text.slice(at));
+  return out;
+}
+
+// One named submission: one key per intended submission, kept in storage across retries and
+// reloads until a definite answer. See oncekey.d.ts for the API.
+export class Submitter {
+  #core;
+  #o;
+  #store;
+  #listeners = [];
+  #waiters = [];
+  #timer = null;
+  #armedAt = -1;
+  #abort = null;
+  #lastBody = null;
+  #warnings = [];
+
+  constructor(name, options) {
+    if (!Core) throw fail('oncekey is not ready: await init() before making a Submitter', 'state');
+    if (typeof name !== 'string' || !name) throw fail("the submitter's name must be a non-empty string");
+    const o = (this.#o = readOptions(options));
+    try {
+      this.#core = new Core(name, o.keyHeader, o.attempts, o.base, o.cap, o.budget);
+    } catch (e) {
+      throw fail('options.' + describe(e));
+    }
+    this.name = name;
+    const store = (this.#store = new Store(o.storage));
+    if (store.warning) this.#warnings.push(store.warning);
+    const [text, warning] = store.read(name);
+    if (warning) this.#warnings.push(warning);
+    if (text !== null) {
+      const why = this.#core.restore(Date.now(), text, o.resume);
+      if (why !== undefined) {
+        store.remove(name);
+        this.#warnings.push(`the stored submission ${JSON.stringify(slot(name))} was removed: ${why}`);
+      }
+    }
+    for (const w of this.#warnings) warn(w);
+    this.#drive();
+  }
+
+  // Sends `body` once (see oncekey.d.ts).
+  submit(body) {
+    let began;
+    try {
+      const o = this.#o;
+      const random = crypto.getRandomValues(new Uint8Array(16));
+      began = this.#core.begin(Date.now(), o.method, o.url, toJson(body), o.encoding === 'form', random);
+    } catch (e) {
+      return Promise.reject(e);
+    }
+    const code = began[0];
+    if (code === 'S') this.#lastBody = null;
+    else if (code !== 'J') {
+      return Promise.reject(fail(began.slice(1), code === 'o' ? 'option' : code === 'b' ? 'body' : 'pending'));
+    }
+    return this.#wait();
+  }
+
+  // Resends the pending submission: same key, same body.
+  tryAgain() {
+    const why = this.#core.tryAgain(Date.now());
+    return why === undefined ? this.#wait() : Promise.reject(fail(why, 'state'));
+  }
+
+  // The person chose to drop the unconfirmed submission: the record is removed, an attempt under
+  // way is aborted, callers waiting on it get an error, and the next submission gets a new key.
+  discard() {
+    this.#core.discard();
+    const waiters = this.#waiters;
+    const abort = this.#abort;
+    this.#waiters = [];
+    this.#abort = null;
+    this.#drive();
+    abort?.();
+    for (const w of waiters) w[1](fail('the submission was discarded before a definite answer', 'discarded'));
+  }
+
+  // The pending submission, as stored, or null.
+  pending() {
+    const text = this.#core.pending();
+    if (text === undefined) return null;
+    const [key, attempts, startedAt, body] = lines(text, 3);
+    return { key, body: parseBody(body), attempts: +attempts, startedAt: +startedAt };
+  }
+
+  get state() {
+    return STATES[this.#core.state()];
+  }
+
+  // Where records are kept: the storage asked for, or "memory" once it failed.
+  get storage() {
+    return this.#store.web ? this.#o.storage : 'memory';
+  }
+
+  // Calls `listener` at once with the current state (and any warning from the constructor),
+  // then on every change. Returns a function that stops it.
+  onChange(listener) {
+    if (typeof listener !== 'function') throw fail('onChange needs a function');
+    const entry = [listener];
+    this.#listeners.push(entry);
+    const now = this.#snapshot();
+    call(listener, now);
+    for (const w of this.#warnings) call(listener, { ...now, warning: w });
+    return () => {
+      this.#listeners = this.#listeners.filter((l) => l !== entry);
+    };
+  }
+
+  // Fields never stored (a password, a card number: CONTRACT.md section 4), merged into the
+  // JSON object body of every attempt from now on, in memory only; dropped when the submission
+  // settles or is discarded.
+  setSecrets(fields) {
+    const why = this.#core.setSecrets(toJson(fields));
+    if (why !== undefined) throw bodyError(why);
+  }
+
+  #wait() {
+    const settled = new Promise((resolve, reject) => this.#waiters.push([resolve, reject]));
+    this.#drive();
+    return settled;
+  }
+
+  #snapshot(warning = null) {
+    const p = this.pending();
+    const at = this.#core.deadline();
+    return {
+      state: this.state,
+      key: p ? p.key : null,
+      attempts: p ? p.attempts : 0,
+      nextAttemptAt: at < 0 ? null : at,
+      warning,
+    };
+  }
+
+  #emit(change) {
+    for (const [listener] of this.#listeners) call(listener, change);
+  }
+
+  // Carries out the core's actions in order, then arms its timer.
+  #drive() {
+    for (let action; (action = this.#core.poll()) !== undefined; ) {
+      const kind = action[0];
+      const text = action.slice(1);
+      if (kind === 'P') {
+        const warning = this.#store.write(this.name, text);
+        if (warning) {
+          warn(warning);
+          this.#emit(this.#snapshot(warning));
+        }
+      } else if (kind === 'S') this.#send(text);
+      else if (kind === 'F') this.#store.remove(this.name);
+      else if (kind === 'C') {
+        const [state, attempts, next, key] = lines(text, 3);
+        this.#emit({
+          state: STATES[state],
+          key: key || null,
+          attempts: +attempts,
+          nextAttemptAt: next < 0 ? null : +next,
+          warning: null,
+        });
+      } else {
+        const [outcome, status, attempts, replayed, gaveUp, key] = lines(text, 5);
+        const result = {
+          outcome: OUTCOMES[outcome],
+          status: status ? +status : null,
+          key,
+          body: this.#lastBody,
+          replayed: replayed === '1',
+          attempts: +attempts,
+          gaveUp: gaveUp || null,
+        };
+        const waiters = this.#waiters;
+        this.#waiters = [];
+        for (const w of waiters) w[0](result);
+      }
+    }
+    const at = this.#core.deadline();
+    if (at === this.#armedAt) return;
+    clearTimeout(this.#timer);
+    this.#armedAt = at;
+    if (at < 0) return;
+    this.#timer = setTimeout(() => {
+      // Disarmed first, so that the drive re-arms, also when this fired a little early.
+      this.#armedAt = -1;
+      this.#core.timeout(Date.now());
+      this.#drive();
+    }, Math.min(Math.max(at - Date.now(), 0), 2147483647));
+  }
+
+  // Starts attempt `n` after the current task, under the Web Lock named after the key when
+  // another tab can know the key: once it has been stored and found there (after a first
+  // attempt, or at once through localStorage). The first attempt of a key made here in session
+  // (or memory) storage skips the lock, whose round trip costs about 1 ms.
+  #send(text) {
+    const [n, key, method, url, contentType, stored, body] = lines(text, 6);
+    const o = this.#o;
+    const controller = new AbortController();
+    this.#abort = () => controller.abort();
+    const headers = new Headers({ 'Content-Type': contentType });
+    for (const line of stored ? stored.split('\r') : []) {
+      const colon = line.indexOf(':');
+      headers.set(line.slice(0, colon), line.slice(colon + 1));
+    }
+    for (const [name, value] of o.headers) headers.set(name, value);
+    if (o.attemptHeaders) {
+      for (const [name, value] of extraHeaders(o.attemptHeaders, +n, key)) headers.set(name, value);
+    }
+    headers.set(o.keyHeader, o.keyFormat === 'bare' ? key : `"${key.replace(/["\\]/g, '\\$&')}"`);
+    const init = { method, headers, credentials: o.credentials, signal: controller.signal };
+    // As fetch takes it: no body for GET and HEAD.
+    if (method !== 'GET' && method !== 'HEAD') init.body = body.slice(1);
+    // A body that cannot be sent (a secret the encoding cannot carry) fails like the network.
+    const sendable = body[0] === '1';
+    let timedOut = false;
+    // The answer goes to the core, then the drive; a late one (after a discard) is ignored.
+    const done = (status, found, answer) => {
+      const now = Date.now();
+      const core = this.#core;
+      const taken =
+        status < 2 ? core.failure(now, +n, status === 1, jitter()) : core.answer(now, +n, status, found, answer, jitter());
+      if (!taken) return;
+      this.#abort = null;
+      if (status > 1) this.#lastBody = parseBody(answer);
+      this.#drive();
+    };
+    const go = async () => {
+      if (controller.signal.aborted || !sendable) return done(0);
+      const timer = setTimeout(() => ((timedOut = true), controller.abort()), o.timeoutMs);
+      try {
+        let response;
+        try {
+          response = await fetch(url, init);
+        } catch {
+          return done(timedOut ? 1 : 0);
+        }
+        const found = [...response.headers].map(([name, value]) => name + ':' + value).join('\n');
+        // The status is the answer; a body cut off (by the timeout) only loses the details.
+        done(response.status, found, await response.text().catch(() => ''));
+      } finally {
+        clearTimeout(timer);
+      }
+    };
+    const shared = +n > 1 || o.storage === 'local';
+    Promise.resolve().then(() => underLock(shared ? slot(key) : null, go));
+  }
+}
+
+// Calls a listener; a throw is reported and the others still hear.
+function call(listener, change) {
+  try {
+    listener.call(undefined, change);
+  } catch (e) {
+    console.error('oncekey: an onChange listener threw', e);
+  }
 }
 
 // ## An attempt
-//
-// Under a Web Lock, fetch with a timeout, and the answer read, for js.rs.
 
 // Runs `f` under the Web Lock `name` (waiting for another tab or submitter that holds it), or
 // without one where the browser has no Web Locks or refuses one (an opaque origin, say): the
@@ -220,55 +579,35 @@ function extraHeaders(f, attempt, key) {
   try {
     given = f.call(null, { attempt, key });
   } catch (e) {
-    console.warn('oncekey: options.attemptHeaders threw: ' + describe(e));
+    warn('options.attemptHeaders threw: ' + describe(e));
     return [];
   }
   if (typeof given !== 'object' || given === null) return [];
   return Object.entries(given).filter(([, v]) => typeof v === 'string');
 }
 
-// Sends one attempt; calls done(status, headers, text) once: status 0 when no answer came (the
-// network, an abort, or a body that cannot be sent: false), 1 when the timeout fired; headers
-// as "name:value" lines. Starts after the current task (as a spawned future did), and returns
-// a function that aborts it.
-export function attempt(url, method, headers, body, credentials, timeoutMs, lock, f, number, key, keyHeader, keyValue, done) {
-  const controller = new AbortController();
-  let timedOut = false;
-  const send = async () => {
-    if (controller.signal.aborted || body === false) return done(0, '', '');
-    const timer = timeoutMs > 0 ? setTimeout(() => ((timedOut = true), controller.abort()), timeoutMs) : undefined;
-    try {
-      let response;
-      try {
-        const h = new Headers();
-        for (const line of headers.split('\n')) {
-          const colon = line.indexOf(':');
-          if (colon > 0) h.set(line.slice(0, colon), line.slice(colon + 1));
-        }
-        if (f) for (const [name, value] of extraHeaders(f, number, key)) h.set(name, value);
-        h.set(keyHeader, keyValue);
-        const init = { method, headers: h, credentials, signal: controller.signal };
-        if (body != null) init.body = body;
-        response = await fetch(url, init);
-      } catch {
-        return done(timedOut ? 1 : 0, '', '');
-      }
-      const found = [...response.headers].map(([name, value]) => name + ':' + value).join('\n');
-      // The status is the answer; a body cut off (by the timeout) only loses the details.
-      const text = await response.text().catch(() => '');
-      done(response.status, found, text);
-    } finally {
-      clearTimeout(timer);
-    }
-  };
-  Promise.resolve().then(() => underLock(lock, send));
-  return () => controller.abort();
-}
-
 // ## The form kit
 //
-// See form.rs for what it promises: a client of the public Submitter API, plus setSecrets from
-// form.rs.
+// Wires a plain HTML <form> to a Submitter, following CONTRACT.md section 4 (README.md, "The form
+// kit", says what it does for people): a client of the public Submitter API.
+
+// Wires `form` to a submitter named by `options.name`, its data-oncekey attribute or its id. The
+// URL and method default to the form's own action and method (POST when it has none). Returns
+// { submitter, detach, tryAgain, discard }.
+export function attachForm(form, options) {
+  if (typeof form?.tagName !== 'string' || !sameTag(form, 'form')) throw fail('attachForm needs a <form> element');
+  const prepared = prepare(form, options);
+  const submitter = new Submitter(prepared.name, prepared.submitter);
+  // The page keeps the kit alive through the form's listeners, whether or not it keeps this.
+  return { submitter, ...wire(form, submitter, prepared) };
+}
+
+// Wires every <form data-oncekey="NAME"> on the page, with the same options for each.
+export function autoAttach(options) {
+  const document = globalThis.window?.document;
+  if (!document) throw fail('autoAttach needs a page (window.document)');
+  return Array.from(document.querySelectorAll('form[data-oncekey]'), (form) => attachForm(form, options));
+}
 
 // What the kit adds to a submitter's options.
 const KIT_OPTIONS = ['name', 'clearOnSuccess', 'successMessage', 'resume'];
@@ -282,7 +621,7 @@ const sameTag = (el, tag) => el.tagName.toLowerCase() === tag;
 // Checks the kit's options and makes the submitter's: a copy without the kit's own names, with
 // the form's URL and method where none are given, and never resumed by itself (the kit decides
 // when to resend what it found: it may need secrets first).
-export function prepare(form, options) {
+function prepare(form, options) {
   if (options === undefined || options === null) {
     options = {};
   } else if (typeof options !== 'object') {
@@ -319,14 +658,8 @@ export function prepare(form, options) {
   return { name, submitter, resume: resume !== 'manual', clear: clear !== false, success };
 }
 
-// Every <form data-oncekey> of the page, or null where there is no page.
-export function forms() {
-  const document = globalThis.window?.document;
-  return document ? Array.from(document.querySelectorAll('form[data-oncekey]')) : null;
-}
-
 // Wires the form to the submitter; returns the kit's { detach, tryAgain, discard }.
-export function wire(form, submitter, setSecrets, kit) {
+function wire(form, submitter, kit) {
   const document = form.ownerDocument;
   if (!document) throw fail('the form is not in a document');
   let status = form.querySelector('[role="status"]');
@@ -515,7 +848,7 @@ export function wire(form, submitter, setSecrets, kit) {
     form.removeAttribute('data-oncekey-outcome');
     const fields = readFields(form, secretNames);
     if (typeof fields === 'string') return say(fields);
-    setSecrets(fields.secrets);
+    submitter.setSecrets(Object.fromEntries(fields.secrets));
     submitter.submit(fields.body).then(settled, refusedOrDiscarded);
   };
 
@@ -525,7 +858,7 @@ export function wire(form, submitter, setSecrets, kit) {
       askingSecrets = false;
       const fields = readFields(form, secretNames);
       if (typeof fields === 'string') return say(fields);
-      setSecrets(fields.secrets);
+      submitter.setSecrets(Object.fromEntries(fields.secrets));
       return resend();
     }
     const state = submitter.state;

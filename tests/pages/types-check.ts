@@ -1,7 +1,7 @@
 // Compiled with tsc (scripts/test-web.sh): the package's declarations give real types for the
 // options, the results and the events, not `any`. Each @ts-expect-error must be an error.
-import init, { Submitter } from '../../pkg/oncekey.js';
-import type { Outcome, SubmitResult, SubmitterChange, SubmitterState } from '../../pkg/oncekey.js';
+import init, { Submitter, attachForm, autoAttach } from '../../pkg/oncekey.js';
+import type { FormKit, Outcome, SubmitResult, SubmitterChange, SubmitterState } from '../../pkg/oncekey.js';
 
 await init();
 const tickets = new Submitter('new-ticket', {
@@ -46,3 +46,18 @@ const wrong: number = result.outcome;
 void wrong;
 // @ts-expect-error: onChange takes a listener of SubmitterChange
 tickets.onChange((n: number) => n);
+
+// The form kit.
+const form = document.querySelector('form');
+if (form !== null) {
+  const kit: FormKit = attachForm(form, { name: 'ticket', resume: 'manual', successMessage: 'Ticket #{id} created' });
+  const kitState: SubmitterState = kit.submitter.state;
+  kit.detach();
+  void kitState;
+  // @ts-expect-error: the kit's resume is "auto" or "manual"
+  attachForm(form, { resume: true });
+}
+const kits: FormKit[] = autoAttach({ headers: { 'X-Tenant': 'acme' } });
+void kits;
+const storage: 'session' | 'local' | 'memory' = tickets.storage;
+void storage;
