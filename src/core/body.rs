@@ -13,7 +13,6 @@
 //! Form bodies (`application/x-www-form-urlencoded`) are kept as a flat JSON object of strings;
 //! repeated names are arrays ([`form_encode`], [`form_decode`]).
 
-use std::collections::BTreeMap;
 use std::fmt;
 
 /// How deep arrays and objects may nest before a body is refused.
@@ -33,7 +32,80 @@ pub enum Value {
     /// An array.
     Array(Vec<Value>),
     /// An object; a name given twice keeps its last value, as `JSON.parse` does.
-    Object(BTreeMap<String, Value>),
+    Object(Fields),
+}
+
+/// An object's members, sorted by name (byte order, as the canonical form writes them) and
+/// unique. A sorted list rather than a map: bodies hold a few fields, and a B-tree costs the
+/// browser package kilobytes.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Fields(Vec<(String, Value)>);
+
+impl Fields {
+    /// No members.
+    pub fn new() -> Fields {
+        Fields(Vec::new())
+    }
+
+    fn find(&self, name: &str) -> Result<usize, usize> {
+        self.0.binary_search_by(|(n, _)| n.as_str().cmp(name))
+    }
+
+    /// Sets `name` to `value`, replacing (and returning) the value it had.
+    pub fn insert(&mut self, name: String, value: Value) -> Option<Value> {
+        match self.find(&name) {
+            Ok(i) => Some(std::mem::replace(&mut self.0[i].1, value)),
+            Err(i) => {
+                self.0.insert(i, (name, value));
+                None
+            }
+        }
+    }
+
+    /// The value of `name`.
+    pub fn get(&self, name: &str) -> Option<&Value> {
+        self.find(name).ok().map(|i| &self.0[i].1)
+    }
+
+    /// The value of `name`, to change it.
+    pub fn get_mut(&mut self, name: &str) -> Option<&mut Value> {
+        self.find(name).ok().map(|i| &mut self.0[i].1)
+    }
+
+    /// The members in order.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &Value)> {
+        self.0.iter().map(|(n, v)| (n.as_str(), v))
+    }
+
+    /// How many members.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl IntoIterator for Fields {
+    type Item = (String, Value);
+    type IntoIter = std::vec::IntoIter<(String, Value)>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.0.into_iter()
+    }
+}
+
+impl FromIterator<(String, Value)> for Fields {
+    /// The members, the last value of a name given twice kept.
+    fn from_iter<I: IntoIterator<Item = (String, Value)>>(members: I) -> Fields {
+        let mut fields = Fields::new();
+        for (name, value) in members {
+            fields.insert(name, value);
+        }
+        fields
+    }
 }
 
 /// Why a body cannot be read or written.
@@ -281,7 +353,7 @@ impl Parser<'_> {
             }
             Some(b'{') => {
                 self.i += 1;
-                let mut map = BTreeMap::new();
+                let mut map = Fields::new();
                 self.ws();
                 if self.peek() == Some(b'}') {
                     self.i += 1;
@@ -522,7 +594,7 @@ pub fn form_encode(json: &str) -> Result<String, BodyError> {
         percent_encode(text, &mut out);
         Ok(())
     };
-    for (name, value) in &map {
+    for (name, value) in map.iter() {
         match value {
             Value::Array(items) => {
                 for item in items {
@@ -538,7 +610,7 @@ pub fn form_encode(json: &str) -> Result<String, BodyError> {
 /// Decodes an `application/x-www-form-urlencoded` body into the canonical JSON text of a flat
 /// object of strings; a name given more than once becomes an array in the order given.
 pub fn form_decode(form: &str) -> Result<String, BodyError> {
-    let mut map: BTreeMap<String, Value> = BTreeMap::new();
+    let mut map = Fields::new();
     for part in form.split('&').filter(|p| !p.is_empty()) {
         let (name, value) = part.split_once('=').unwrap_or((part, ""));
         let name = percent_decode(name)?;
@@ -696,6 +768,27 @@ mod tests {
     #[test]
     fn last_duplicate_name_wins_like_json_parse() {
         assert_eq!(canonical_json(r#"{"a":1,"a":2}"#).unwrap(), r#"{"a":2}"#);
+        assert_eq!(
+            canonical_json(r#"{"b":1,"a":[2],"b":{"y":3,"x":4,"y":5},"a":6}"#).unwrap(),
+            r#"{"a":6,"b":{"x":4,"y":5}}"#
+        );
+    }
+
+    #[test]
+    fn names_sort_in_byte_order() {
+        // Upper case before lower case, and a non-ASCII name after both, as the bytes compare.
+        assert_eq!(
+            canonical_json(r#"{"é":1,"b":2,"Z":3,"a":4,"":5}"#).unwrap(),
+            r#"{"":5,"Z":3,"a":4,"b":2,"é":1}"#
+        );
+        let Ok(Value::Object(fields)) = parse(r#"{"b":1,"a":2}"#) else {
+            panic!("an object")
+        };
+        assert_eq!(fields.len(), 2);
+        assert_eq!(fields.get("a"), Some(&Value::Number("2".into())));
+        assert_eq!(fields.get("c"), None);
+        let names: Vec<&str> = fields.iter().map(|(n, _)| n).collect();
+        assert_eq!(names, ["a", "b"]);
     }
 
     #[test]

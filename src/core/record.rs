@@ -24,9 +24,7 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-use std::collections::BTreeMap;
-
-use super::body::{self, concat, decimal, quoted, BodyError, Value};
+use super::body::{self, concat, decimal, quoted, BodyError, Fields, Value};
 use super::key::Key;
 use super::time::Timestamp;
 
@@ -364,7 +362,7 @@ impl Record {
         let Value::Object(m) = value else {
             return Err(RecordError("it is not a JSON object".into()));
         };
-        fn string(m: &BTreeMap<String, Value>, field: &str) -> Result<Option<String>, RecordError> {
+        fn string(m: &Fields, field: &str) -> Result<Option<String>, RecordError> {
             match m.get(field) {
                 None | Some(Value::Null) => Ok(None),
                 Some(Value::String(s)) => Ok(Some(s.clone())),
@@ -375,11 +373,7 @@ impl Record {
                 ]))),
             }
         }
-        fn whole(
-            m: &BTreeMap<String, Value>,
-            field: &str,
-            max: u64,
-        ) -> Result<Option<u64>, RecordError> {
+        fn whole(m: &Fields, field: &str, max: u64) -> Result<Option<u64>, RecordError> {
             match m.get(field) {
                 None | Some(Value::Null) => Ok(None),
                 Some(Value::Number(n)) => n

@@ -21,7 +21,7 @@
 
 use wasm_bindgen::prelude::*;
 
-use crate::core::body::{self, concat, decimal, Value};
+use crate::core::body::{self, concat, decimal, Fields, Value};
 use crate::core::{
     Action, Answer, AttemptId, BeginError, Begun, Encoding, Failure, NewKey, Outcome, Record,
     Request, RequestError, RetryPolicy, State, Submission, Timestamp,
@@ -38,7 +38,7 @@ pub struct Machine {
     attempt: Option<(u32, AttemptId)>,
     sent: u32,
     /// Fields merged into the JSON object body of every attempt, in memory only.
-    secrets: Vec<(String, Value)>,
+    secrets: Fields,
 }
 
 fn millis(ms: f64) -> std::time::Duration {
@@ -99,7 +99,7 @@ impl Machine {
             key_header,
             attempt: None,
             sent: 0,
-            secrets: Vec::new(),
+            secrets: Fields::new(),
         })
     }
 
@@ -239,7 +239,7 @@ impl Machine {
     pub fn set_secrets(&mut self, fields: &str) -> Option<String> {
         match body::parse(fields) {
             Ok(Value::Object(fields)) => {
-                self.secrets = fields.into_iter().collect();
+                self.secrets = fields;
                 None
             }
             Ok(_) => Some("secret fields must be an object of names to values".to_owned()),
@@ -290,7 +290,7 @@ impl Machine {
                 ])
             }
             Action::Forget => {
-                self.secrets.clear();
+                self.secrets = Fields::new();
                 "F".to_owned()
             }
             Action::Changed(c) => concat(&[
@@ -338,7 +338,9 @@ impl Machine {
             return Ok(request);
         }
         if let Value::Object(mut fields) = body::parse(&request.body)? {
-            fields.extend(self.secrets.iter().cloned());
+            for (name, value) in self.secrets.iter() {
+                fields.insert(name.to_owned(), value.clone());
+            }
             request.body = Value::Object(fields).to_canonical();
         }
         Ok(request)
