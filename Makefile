@@ -28,6 +28,7 @@ lint: setup
 	cargo fmt --all --check
 	cargo clippy --workspace --all-targets --all-features -- -D warnings
 	cargo clippy -p oncekey --all-targets --target $(WASM) --features small-alloc -- -D warnings
+	cargo clippy -p oncekey --lib --target $(WASM) --no-default-features --features package -- -D warnings
 	RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --all-features -p oncekey -p oncekey-server
 	RUSTDOCFLAGS="-D warnings" cargo doc --no-deps -p oncekey --target $(WASM) --features small-alloc
 

@@ -15,7 +15,7 @@ fi
 rm -rf pkg/snippets
 # `small-alloc`: the package is a whole program, so it brings its own small allocator
 # (src/web/alloc.rs); Rust programs that depend on the crate keep theirs.
-wasm-pack build --release --target web --out-dir pkg --out-name oncekey -- --features small-alloc
+wasm-pack build --release --target web --out-dir pkg --out-name oncekey -- --no-default-features --features package
 
 before=$(wc -c < pkg/oncekey_bg.wasm)
 node "$WASM_OPT" -Oz pkg/oncekey_bg.wasm -o pkg/oncekey_bg.wasm.opt

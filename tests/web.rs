@@ -73,6 +73,15 @@ export function fill_storage() {
   };
   return () => { Storage.prototype.setItem = real; };
 }
+// attemptHeaders that records each call as "attempt:key" in `calls` and makes attempt 2 fail
+// (503) through its own header.
+export function with_attempt_headers(options, calls) {
+  options.attemptHeaders = ({ attempt, key }) => {
+    calls.push(attempt + ':' + key);
+    return attempt === 2 ? { 'X-Fault': 'fail-before' } : {};
+  };
+  return options;
+}
 export function cycle() { const a = { subject: 'loop' }; a.self = a; return a; }
 export function with_bigint() { return { subject: 'big', amount: 10n }; }
 export function with_function() { return { subject: 'fn', onClick() {} }; }
@@ -84,6 +93,7 @@ extern "C" {
     fn sleep(ms: u32) -> Promise;
     fn block_session_storage() -> js_sys::Function;
     fn fill_storage() -> js_sys::Function;
+    fn with_attempt_headers(options: JsValue, calls: &js_sys::Array) -> JsValue;
     fn cycle() -> JsValue;
     fn with_bigint() -> JsValue;
     fn with_function() -> JsValue;
@@ -684,6 +694,31 @@ async fn another_secret_after_a_reload_is_a_conflict_never_retried() {
     assert_eq!(text(&result, "key"), text(&unsure, "key"));
     assert_eq!(statuses(&case), ["error", "422"], "not retried");
     assert_eq!(case.stored(), None, "definite: forgotten");
+    assert_eq!(case.tickets().await, 1.0);
+}
+
+#[test]
+async fn attempt_headers_are_asked_for_on_every_attempt_and_never_stored() {
+    // After a reload, with one attempt made: the numbers go on from the stored record's.
+    let case = Case::new("trace");
+    let key = leave_pending(&case).await;
+    let calls = js_sys::Array::new();
+    let options = with_attempt_headers(case.options(""), &calls);
+    let s = Submitter::new(&case.name, &options).expect("valid options");
+    let waiting = s.try_again();
+    let stored = case.stored().expect("pending");
+    assert!(
+        stored.contains(&key) && !stored.contains("fail-before"),
+        "{stored}"
+    );
+    let result = settle(waiting).await.unwrap();
+    assert_eq!(text(&result, "outcome"), "succeeded");
+    assert_eq!(text(&result, "key"), key);
+    assert_eq!(number(&result, "attempts"), 3.0);
+    let calls: Vec<String> = calls.iter().filter_map(|c| c.as_string()).collect();
+    assert_eq!(calls, [format!("2:{key}"), format!("3:{key}")]);
+    // The header went on attempt 2 only: it failed, and attempt 3 made the ticket.
+    assert_eq!(statuses(&case), ["503", "503", "201"]);
     assert_eq!(case.tickets().await, 1.0);
 }
 

@@ -19,7 +19,7 @@
 //! `x-should-retry: false` stops retries (a retryable status then ends [`Outcome::Unsure`]), `true`
 //! allows them.
 
-use std::time::Duration;
+use ::core::time::Duration;
 
 use super::time::{parse_http_date, Timestamp};
 

@@ -13,7 +13,8 @@
 //! Form bodies (`application/x-www-form-urlencoded`) are kept as a flat JSON object of strings;
 //! repeated names are arrays ([`form_encode`], [`form_decode`]).
 
-use std::fmt;
+use crate::prelude::*;
+use ::core::fmt;
 
 /// How deep arrays and objects may nest before a body is refused.
 pub const MAX_DEPTH: usize = 128;
@@ -54,7 +55,7 @@ impl Fields {
     /// Sets `name` to `value`, replacing (and returning) the value it had.
     pub fn insert(&mut self, name: String, value: Value) -> Option<Value> {
         match self.find(&name) {
-            Ok(i) => Some(std::mem::replace(&mut self.0[i].1, value)),
+            Ok(i) => Some(::core::mem::replace(&mut self.0[i].1, value)),
             Err(i) => {
                 self.0.insert(i, (name, value));
                 None
@@ -90,7 +91,7 @@ impl Fields {
 
 impl IntoIterator for Fields {
     type Item = (String, Value);
-    type IntoIter = std::vec::IntoIter<(String, Value)>;
+    type IntoIter = alloc::vec::IntoIter<(String, Value)>;
 
     fn into_iter(self) -> Self::IntoIter {
         self.0.into_iter()
@@ -194,7 +195,7 @@ pub(crate) fn decimal(mut n: u64) -> String {
     digits.iter().rev().map(|&d| char::from(d)).collect()
 }
 
-impl std::error::Error for BodyError {}
+impl ::core::error::Error for BodyError {}
 
 /// The canonical form of a JSON text (see the module docs).
 pub fn canonical_json(text: &str) -> Result<String, BodyError> {
@@ -394,7 +395,7 @@ impl Parser<'_> {
             .s
             .get(self.i..self.i + 4)
             .ok_or_else(|| self.err("unfinished \\u escape"))?;
-        let text = std::str::from_utf8(digits).map_err(|_| self.err("bad \\u escape"))?;
+        let text = ::core::str::from_utf8(digits).map_err(|_| self.err("bad \\u escape"))?;
         let v = u32::from_str_radix(text, 16).map_err(|_| self.err("bad \\u escape"))?;
         if !digits.iter().all(u8::is_ascii_hexdigit) {
             return Err(self.err("bad \\u escape"));
@@ -416,7 +417,8 @@ impl Parser<'_> {
             }
             // The input is a &str and we stopped at an ASCII byte, so this is a boundary.
             out.push_str(
-                std::str::from_utf8(&self.s[start..self.i]).map_err(|_| self.err("bad UTF-8"))?,
+                ::core::str::from_utf8(&self.s[start..self.i])
+                    .map_err(|_| self.err("bad UTF-8"))?,
             );
             match self.peek() {
                 None => return Err(self.err("unfinished string")),
@@ -621,7 +623,7 @@ pub fn form_decode(form: &str) -> Result<String, BodyError> {
             }
             Some(Value::Array(items)) => items.push(value),
             Some(first) => {
-                let first = std::mem::replace(first, Value::Null);
+                let first = ::core::mem::replace(first, Value::Null);
                 map.insert(name, Value::Array(vec![first, value]));
             }
         }
@@ -656,7 +658,7 @@ fn percent_decode(s: &str) -> Result<String, BodyError> {
             b'%' => {
                 let hex = b
                     .get(i + 1..i + 3)
-                    .and_then(|h| std::str::from_utf8(h).ok());
+                    .and_then(|h| ::core::str::from_utf8(h).ok());
                 match hex.and_then(|h| u8::from_str_radix(h, 16).ok()) {
                     Some(v) => {
                         out.push(v);

@@ -9,7 +9,8 @@
 //! On the wire the key is a header value, bare (`Idempotency-Key: 8e03...`, what Stripe and most
 //! APIs take) or an RFC 8941 string (`"8e03..."`, what the IETF draft says); see [`KeyFormat`].
 
-use std::fmt;
+use crate::prelude::*;
+use ::core::fmt;
 
 use super::body::{concat, decimal, quoted};
 
@@ -79,7 +80,7 @@ impl fmt::Display for KeyError {
     }
 }
 
-impl std::error::Error for KeyError {}
+impl ::core::error::Error for KeyError {}
 
 /// How the key is written into its header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

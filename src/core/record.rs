@@ -20,7 +20,8 @@
 //! version and every field, so a corrupt, foreign or unknown-version record is an error value
 //! that names what is wrong ([`RecordError`]), never a panic.
 
-use std::fmt;
+use crate::prelude::*;
+use ::core::fmt;
 
 use serde::{Deserialize, Serialize};
 
@@ -100,7 +101,7 @@ impl fmt::Display for RequestError {
     }
 }
 
-impl std::error::Error for RequestError {}
+impl ::core::error::Error for RequestError {}
 
 impl From<BodyError> for RequestError {
     fn from(e: BodyError) -> RequestError {
@@ -216,7 +217,7 @@ impl fmt::Display for RecordError {
     }
 }
 
-impl std::error::Error for RecordError {}
+impl ::core::error::Error for RecordError {}
 
 /// The flat stored shape. Every field is optional here so that a missing one is named in the
 /// error instead of failing as "invalid type".

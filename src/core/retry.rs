@@ -14,8 +14,8 @@
 //! - `budget` 15 minutes: long enough to ride out a tunnel, a train or a server deploy, and far
 //!   inside the usual 24 h for which servers keep keys, so a retry never outlives its key.
 
-use std::fmt;
-use std::time::Duration;
+use ::core::fmt;
+use ::core::time::Duration;
 
 use super::answer::RetryAfter;
 use super::time::Timestamp;
@@ -61,7 +61,7 @@ impl fmt::Display for PolicyError {
     }
 }
 
-impl std::error::Error for PolicyError {}
+impl ::core::error::Error for PolicyError {}
 
 /// Why a round of retries ended without a definite answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

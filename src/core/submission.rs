@@ -25,8 +25,9 @@
 //! "Try again" when unsure. Another body is refused ([`BeginError::PendingMismatch`]) and nothing
 //! changes. At most one attempt is outstanding; an answer to any other attempt is ignored.
 
-use std::collections::VecDeque;
-use std::fmt;
+use crate::prelude::*;
+use ::core::fmt;
+use alloc::collections::VecDeque;
 
 use super::answer::{classify, classify_failure, Answer, Failure, Outcome, RetryAfter, Verdict};
 use super::body::{concat, quoted, BodyError};
@@ -200,7 +201,7 @@ impl fmt::Display for BeginError {
     }
 }
 
-impl std::error::Error for BeginError {}
+impl ::core::error::Error for BeginError {}
 
 /// Why [`Submission::try_again`] or [`Submission::restore`] could not act.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -238,7 +239,7 @@ impl fmt::Display for StateError {
     }
 }
 
-impl std::error::Error for StateError {}
+impl ::core::error::Error for StateError {}
 
 /// Where the key of a new submission comes from.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -4,9 +4,10 @@
 //! since the Unix epoch, because the time budget of a submission counts from its first attempt
 //! across reloads and restarts (CONTRACT.md section 2), and `Retry-After` may name an HTTP-date.
 
-use std::fmt;
-use std::ops::Add;
-use std::time::Duration;
+use crate::prelude::*;
+use ::core::fmt;
+use ::core::ops::Add;
+use ::core::time::Duration;
 
 /// Wall-clock time in milliseconds since the Unix epoch, as the driver read it.
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]

@@ -11,8 +11,8 @@
 //! this crate keeps its own allocator. wasm32 without the `atomics` feature has one thread, so the state needs no lock;
 //! with it the default allocator stays.
 
-use std::alloc::{GlobalAlloc, Layout};
-use std::cell::UnsafeCell;
+use ::core::alloc::{GlobalAlloc, Layout};
+use ::core::cell::UnsafeCell;
 
 /// The smallest block, so that every block is 16-aligned.
 const MIN_CLASS: u32 = 4;

@@ -9,6 +9,7 @@
 //! takes and gives JavaScript values, and its promises become futures with
 //! `wasm_bindgen_futures::JsFuture`.
 
+use crate::prelude::*;
 use js_sys::{Function, Promise};
 use wasm_bindgen::prelude::*;
 

@@ -485,12 +485,12 @@ export class Submitter {
     }, Math.min(Math.max(at - Date.now(), 0), 2147483647));
   }
 
-  // Starts attempt `n` after the current task, under the Web Lock named after the key when
+  // Starts attempt `n` (known to the core as `id`) after the current task, under the Web Lock named after the key when
   // another tab can know the key: once it has been stored and found there (after a first
   // attempt, or at once through localStorage). The first attempt of a key made here in session
   // (or memory) storage skips the lock, whose round trip costs about 1 ms.
   #send(text) {
-    const [n, key, method, url, contentType, stored, body] = lines(text, 6);
+    const [id, n, key, method, url, contentType, stored, body] = lines(text, 7);
     const o = this.#o;
     const controller = new AbortController();
     this.#abort = () => controller.abort();
@@ -515,7 +515,7 @@ export class Submitter {
       const now = Date.now();
       const core = this.#core;
       const taken =
-        status < 2 ? core.failure(now, +n, status === 1, jitter()) : core.answer(now, +n, status, found, answer, jitter());
+        status < 2 ? core.failure(now, +id, status === 1, jitter()) : core.answer(now, +id, status, found, answer, jitter());
       if (!taken) return;
       this.#abort = null;
       if (status > 1) this.#lastBody = parseBody(answer);

@@ -19,6 +19,7 @@
 //! fields separated by `\n`. States and outcomes are the indexes of their words in `browser.js`'s
 //! `STATES` and `OUTCOMES`, in the order of [`State`] and [`Outcome`].
 
+use crate::prelude::*;
 use wasm_bindgen::prelude::*;
 
 use crate::core::body::{self, concat, decimal, Fields, Value};
@@ -34,15 +35,15 @@ pub struct Machine {
     core: Submission,
     /// The key header's name, which a `400`'s details may name.
     key_header: String,
-    /// The attempt under way, and the number `browser.js` knows it by.
+    /// The attempt under way, and the id `browser.js` knows it by.
     attempt: Option<(u32, AttemptId)>,
     sent: u32,
     /// Fields merged into the JSON object body of every attempt, in memory only.
     secrets: Fields,
 }
 
-fn millis(ms: f64) -> std::time::Duration {
-    std::time::Duration::from_millis(ms as u64)
+fn millis(ms: f64) -> ::core::time::Duration {
+    ::core::time::Duration::from_millis(ms as u64)
 }
 
 fn at(now: f64) -> Timestamp {
@@ -167,18 +168,19 @@ impl Machine {
         self.core.handle_timeout(at(now));
     }
 
-    /// The answer to attempt `number`: its status, its headers as `name:value` lines, its text.
+    /// The answer to the attempt known as `id`: its status, its headers as `name:value` lines,
+    /// its text.
     /// An answer to an attempt no longer under way (a discard) is ignored: returns false.
     pub fn answer(
         &mut self,
         now: f64,
-        number: u32,
+        id: u32,
         status: u16,
         headers: &str,
         text: &str,
         jitter: u32,
     ) -> bool {
-        let Some(id) = self.current(number) else {
+        let Some(attempt) = self.current(id) else {
             return false;
         };
         let answer = Answer::from_response(
@@ -187,14 +189,14 @@ impl Machine {
             text,
             &self.key_header,
         );
-        self.core.handle_answer(at(now), id, &answer, jitter);
+        self.core.handle_answer(at(now), attempt, &answer, jitter);
         true
     }
 
-    /// No answer to attempt `number`: the network failed, or (`timeout`) the timer fired.
+    /// No answer to the attempt known as `id`: the network failed, or (`timeout`) the timer fired.
     /// Ignored, returning false, when that attempt is no longer under way.
-    pub fn failure(&mut self, now: f64, number: u32, timeout: bool, jitter: u32) -> bool {
-        let Some(id) = self.current(number) else {
+    pub fn failure(&mut self, now: f64, id: u32, timeout: bool, jitter: u32) -> bool {
+        let Some(attempt) = self.current(id) else {
             return false;
         };
         let failure = if timeout {
@@ -202,7 +204,7 @@ impl Machine {
         } else {
             Failure::Network
         };
-        self.core.handle_failure(at(now), id, failure, jitter);
+        self.core.handle_failure(at(now), attempt, failure, jitter);
         true
     }
 
@@ -249,7 +251,8 @@ impl Machine {
 
     /// The next action, as text (see the module docs), or nothing.
     ///
-    /// A send is `S` and the lines: the attempt's number, the key, the method, the URL, the
+    /// A send is `S` and the lines: the number [`Machine::answer`] and [`Machine::failure`] know
+    /// the attempt by, its number among the submission's attempts, the key, the method, the URL, the
     /// content type, the stored headers as `name:value` joined by `\r` (names are tokens and
     /// values have no control characters but tabs), and last the body on the wire: `1` and the
     /// body, or `0` when the body cannot be sent (a secret the encoding cannot carry), which
@@ -275,6 +278,8 @@ impl Machine {
                 concat(&[
                     "S",
                     &decimal(self.sent.into()),
+                    "\n",
+                    &decimal(attempt.number.into()),
                     "\n",
                     attempt.key.as_str(),
                     "\n",
@@ -324,10 +329,10 @@ impl Machine {
 }
 
 impl Machine {
-    /// The attempt known as `number`, if it is the one under way.
-    fn current(&self, number: u32) -> Option<AttemptId> {
-        let (known, id) = self.attempt?;
-        (known == number && self.core.in_flight() == Some(id)).then_some(id)
+    /// The attempt known as `id`, if it is the one under way.
+    fn current(&self, id: u32) -> Option<AttemptId> {
+        let (known, attempt) = self.attempt?;
+        (known == id && self.core.in_flight() == Some(attempt)).then_some(attempt)
     }
 
     /// The request with the secrets merged into its JSON object body (the same on every
