@@ -49,7 +49,10 @@ async function check(name, f) {
 
 await check('a plain module page submits a ticket once', async (page) => {
   const tenant = `pkg-${Date.now()}`;
-  const { result, states, stored } = await load(page, 'submit', tenant);
+  const { result, states, stored, beforeInit } = await load(page, 'submit', tenant);
+  assert.equal(beforeInit?.name, 'OncekeyError', 'a Submitter made before init() is refused');
+  assert.equal(beforeInit.code, 'state');
+  assert.match(beforeInit.message, /await init\(\)/);
   assert.equal(result.outcome, 'succeeded');
   assert.equal(result.status, 201);
   assert.match(result.key, UUID_V4);
