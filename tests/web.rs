@@ -73,12 +73,12 @@ export function fill_storage() {
   };
   return () => { Storage.prototype.setItem = real; };
 }
-// attemptHeaders that records each call as "attempt:key" in `calls` and makes attempt 2 fail
-// (503) through its own header.
+// attemptHeaders that records each call as "attempt:key" in `calls`, makes attempt 2 fail (503)
+// through its own header, and gives attempt 3 headers that cannot be sent (left out).
 export function with_attempt_headers(options, calls) {
   options.attemptHeaders = ({ attempt, key }) => {
     calls.push(attempt + ':' + key);
-    return attempt === 2 ? { 'X-Fault': 'fail-before' } : {};
+    return attempt === 2 ? { 'X-Fault': 'fail-before' } : { 'Bad Name': 'x', 'X-Fault': 'a\nb', 'X-N': 5 };
   };
   return options;
 }
@@ -717,7 +717,8 @@ async fn attempt_headers_are_asked_for_on_every_attempt_and_never_stored() {
     assert_eq!(number(&result, "attempts"), 3.0);
     let calls: Vec<String> = calls.iter().filter_map(|c| c.as_string()).collect();
     assert_eq!(calls, [format!("2:{key}"), format!("3:{key}")]);
-    // The header went on attempt 2 only: it failed, and attempt 3 made the ticket.
+    // The header went on attempt 2 only: it failed, and attempt 3, whose headers could not be
+    // sent, went out without them and made the ticket.
     assert_eq!(statuses(&case), ["503", "503", "201"]);
     assert_eq!(case.tickets().await, 1.0);
 }

@@ -485,30 +485,15 @@ export class Submitter {
     }, Math.min(Math.max(at - Date.now(), 0), 2147483647));
   }
 
-  // Starts attempt `n` (known to the core as `id`) after the current task, under the Web Lock named after the key when
-  // another tab can know the key: once it has been stored and found there (after a first
-  // attempt, or at once through localStorage). The first attempt of a key made here in session
-  // (or memory) storage skips the lock, whose round trip costs about 1 ms.
+  // Starts attempt `n` (known to the core as `id`) after the current task, under the Web Lock
+  // named after the key when another tab can know the key: once it has been stored and found
+  // there (after a first attempt, or at once through localStorage). The first attempt of a key
+  // made here in session (or memory) storage skips the lock, whose round trip costs about 1 ms.
   #send(text) {
     const [id, n, key, method, url, contentType, stored, body] = lines(text, 7);
     const o = this.#o;
     const controller = new AbortController();
     this.#abort = () => controller.abort();
-    const headers = new Headers({ 'Content-Type': contentType });
-    for (const line of stored ? stored.split('\r') : []) {
-      const colon = line.indexOf(':');
-      headers.set(line.slice(0, colon), line.slice(colon + 1));
-    }
-    for (const [name, value] of o.headers) headers.set(name, value);
-    if (o.attemptHeaders) {
-      for (const [name, value] of extraHeaders(o.attemptHeaders, +n, key)) headers.set(name, value);
-    }
-    headers.set(o.keyHeader, o.keyFormat === 'bare' ? key : `"${key.replace(/["\\]/g, '\\$&')}"`);
-    const init = { method, headers, credentials: o.credentials, signal: controller.signal };
-    // As fetch takes it: no body for GET and HEAD.
-    if (method !== 'GET' && method !== 'HEAD') init.body = body.slice(1);
-    // A body that cannot be sent (a secret the encoding cannot carry) fails like the network.
-    const sendable = body[0] === '1';
     let timedOut = false;
     // The answer goes to the core, then the drive; a late one (after a discard) is ignored.
     const done = (status, found, answer) => {
@@ -522,13 +507,28 @@ export class Submitter {
       this.#drive();
     };
     const go = async () => {
-      if (controller.signal.aborted || !sendable) return done(0);
+      // A body that cannot be sent (a secret the encoding cannot carry) fails like the network.
+      if (controller.signal.aborted || body[0] !== '1') return done(0);
       const timer = setTimeout(() => ((timedOut = true), controller.abort()), o.timeoutMs);
       try {
         let response;
         try {
+          const headers = new Headers({ 'Content-Type': contentType });
+          for (const line of stored ? stored.split('\r') : []) {
+            const colon = line.indexOf(':');
+            headers.set(line.slice(0, colon), line.slice(colon + 1));
+          }
+          for (const [name, value] of o.headers) headers.set(name, value);
+          if (o.attemptHeaders) {
+            for (const [name, value] of extraHeaders(o.attemptHeaders, +n, key)) headers.set(name, value);
+          }
+          headers.set(o.keyHeader, o.keyFormat === 'bare' ? key : `"${key.replace(/["\\]/g, '\\$&')}"`);
+          const init = { method, headers, credentials: o.credentials, signal: controller.signal };
+          // As fetch takes it: no body for GET and HEAD.
+          if (method !== 'GET' && method !== 'HEAD') init.body = body.slice(1);
           response = await fetch(url, init);
         } catch {
+          // No answer: the network, an abort or the timeout.
           return done(timedOut ? 1 : 0);
         }
         const found = [...response.headers].map(([name, value]) => name + ':' + value).join('\n');
@@ -572,8 +572,9 @@ async function underLock(name, f) {
   }
 }
 
-// What options.attemptHeaders gives for this attempt. A throw or a value that is not an object
-// of strings is reported on the console and adds nothing: the attempt still goes out.
+// What options.attemptHeaders gives for this attempt. A throw, or a header that cannot be sent
+// (not a string, a name that is not a token, a line break in the value), is reported on the
+// console and adds nothing: the attempt still goes out.
 function extraHeaders(f, attempt, key) {
   let given;
   try {
@@ -583,7 +584,11 @@ function extraHeaders(f, attempt, key) {
     return [];
   }
   if (typeof given !== 'object' || given === null) return [];
-  return Object.entries(given).filter(([, v]) => typeof v === 'string');
+  return Object.entries(given).filter(([name, v]) => {
+    const ok = typeof v === 'string' && TOKEN.test(name) && !CONTROL.test(v);
+    if (!ok) warn('options.attemptHeaders gave a header that cannot be sent: ' + JSON.stringify(name));
+    return ok;
+  });
 }
 
 // ## The form kit
