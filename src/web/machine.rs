@@ -50,19 +50,21 @@ fn at(now: f64) -> Timestamp {
     Timestamp::from_millis(now as u64)
 }
 
-fn state_index(state: State) -> &'static str {
+/// The state's index in `browser.js`'s `STATES`.
+fn state_index(state: State) -> u8 {
     match state {
-        State::Idle => "0",
-        State::Sending => "1",
-        State::Waiting => "2",
-        State::Unsure => "3",
-        State::Succeeded => "4",
-        State::Refused => "5",
-        State::Conflict => "6",
-        State::Misconfigured => "7",
+        State::Idle => 0,
+        State::Sending => 1,
+        State::Waiting => 2,
+        State::Unsure => 3,
+        State::Succeeded => 4,
+        State::Refused => 5,
+        State::Conflict => 6,
+        State::Misconfigured => 7,
     }
 }
 
+/// The outcome's index in `browser.js`'s `OUTCOMES`.
 fn outcome_index(outcome: Outcome) -> &'static str {
     match outcome {
         Outcome::Succeeded => "0",
@@ -217,7 +219,7 @@ impl Machine {
 
     /// The state's index.
     pub fn state(&self) -> u8 {
-        self.core.state() as u8
+        state_index(self.core.state())
     }
 
     /// The pending record: key, attempts and start (ms) on a line each, then the body's JSON.
@@ -300,7 +302,7 @@ impl Machine {
             }
             Action::Changed(c) => concat(&[
                 "C",
-                state_index(c.state),
+                &decimal(state_index(c.state).into()),
                 "\n",
                 &decimal(c.attempts.into()),
                 "\n",
