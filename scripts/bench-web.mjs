@@ -38,6 +38,9 @@ try {
   console.log(`web overhead: ${N} sequential submissions: Submitter ${r.submitterMs.toFixed(0)} ms (${(r.submitterMs / N).toFixed(2)} ms each), plain fetch ${r.plainMs.toFixed(0)} ms (${(r.plainMs / N).toFixed(2)} ms each)`);
   console.log(`web overhead ratio: ${ratio.toFixed(3)} over all ${N} (median of ${r.blocks} alternating blocks of ${BLOCK}: ${r.median.toFixed(3)}; goal under 1.10); tickets made: ${r.tickets} (expected ${2 * N + 40})`);
   if (r.tickets !== 2 * N + 40) throw new Error(`expected ${2 * N + 40} tickets, the server has ${r.tickets}`);
+  const own = await page.evaluate((n) => window.ownCost(n), 2000);
+  const us = (ms) => `${(ms * 1000).toFixed(0)} µs`;
+  console.log(`web own cost (fetch answering at once, 2000 submissions): Submitter ${us(own.session)} with sessionStorage, ${us(own.memory)} in memory; plain fetch ${us(own.plain)}`);
   if (total > 40 * 1024) {
     // Said loudly; a failing exit only with BENCH_STRICT=1, so that `make bench` still prints
     // the other figures.
