@@ -4,7 +4,8 @@
 #     server's address compiled in as ONCEKEY_TEST_SERVER;
 #  2. the package built by scripts/build-pkg.sh, loaded by a plain <script type="module"> page
 #     (tests/pages/pkg.html) that submits a ticket, driven by playwright-core;
-#  3. its TypeScript declarations, checked with tsc against tests/pages/types-check.ts.
+#  3. what `npm pack` would publish: the wasm, the glue, the declarations and the driver;
+#  4. its TypeScript declarations, checked with tsc against tests/pages/types-check.ts.
 # Exits non-zero on any failure; the server is always killed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -25,6 +26,16 @@ wasm-pack test --headless --chrome --chromedriver "$CHROMEDRIVER" -- --lib --tes
 
 echo "== the built package in a plain module page"
 node tests/pages/pkg-test.mjs "$ONCEKEY_SERVER_URL"
+
+echo "== what npm would publish"
+# The package's API lives in snippets/ (the driver): npm must ship it with the glue and the wasm.
+npm pack --dry-run --json ./pkg 2>/dev/null | node -e '
+  const files = JSON.parse(require("fs").readFileSync(0, "utf8"))[0].files.map((f) => f.path);
+  const need = ["oncekey_bg.wasm", "oncekey.js", "oncekey.d.ts", /^snippets\/[^/]+\/src\/web\/browser\.js$/];
+  const missing = need.filter((n) => !files.some((f) => (typeof n === "string" ? f === n : n.test(f))));
+  if (missing.length) { console.error("npm pack leaves out: " + missing.join(", ")); process.exit(1); }
+  console.log("npm pack: " + files.length + " files, the driver among them");
+'
 
 echo "== TypeScript declarations"
 node tests/pages/node_modules/typescript/bin/tsc -p tests/pages/tsconfig.json
