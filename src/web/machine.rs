@@ -11,13 +11,13 @@
 //! | action | text |
 //! |---|---|
 //! | persist | `P` + the record's JSON |
-//! | send | `S` + number, key, method, URL, content type, headers, body (see [`Machine::poll`]) |
+//! | send | `S` + id, number, key, method, URL, content type, headers, body ([`Machine::poll`]) |
 //! | forget | `F` |
 //! | changed | `C` + state, attempts, next attempt at (or `-1`), key (or nothing) |
 //! | settled | `D` + outcome, status (or nothing), attempts, replayed (`1`/`0`), why it gave up, key |
 //!
 //! fields separated by `\n`. States and outcomes are the indexes of their words in `browser.js`'s
-//! `STATES` and `OUTCOMES`, in the order of [`State`] and [`Outcome`].
+//! `STATES` and `OUTCOMES` (`state_index` and `outcome_index` below).
 
 use crate::prelude::*;
 use wasm_bindgen::prelude::*;
