@@ -282,7 +282,9 @@ class Store {
 const STATES = ['idle', 'sending', 'waiting', 'unsure', 'succeeded', 'refused', 'conflict', 'misconfigured'];
 const OUTCOMES = ['succeeded', 'refused', 'conflict', 'misconfigured', 'unsure'];
 
-const jitter = () => crypto.getRandomValues(new Uint32Array(1))[0];
+// The backoff's jitter spreads retries out; it guards no secret, so Math.random does (keys come
+// from crypto.getRandomValues).
+const jitter = () => (Math.random() * 4294967296) >>> 0;
 
 // The first `n` lines of `text` and the rest.
 function lines(text, n) {
@@ -513,16 +515,20 @@ export class Submitter {
       try {
         let response;
         try {
-          const headers = new Headers({ 'Content-Type': contentType });
+          // A plain object by lower-case name (a later header replaces an earlier one of the
+          // same name, as Headers.set does): fetch reads it faster than a Headers object.
+          const headers = Object.create(null);
+          const set = (name, value) => (headers[name.toLowerCase()] = value);
+          set('Content-Type', contentType);
           for (const line of stored ? stored.split('\r') : []) {
             const colon = line.indexOf(':');
-            headers.set(line.slice(0, colon), line.slice(colon + 1));
+            set(line.slice(0, colon), line.slice(colon + 1));
           }
-          for (const [name, value] of o.headers) headers.set(name, value);
+          for (const [name, value] of o.headers) set(name, value);
           if (o.attemptHeaders) {
-            for (const [name, value] of extraHeaders(o.attemptHeaders, +n, key)) headers.set(name, value);
+            for (const [name, value] of extraHeaders(o.attemptHeaders, +n, key)) set(name, value);
           }
-          headers.set(o.keyHeader, o.keyFormat === 'bare' ? key : `"${key.replace(/["\\]/g, '\\$&')}"`);
+          set(o.keyHeader, o.keyFormat === 'bare' ? key : `"${key.replace(/["\\]/g, '\\$&')}"`);
           const init = { method, headers, credentials: o.credentials, signal: controller.signal };
           // As fetch takes it: no body for GET and HEAD.
           if (method !== 'GET' && method !== 'HEAD') init.body = body.slice(1);
@@ -531,7 +537,8 @@ export class Submitter {
           // No answer: the network, an abort or the timeout.
           return done(timedOut ? 1 : 0);
         }
-        const found = [...response.headers].map(([name, value]) => name + ':' + value).join('\n');
+        let found = '';
+        response.headers.forEach((value, name) => (found += name + ':' + value + '\n'));
         // The status is the answer; a body cut off (by the timeout) only loses the details.
         done(response.status, found, await response.text().catch(() => ''));
       } finally {

@@ -23,7 +23,7 @@
 //! key lets one attempt out at a time (every attempt of a key another tab can know: retries,
 //! resumed records, and all attempts with `localStorage`). A body JSON cannot carry is refused
 //! before anything is stored or sent. Storage that cannot be used degrades to memory with a
-//! warning; an unreadable record is removed with a warning. Keys and jitter come from
+//! warning; an unreadable record is removed with a warning. Keys come from
 //! `crypto.getRandomValues`.
 //!
 //! # Rust and JavaScript
