@@ -55,7 +55,7 @@ pub use machine::install;
 /// The package starts: the driver gets its core. Only in the package build (a Rust program
 /// that uses this crate has its own start, and calls [`install`]).
 #[cfg(feature = "small-alloc")]
-#[wasm_bindgen::prelude::wasm_bindgen(start)]
+#[wasm_bindgen::prelude::wasm_bindgen(start, skip_typescript)]
 fn start() {
     install();
 }
