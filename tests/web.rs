@@ -724,6 +724,37 @@ async fn attempt_headers_are_asked_for_on_every_attempt_and_never_stored() {
 }
 
 #[test]
+async fn local_storage_keeps_the_record_there_until_the_answer() {
+    let case = Case::new("local");
+    case.plan(&["fail-before"]);
+    let s = case.submitter(r#""storage":"local""#);
+    assert_eq!(s.storage(), "local");
+    let local = web_sys::window().unwrap().local_storage().unwrap().unwrap();
+    let slot = format!("oncekey:{}", case.name);
+    let waiting = s.submit(&json(TICKET));
+    let stored = local
+        .get_item(&slot)
+        .unwrap()
+        .expect("in localStorage before sending");
+    assert!(stored.contains("Printer on fire"), "{stored}");
+    assert_eq!(case.stored(), None, "not in sessionStorage");
+    // Another tab of the origin finds it: a new submitter of the same name sees it pending.
+    let other = case.submitter(r#""storage":"local""#);
+    assert_eq!(text(&other.pending(), "key"), text(&s.pending(), "key"));
+    drop(other);
+    let result = settle(waiting).await.unwrap();
+    assert_eq!(text(&result, "outcome"), "succeeded");
+    assert_eq!(number(&result, "attempts"), 2.0);
+    assert!(all_equal(&case.keys()));
+    assert_eq!(
+        local.get_item(&slot).unwrap(),
+        None,
+        "removed after the answer"
+    );
+    assert_eq!(case.tickets().await, 1.0);
+}
+
+#[test]
 async fn a_400_naming_the_key_is_misconfigured_and_not_retried() {
     // The key sent under another header: the server answers that Idempotency-Key is missing.
     let case = Case::new("misconf");
