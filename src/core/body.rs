@@ -14,7 +14,6 @@
 //! repeated names are arrays ([`form_encode`], [`form_decode`]).
 
 use crate::prelude::*;
-use ::core::fmt;
 
 /// How deep arrays and objects may nest before a body is refused.
 pub const MAX_DEPTH: usize = 128;
@@ -131,7 +130,7 @@ pub enum BodyError {
 }
 
 impl BodyError {
-    /// What [`Display`](fmt::Display) writes, built without the formatting machinery (which
+    /// What [`Display`](::core::fmt::Display) writes, built without the formatting machinery (which
     /// the browser package leaves out).
     pub fn message(&self) -> String {
         match self {
@@ -156,12 +155,6 @@ impl BodyError {
             ]),
             BodyError::NotUtf8 => "the form body is not UTF-8 text".to_owned(),
         }
-    }
-}
-
-impl fmt::Display for BodyError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.message())
     }
 }
 
@@ -194,8 +187,6 @@ pub(crate) fn decimal(mut n: u64) -> String {
     }
     digits.iter().rev().map(|&d| char::from(d)).collect()
 }
-
-impl ::core::error::Error for BodyError {}
 
 /// The canonical form of a JSON text (see the module docs).
 pub fn canonical_json(text: &str) -> Result<String, BodyError> {

@@ -74,14 +74,6 @@ impl KeyError {
     }
 }
 
-impl fmt::Display for KeyError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.message())
-    }
-}
-
-impl ::core::error::Error for KeyError {}
-
 /// How the key is written into its header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum KeyFormat {

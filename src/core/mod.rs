@@ -15,6 +15,20 @@
 //! - [`submission`]: the states of CONTRACT.md section 3.
 //! - [`time`]: the wall-clock [`Timestamp`] drivers hand in, and HTTP-dates.
 
+/// `Display` (and `Error`) for errors that build their text in `message()`, without the
+/// formatting machinery (which the browser package leaves out).
+macro_rules! display_by_message {
+    ($($error:ty),*) => {$(
+        impl ::core::fmt::Display for $error {
+            fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
+                f.write_str(&self.message())
+            }
+        }
+
+        impl ::core::error::Error for $error {}
+    )*};
+}
+
 pub mod answer;
 pub mod body;
 pub mod key;
@@ -33,3 +47,12 @@ pub use submission::{
     Submission,
 };
 pub use time::Timestamp;
+
+display_by_message!(
+    BodyError,
+    KeyError,
+    RequestError,
+    BeginError,
+    StateError,
+    PolicyError
+);

@@ -95,14 +95,6 @@ impl RequestError {
     }
 }
 
-impl fmt::Display for RequestError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.message())
-    }
-}
-
-impl ::core::error::Error for RequestError {}
-
 impl From<BodyError> for RequestError {
     fn from(e: BodyError) -> RequestError {
         RequestError::Body(e)

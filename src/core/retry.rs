@@ -14,7 +14,6 @@
 //! - `budget` 15 minutes: long enough to ride out a tunnel, a train or a server deploy, and far
 //!   inside the usual 24 h for which servers keep keys, so a retry never outlives its key.
 
-use ::core::fmt;
 use ::core::time::Duration;
 
 use super::answer::RetryAfter;
@@ -49,19 +48,11 @@ impl Default for RetryPolicy {
 pub struct PolicyError(&'static str);
 
 impl PolicyError {
-    /// What [`Display`](fmt::Display) writes: the setting and what is wrong with it.
+    /// What [`Display`](::core::fmt::Display) writes: the setting and what is wrong with it.
     pub fn message(&self) -> &'static str {
         self.0
     }
 }
-
-impl fmt::Display for PolicyError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.0)
-    }
-}
-
-impl ::core::error::Error for PolicyError {}
 
 /// Why a round of retries ended without a definite answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

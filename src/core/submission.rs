@@ -26,7 +26,6 @@
 //! changes. At most one attempt is outstanding; an answer to any other attempt is ignored.
 
 use crate::prelude::*;
-use ::core::fmt;
 use alloc::collections::VecDeque;
 
 use super::answer::{classify, classify_failure, Answer, Failure, Outcome, RetryAfter, Verdict};
@@ -179,7 +178,7 @@ pub enum BeginError {
 }
 
 impl BeginError {
-    /// What [`Display`](fmt::Display) writes, built without the formatting machinery (which
+    /// What [`Display`](::core::fmt::Display) writes, built without the formatting machinery (which
     /// the browser package leaves out).
     pub fn message(&self) -> String {
         match self {
@@ -195,14 +194,6 @@ impl BeginError {
     }
 }
 
-impl fmt::Display for BeginError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.message())
-    }
-}
-
-impl ::core::error::Error for BeginError {}
-
 /// Why [`Submission::try_again`] or [`Submission::restore`] could not act.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum StateError {
@@ -217,7 +208,7 @@ pub enum StateError {
 }
 
 impl StateError {
-    /// What [`Display`](fmt::Display) writes, built without the formatting machinery (which
+    /// What [`Display`](::core::fmt::Display) writes, built without the formatting machinery (which
     /// the browser package leaves out).
     pub fn message(&self) -> String {
         match self {
@@ -232,14 +223,6 @@ impl StateError {
         }
     }
 }
-
-impl fmt::Display for StateError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.message())
-    }
-}
-
-impl ::core::error::Error for StateError {}
 
 /// Where the key of a new submission comes from.
 #[derive(Debug, Clone, PartialEq, Eq)]
