@@ -88,26 +88,6 @@ impl Fields {
     }
 }
 
-impl IntoIterator for Fields {
-    type Item = (String, Value);
-    type IntoIter = alloc::vec::IntoIter<(String, Value)>;
-
-    fn into_iter(self) -> Self::IntoIter {
-        self.0.into_iter()
-    }
-}
-
-impl FromIterator<(String, Value)> for Fields {
-    /// The members, the last value of a name given twice kept.
-    fn from_iter<I: IntoIterator<Item = (String, Value)>>(members: I) -> Fields {
-        let mut fields = Fields::new();
-        for (name, value) in members {
-            fields.insert(name, value);
-        }
-        fields
-    }
-}
-
 /// Why a body cannot be read or written.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum BodyError {
@@ -173,6 +153,15 @@ pub(crate) fn concat(parts: &[&str]) -> String {
         out.push_str(part);
     }
     out
+}
+
+/// The hex digits of JSON escapes and keys.
+pub(crate) const LOWER_HEX: &[u8; 16] = b"0123456789abcdef";
+
+/// `byte` as two hex digits from `digits` (upper case for percent-encoding).
+pub(crate) fn push_hex(out: &mut String, byte: u8, digits: &[u8; 16]) {
+    out.push(char::from(digits[usize::from(byte >> 4)]));
+    out.push(char::from(digits[usize::from(byte & 15)]));
 }
 
 /// `n` in decimal, without the formatting machinery.
@@ -268,10 +257,8 @@ fn write_string(s: &str, out: &mut String) {
             '\u{8}' => out.push_str("\\b"),
             '\u{c}' => out.push_str("\\f"),
             c if (c as u32) < 0x20 => {
-                const HEX: &[u8; 16] = b"0123456789abcdef";
                 out.push_str("\\u00");
-                out.push(char::from(HEX[(c as usize) >> 4]));
-                out.push(char::from(HEX[(c as usize) & 15]));
+                push_hex(out, c as u8, LOWER_HEX);
             }
             c => out.push(c),
         }
@@ -623,7 +610,6 @@ pub fn form_decode(form: &str) -> Result<String, BodyError> {
 }
 
 fn percent_encode(s: &str, out: &mut String) {
-    const HEX: &[u8; 16] = b"0123456789ABCDEF";
     for b in s.bytes() {
         match b {
             b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'*' | b'-' | b'.' | b'_' => {
@@ -632,8 +618,7 @@ fn percent_encode(s: &str, out: &mut String) {
             b' ' => out.push('+'),
             b => {
                 out.push('%');
-                out.push(HEX[usize::from(b >> 4)] as char);
-                out.push(HEX[usize::from(b & 15)] as char);
+                push_hex(out, b, b"0123456789ABCDEF");
             }
         }
     }

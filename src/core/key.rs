@@ -12,7 +12,7 @@
 use crate::prelude::*;
 use ::core::fmt;
 
-use super::body::{concat, decimal, quoted};
+use super::body::{concat, decimal, push_hex, quoted, LOWER_HEX};
 
 /// The longest key oncekey sends or accepts, in bytes.
 pub const MAX_KEY_LEN: usize = 255;
@@ -102,15 +102,13 @@ impl Key {
     pub fn from_random_bytes(bytes: [u8; 16]) -> Key {
         // Written out by hand: uuid's own formatting would bring the formatting machinery into
         // the browser package.
-        const HEX: &[u8; 16] = b"0123456789abcdef";
         let uuid = uuid::Builder::from_random_bytes(bytes).into_uuid();
         let mut out = String::with_capacity(36);
         for (i, b) in uuid.as_bytes().iter().enumerate() {
             if matches!(i, 4 | 6 | 8 | 10) {
                 out.push('-');
             }
-            out.push(char::from(HEX[usize::from(b >> 4)]));
-            out.push(char::from(HEX[usize::from(b & 15)]));
+            push_hex(&mut out, *b, LOWER_HEX);
         }
         Key(out)
     }
