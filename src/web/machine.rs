@@ -273,7 +273,7 @@ impl Machine {
                     }
                     headers.extend([name.as_str(), ":", value.as_str()]);
                 }
-                let body = match self.with_secrets(r).and_then(|r| r.wire_body()) {
+                let body = match self.wire_body(r) {
                     Ok(body) => "1".to_owned() + &body,
                     Err(_) => "0".to_owned(),
                 };
@@ -337,20 +337,23 @@ impl Machine {
         (known == id && self.core.in_flight() == Some(attempt)).then_some(attempt)
     }
 
-    /// The request with the secrets merged into its JSON object body (the same on every
-    /// attempt).
-    fn with_secrets(&self, request: &Request) -> Result<Request, body::BodyError> {
-        let mut request = request.clone();
+    /// The body as it goes on the wire, with the secrets merged into its JSON object body (the
+    /// same on every attempt).
+    fn wire_body(&self, request: &Request) -> Result<String, body::BodyError> {
         if self.secrets.is_empty() {
-            return Ok(request);
+            return request.wire_body();
         }
-        if let Value::Object(mut fields) = body::parse(&request.body)? {
-            for (name, value) in self.secrets.iter() {
-                fields.insert(name.to_owned(), value.clone());
-            }
-            request.body = Value::Object(fields).to_canonical();
+        let Value::Object(mut fields) = body::parse(&request.body)? else {
+            return request.wire_body();
+        };
+        for (name, value) in self.secrets.iter() {
+            fields.insert(name.to_owned(), value.clone());
         }
-        Ok(request)
+        Request {
+            body: Value::Object(fields).to_canonical(),
+            ..request.clone()
+        }
+        .wire_body()
     }
 }
 
