@@ -420,16 +420,10 @@ export class Submitter {
     return settled;
   }
 
-  #snapshot(warning = null) {
-    const p = this.pending();
-    const at = this.#core.deadline();
-    return {
-      state: this.state,
-      key: p ? p.key : null,
-      attempts: p ? p.attempts : 0,
-      nextAttemptAt: at < 0 ? null : at,
-      warning,
-    };
+  #snapshot(warning) {
+    const p = this.#core.pending();
+    const [key, attempts] = p === undefined ? [null, 0] : lines(p, 3);
+    return change(this.state, key, attempts, this.#core.deadline(), warning);
   }
 
   #emit(change) {
@@ -451,13 +445,7 @@ export class Submitter {
       else if (kind === 'F') this.#store.remove(this.name);
       else if (kind === 'C') {
         const [state, attempts, next, key] = lines(text, 3);
-        this.#emit({
-          state: STATES[state],
-          key: key || null,
-          attempts: +attempts,
-          nextAttemptAt: next < 0 ? null : +next,
-          warning: null,
-        });
+        this.#emit(change(STATES[state], key, attempts, next));
       } else {
         const [outcome, status, attempts, replayed, gaveUp, key] = lines(text, 5);
         const result = {
@@ -549,6 +537,15 @@ export class Submitter {
     Promise.resolve().then(() => underLock(shared ? slot(key) : null, go));
   }
 }
+
+// A change as listeners get it; the numbers may come as text, and a deadline below 0 is none.
+const change = (state, key, attempts, next, warning = null) => ({
+  state,
+  key: key || null,
+  attempts: +attempts,
+  nextAttemptAt: next < 0 ? null : +next,
+  warning,
+});
 
 // Calls a listener; a throw is reported and the others still hear.
 function call(listener, change) {
@@ -881,11 +878,9 @@ function wire(form, submitter, kit) {
   };
 
   const onChange = (c) => {
-    if (c.warning) {
-      // Storage degraded to memory, or an unreadable record removed: the form still works,
-      // once; the console says why.
-      return console.warn('oncekey: ' + c.warning);
-    }
+    // Storage degraded to memory, or an unreadable record removed: the form still works, once;
+    // the submitter has said why on the console.
+    if (c.warning) return;
     const state = c.state;
     if (state === 'sending') {
       lock(false);
