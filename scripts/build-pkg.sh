@@ -18,9 +18,9 @@ rm -rf pkg/snippets
 wasm-pack build --release --target web --out-dir pkg --out-name oncekey -- --no-default-features --features package
 
 before=$(wc -c < pkg/oncekey_bg.wasm)
+# Two passes: the second, converging, finds a little more after the first.
 node "$WASM_OPT" -Oz pkg/oncekey_bg.wasm -o pkg/oncekey_bg.wasm.opt
 mv pkg/oncekey_bg.wasm.opt pkg/oncekey_bg.wasm
-after=$(wc -c < pkg/oncekey_bg.wasm)
 node "$WASM_OPT" -Oz --converge --strip-producers --strip-target-features pkg/oncekey_bg.wasm \
   -o pkg/oncekey_bg.wasm.opt
 mv pkg/oncekey_bg.wasm.opt pkg/oncekey_bg.wasm
@@ -28,11 +28,14 @@ after=$(wc -c < pkg/oncekey_bg.wasm)
 echo "wasm-opt -Oz --converge: $before -> $after bytes"
 
 # The glue between the two files, minified in both: wasm-bindgen names every import and internal
-# export with a 16-hex-digit hash (incompressible, and written in the .wasm and the .js alike),
-# and the .js carries the API docs that oncekey.d.ts already gives. Short names instead, and the
-# docs, comments and indentation out of the .js; a rename that finds nothing to rename fails.
+# export with a 16-hex-digit hash (incompressible, and written in the .wasm and the .js alike).
+# Short names instead; a rename that finds nothing to rename fails. Then the package's API, which
+# is JavaScript (src/web/browser.js, shipped in snippets/ by wasm-bindgen), is re-exported by the
+# glue beside `init`, and terser minifies the glue and the snippets: the page downloads them on
+# every load, and their comments and long names are most of their bytes.
 node - pkg/oncekey_bg.wasm pkg/oncekey.js <<'JS'
 const fs = require('fs');
+const { minify } = require('./tools/node_modules/terser');
 const [wasmPath, jsPath] = process.argv.slice(2);
 const wasm = fs.readFileSync(wasmPath);
 let js = fs.readFileSync(jsPath, 'utf8');
@@ -122,18 +125,8 @@ const moduleKey = `"${MODULE}": import0`;
 if (js.split(moduleKey).length !== 2) fail('the import object is not where it was');
 js = js.replace(moduleKey, '"w": import0');
 fs.writeFileSync(wasmPath, Buffer.concat(out));
-fs.writeFileSync(jsPath, js);
 console.log(`glue: ${renames.size} names shortened`);
-JS
 
-# The package's API is JavaScript (src/web/browser.js, shipped in snippets/ by wasm-bindgen): the
-# glue re-exports it, beside `init`. Then terser minifies the glue and the snippets: the page
-# downloads them on every load, and their comments and long names are most of their bytes.
-node - pkg/oncekey.js <<'JS'
-const fs = require('fs');
-const { minify } = require('./tools/node_modules/terser');
-const jsPath = process.argv[2];
-const fail = (why) => { console.error(`build-pkg.sh: ${why}`); process.exit(1); };
 const snippets = (dir) =>
   fs.readdirSync(dir, { withFileTypes: true }).flatMap((e) => {
     const path = `${dir}/${e.name}`;
@@ -142,13 +135,13 @@ const snippets = (dir) =>
 const files = snippets('pkg/snippets');
 const driver = files.filter((p) => p.endsWith('/src/web/browser.js'));
 if (driver.length !== 1) fail(`${driver.length} copies of src/web/browser.js in pkg/snippets`);
-const glue = fs.readFileSync(jsPath, 'utf8') +
+const glue = js +
   `\nexport { Submitter, attachForm, autoAttach } from './${driver[0].slice('pkg/'.length)}';\n`;
 (async () => {
   for (const [path, text] of [[jsPath, glue], ...files.map((p) => [p, fs.readFileSync(p, 'utf8')])]) {
-    const out = await minify(text, { module: true, compress: { passes: 2 }, mangle: true, format: { comments: false } });
-    if (typeof out.code !== 'string') fail(`terser gave nothing for ${path}`);
-    fs.writeFileSync(path, out.code + '\n');
+    const min = await minify(text, { module: true, compress: { passes: 2 }, mangle: true, format: { comments: false } });
+    if (typeof min.code !== 'string') fail(`terser gave nothing for ${path}`);
+    fs.writeFileSync(path, min.code + '\n');
   }
   console.log(`terser: ${files.length + 1} files minified`);
 })().catch((e) => fail(String(e)));
