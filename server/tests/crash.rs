@@ -5,7 +5,6 @@
 
 mod common;
 
-use std::collections::HashMap;
 use std::path::Path;
 
 use common::process::Process;
@@ -88,12 +87,7 @@ async fn a_killed_server_leaves_no_receipt_without_its_ticket_and_retries_make_o
     )
     .await;
     server.kill();
-    let mut before = HashMap::new();
-    for (i, task) in tasks.into_iter().enumerate() {
-        if let Some(answer) = task.await.unwrap() {
-            before.insert(i, answer);
-        }
-    }
+    let before = common::answered(tasks).await;
     assert!(before.len() >= KEYS / 4);
     assert!(before.len() < KEYS, "the kill came after every answer");
 

@@ -7,7 +7,6 @@
 
 mod common;
 
-use std::collections::HashMap;
 use std::time::Duration;
 
 use common::pg::PgDb;
@@ -382,12 +381,9 @@ async fn a_server_killed_in_a_burst_leaves_no_receipt_without_its_ticket_and_ret
     )
     .await;
     doomed.kill();
-    let mut before = HashMap::new();
-    for (i, task) in tasks.into_iter().enumerate() {
-        if let Some(answer) = task.await.unwrap() {
-            assert_eq!(answer.status, 201, "key {i}");
-            before.insert(i, answer);
-        }
+    let before = common::answered(tasks).await;
+    for (i, answer) in &before {
+        assert_eq!(answer.status, 201, "key {i}");
     }
     let cut_off = (0..KEYS).filter(|i| !before.contains_key(i)).count();
     assert!(cut_off > 0, "the kill came after every answer");

@@ -217,6 +217,20 @@ pub async fn get_json<T: serde::de::DeserializeOwned>(
         .unwrap()
 }
 
+/// The answers that came back from a burst's tasks, by request number; the requests the kill cut
+/// off are left out.
+pub async fn answered(
+    tasks: Vec<tokio::task::JoinHandle<Option<Answer>>>,
+) -> std::collections::HashMap<usize, Answer> {
+    let mut answers = std::collections::HashMap::new();
+    for (i, task) in tasks.into_iter().enumerate() {
+        if let Some(answer) = task.await.unwrap() {
+            answers.insert(i, answer);
+        }
+    }
+    answers
+}
+
 /// Sends `requests` at once and returns, with their tasks still running, as soon as a quarter of
 /// them have an answer: the moment the crash tests kill a server, with the rest in flight. Each
 /// task ends with its answer, or `None` when its connection failed.
