@@ -165,12 +165,13 @@ pub enum Begun {
 /// Why a [`Submission::begin`] was refused. Nothing was stored or sent.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum BeginError {
-    /// Another submission is pending under this name, with another body, method or URL. Resume
-    /// it ("Try again") or discard it first.
+    /// Another submission is pending under this name, with another body, method, URL or given
+    /// key. Resume it ("Try again") or discard it first.
     PendingMismatch {
         /// The pending key.
         key: Key,
-        /// What differs: `"body"`, `"method"` or `"url"`.
+        /// What differs: `"body"`, `"method"`, `"url"` or `"key"` (a given key that is not the
+        /// pending one).
         differs: &'static str,
     },
     /// The body is not JSON.
@@ -311,6 +312,9 @@ impl Submission {
                 Some("method")
             } else if p.record.request.url != request.url {
                 Some("url")
+            } else if matches!(&key, NewKey::Given(k) if *k != p.record.key) {
+                // A caller's derived key names one submission: another one is another.
+                Some("key")
             } else {
                 None
             };
