@@ -641,9 +641,7 @@ async fn a_dead_clients_lease_runs_out_and_another_takes_its_submission_over() {
     store
         .claim("d", &lease, oncekey::Timestamp::from_millis(now_ms()))
         .unwrap();
-    assert!(store
-        .save("d", &serde_json::to_string(&record).unwrap(), &lease)
-        .unwrap());
+    assert!(store.save("d", &record.to_json(), &lease).unwrap());
     let client = Client::builder()
         .store(store.clone())
         .retry(fast())

@@ -25,14 +25,15 @@
 //! "Try again" when unsure. Another body is refused ([`BeginError::PendingMismatch`]) and nothing
 //! changes. At most one attempt is outstanding; an answer to any other attempt is ignored.
 
-use crate::prelude::*;
+use super::prelude::*;
 use alloc::collections::VecDeque;
 
 use super::answer::{classify, classify_failure, Answer, Failure, Outcome, RetryAfter, Verdict};
-use super::body::{concat, quoted, BodyError};
+use super::body::BodyError;
 use super::key::Key;
 use super::record::{Record, Request};
 use super::retry::{GiveUp, Next, RetryPolicy};
+use super::text::{concat, quoted};
 use super::time::Timestamp;
 
 /// Where a submission is.
@@ -179,8 +180,7 @@ pub enum BeginError {
 }
 
 impl BeginError {
-    /// What [`Display`](::core::fmt::Display) writes, built without the formatting machinery (which
-    /// the browser package leaves out).
+    /// What [`Display`](::core::fmt::Display) writes (built without `fmt`, see `core::text`).
     pub fn message(&self) -> String {
         match self {
             BeginError::PendingMismatch { key, differs } => concat(&[
@@ -209,8 +209,7 @@ pub enum StateError {
 }
 
 impl StateError {
-    /// What [`Display`](::core::fmt::Display) writes, built without the formatting machinery (which
-    /// the browser package leaves out).
+    /// What [`Display`](::core::fmt::Display) writes (built without `fmt`, see `core::text`).
     pub fn message(&self) -> String {
         match self {
             StateError::NothingPending => "no submission is pending".to_owned(),

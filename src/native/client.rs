@@ -215,7 +215,7 @@ impl Client {
         Ok(listed
             .into_iter()
             .map(|l| Pending {
-                record: serde_json::from_str::<Record>(&l.record).map_err(|e| e.to_string()),
+                record: Record::from_json(&l.record).map_err(|e| e.to_string()),
                 name: l.name,
                 lease: l.lease,
             })

@@ -27,9 +27,7 @@ impl Client {
             for action in actions.drain(..) {
                 match action {
                     Action::Persist(record) => {
-                        let text = serde_json::to_string(&record).map_err(|e| {
-                            Error::store("the record could not be written", e).with_name(name)
-                        })?;
+                        let text = record.to_json();
                         let lease = self.lease_until(now());
                         let n = name.to_owned();
                         let saved = self

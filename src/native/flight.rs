@@ -302,7 +302,7 @@ fn set_up(
     let record = match stored {
         None => None,
         Some(text) => Some(
-            serde_json::from_str::<Record>(&text).map_err(|e| Error::unreadable_record(name, e))?,
+            Record::from_json(&text).map_err(|e| Error::unreadable_record(name, e))?,
         ),
     };
     let unreadable = |e| Error::unreadable_record(name, e);
