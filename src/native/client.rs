@@ -23,6 +23,7 @@ use reqwest::header::{HeaderMap, HeaderName};
 use super::builder::{ClientBuilder, SubmissionBuilder};
 use super::error::{BoxError, Error, Result};
 use super::flight::{Flights, Job};
+use super::owner::{holder, Holder};
 use super::settlement::{Pending, Resumed, Settlement};
 use super::store::{Claim, Lease, Store};
 use crate::core::{Key, KeyFormat, Record, Request, RetryPolicy, Timestamp};
@@ -225,16 +226,42 @@ impl Client {
     /// Deliberately drops the stored submission `name` (the next send under it gets a new
     /// key). Refused while another client holds its lease. Answers whether one was stored.
     pub async fn discard(&self, name: &str) -> Result<bool> {
-        let lease = self.lease_until(now());
+        let record = self.claim(name).await?;
         let n = name.to_owned();
-        match self.store_call(move |s| s.claim(&n, &lease, now())).await? {
-            Claim::Busy(l) => Err(Error::busy(name, &l.owner, l.until)),
-            Claim::Taken(record) => {
-                let n = name.to_owned();
-                let owner = self.inner.owner.clone();
-                self.store_call(move |s| s.remove(&n, &owner)).await?;
-                Ok(record.is_some())
+        let owner = self.inner.owner.clone();
+        self.store_call(move |s| s.remove(&n, &owner)).await?;
+        Ok(record.is_some())
+    }
+
+    /// Takes the lease on `name` and answers the record stored under it. A holder that is a
+    /// dead process of this host is taken over at once (with a warning); any other holder's
+    /// unexpired lease is [`Error::is_busy`].
+    pub(super) async fn claim(&self, name: &str) -> Result<Option<String>> {
+        let lease = self.lease_until(now());
+        let (n, mine) = (name.to_owned(), lease.clone());
+        let mut claimed = self
+            .store_call(move |s| s.claim(&n, &mine, now()))
+            .await
+            .map_err(|e| e.with_name(name))?;
+        if let Claim::Busy(held) = &claimed {
+            if let Holder::DeadHere(pid) = holder(&held.owner) {
+                let (n, dead) = (name.to_owned(), held.owner.clone());
+                claimed = self
+                    .store_call(move |s| s.take_over(&n, &dead, &lease, now()))
+                    .await
+                    .map_err(|e| e.with_name(name))?;
+                if matches!(claimed, Claim::Taken(_)) {
+                    tracing::warn!(
+                        name,
+                        pid,
+                        "taken over from a process of this host that died while holding it"
+                    );
+                }
             }
+        }
+        match claimed {
+            Claim::Taken(record) => Ok(record),
+            Claim::Busy(l) => Err(Error::busy(name, &l.owner, l.until, now())),
         }
     }
 

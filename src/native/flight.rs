@@ -18,7 +18,6 @@ use tokio::sync::{watch, Notify};
 use super::client::{now, random_key_bytes, Client};
 use super::error::{Error, Result};
 use super::settlement::Settlement;
-use super::store::Claim;
 use crate::core::{BeginError, Begun, Key, NewKey, Record, Request, State, Submission, Timestamp};
 
 /// What a call asks of a name.
@@ -246,19 +245,9 @@ impl Client {
         new_key: Option<NewKey>,
         lead: &Lead<'_>,
     ) -> Result<Settlement> {
-        let stored = if let Job::Claimed(record) = &job {
-            Some(record.clone())
-        } else {
-            let lease = self.lease_until(now());
-            let n = name.to_owned();
-            let claimed = self
-                .store_call(move |s| s.claim(&n, &lease, now()))
-                .await
-                .map_err(|e| e.with_name(name))?;
-            match claimed {
-                Claim::Busy(l) => return Err(Error::busy(name, &l.owner, l.until)),
-                Claim::Taken(stored) => stored,
-            }
+        let stored = match &job {
+            Job::Claimed(record) => Some(record.clone()),
+            _ => self.claim(name).await?,
         };
         match set_up(name, self.inner.policy, now(), job, new_key, stored) {
             Ok(Some(sub)) => {

@@ -39,6 +39,7 @@ mod client;
 mod drive;
 mod error;
 mod flight;
+mod owner;
 #[cfg(feature = "postgres")]
 mod pg;
 mod settlement;

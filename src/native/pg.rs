@@ -383,8 +383,15 @@ fn migrate(conn: &mut postgres::Client) -> std::result::Result<(), Refused> {
     Ok(tx.commit()?)
 }
 
-impl Store for PostgresStore {
-    fn claim(&self, name: &str, lease: &Lease, now: Timestamp) -> Result<Claim, BoxError> {
+impl PostgresStore {
+    /// A claim, with a lease held by `dead` counted as run out.
+    fn claim_over(
+        &self,
+        name: &str,
+        dead: Option<&str>,
+        lease: &Lease,
+        now: Timestamp,
+    ) -> Result<Claim, BoxError> {
         let owner = lease.owner.as_str();
         let (until, now) = (millis(lease.until), millis(now));
         Ok(self.with(|c| {
@@ -397,9 +404,10 @@ impl Store for PostgresStore {
                          SET lease_owner = EXCLUDED.lease_owner, lease_until = EXCLUDED.lease_until
                          WHERE oncekey_pending.lease_owner IS NULL
                             OR oncekey_pending.lease_owner = EXCLUDED.lease_owner
+                            OR oncekey_pending.lease_owner = $5
                             OR oncekey_pending.lease_until <= $4
                      RETURNING record",
-                    &[&name, &owner, &until, &now],
+                    &[&name, &owner, &until, &now, &dead],
                 )?;
                 if let Some(row) = taken {
                     return Ok(Claim::Taken(row.try_get(0)?));
@@ -411,7 +419,7 @@ impl Store for PostgresStore {
                 if let Some(row) = held {
                     if let Some(holder) = row.try_get::<_, Option<String>>(0)? {
                         let until: i64 = row.try_get(1)?;
-                        if until > now && holder != owner {
+                        if until > now && holder != owner && Some(holder.as_str()) != dead {
                             return Ok(Claim::Busy(Lease {
                                 owner: holder,
                                 until: timestamp(until),
@@ -426,6 +434,22 @@ impl Store for PostgresStore {
                 until: timestamp(now),
             }))
         })?)
+    }
+}
+
+impl Store for PostgresStore {
+    fn claim(&self, name: &str, lease: &Lease, now: Timestamp) -> Result<Claim, BoxError> {
+        self.claim_over(name, None, lease, now)
+    }
+
+    fn take_over(
+        &self,
+        name: &str,
+        holder: &str,
+        lease: &Lease,
+        now: Timestamp,
+    ) -> Result<Claim, BoxError> {
+        self.claim_over(name, Some(holder), lease, now)
     }
 
     fn save(&self, name: &str, record: &str, lease: &Lease) -> Result<bool, BoxError> {

@@ -6,18 +6,24 @@
 //! a file from a newer oncekey, a foreign database or a damaged file is refused with a clear
 //! [`Error::is_corrupt`] instead of being changed.
 //!
-//! # Group commit
+//! # Group commit, and one sync per submission
 //!
 //! One writer thread owns the connection. Every call is queued to it; it takes all the calls
 //! waiting, runs each in its own savepoint inside one `BEGIN IMMEDIATE` transaction, and commits
-//! once: concurrent submissions share a sync instead of queueing for one each. A batch that
-//! writes a record (`save`) or removes one (`remove`) commits with `synchronous = FULL`; a batch
-//! of lease changes only (claim, renew, release) commits with `NORMAL` (no sync of its own: a
-//! lease lost in a power cut is simply free again, and the next full commit syncs it anyway).
-//! Two processes deciding about the same lease are serialised by SQLite's own write lock.
+//! once: concurrent submissions share a sync instead of queueing for one each. Only a batch that
+//! writes a record ([`Store::save`], before the attempt it covers) commits with
+//! `synchronous = FULL`, which syncs the write-ahead log; every other batch (claim, renew,
+//! release, and the removal after a definite answer) commits with `NORMAL`, appended to the log
+//! without a sync of its own, and made durable by the next synced commit, which syncs the log
+//! up to its end. A removal lost in a power cut only makes the next process resend the
+//! submission with the same key, and the server replays its first answer (CONTRACT.md
+//! section 5); a lost lease is simply free again. [`SqliteStore::syncs`] counts the synced
+//! commits. Two processes deciding about the same lease are serialised by SQLite's own write
+//! lock.
 
 use std::path::{Path, PathBuf};
-use std::sync::{mpsc, Mutex};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
 use std::time::Duration;
 
 use rusqlite::{params, Connection, ErrorCode, OptionalExtension, TransactionBehavior};
@@ -40,6 +46,7 @@ pub struct SqliteStore {
     path: PathBuf,
     jobs: Mutex<Option<mpsc::Sender<Job>>>,
     writer: Mutex<Option<std::thread::JoinHandle<()>>>,
+    syncs: Arc<AtomicU64>,
 }
 
 type Reply = std::result::Result<Done, BoxError>;
@@ -97,15 +104,24 @@ impl SqliteStore {
         prepare(&path, &mut conn)?;
         let (jobs, queue) = mpsc::channel::<Job>();
         let writer_path = path.clone();
+        let syncs = Arc::new(AtomicU64::new(0));
+        let counted = syncs.clone();
         let writer = std::thread::Builder::new()
             .name("oncekey-sqlite".into())
-            .spawn(move || write_batches(&writer_path, conn, queue))
+            .spawn(move || write_batches(&writer_path, conn, queue, &counted))
             .map_err(|e| Error::store("the store's writer thread could not start", e))?;
         Ok(SqliteStore {
             path,
             jobs: Mutex::new(Some(jobs)),
             writer: Mutex::new(Some(writer)),
+            syncs,
         })
+    }
+
+    /// How many synced commits this handle has made since it was opened: one per batch that
+    /// wrote a record, shared by every call in the batch (see the module docs).
+    pub fn syncs(&self) -> u64 {
+        self.syncs.load(Ordering::Relaxed)
     }
 
     /// The file's path.
@@ -215,7 +231,7 @@ impl Drop for SqliteStore {
 
 /// The writer thread: takes every job waiting, runs each in a savepoint of one transaction,
 /// commits once, answers each.
-fn write_batches(path: &Path, conn: Connection, queue: mpsc::Receiver<Job>) {
+fn write_batches(path: &Path, conn: Connection, queue: mpsc::Receiver<Job>, syncs: &AtomicU64) {
     let mut full = true;
     while let Ok(first) = queue.recv() {
         let mut batch = vec![first];
@@ -274,6 +290,9 @@ fn write_batches(path: &Path, conn: Connection, queue: mpsc::Receiver<Job>) {
         }
         match conn.execute_batch("COMMIT") {
             Ok(()) => {
+                if durable {
+                    syncs.fetch_add(1, Ordering::Relaxed);
+                }
                 for (answer, reply) in answers.into_iter().zip(replies) {
                     let _ = reply.send(
                         answer.map_err(|e| -> BoxError { Box::new(sql_error(path, "written", e)) }),
@@ -324,7 +343,23 @@ fn unexpected() -> BoxError {
 impl Store for SqliteStore {
     fn claim(&self, name: &str, lease: &Lease, now: Timestamp) -> Result<Claim, BoxError> {
         let (name, lease) = (name.to_owned(), lease.clone());
-        match self.call(false, move |conn| claim(conn, &name, &lease, now))? {
+        match self.call(false, move |conn| claim(conn, &name, None, &lease, now))? {
+            Done::Claim(c) => Ok(c),
+            _ => Err(unexpected()),
+        }
+    }
+
+    fn take_over(
+        &self,
+        name: &str,
+        holder: &str,
+        lease: &Lease,
+        now: Timestamp,
+    ) -> Result<Claim, BoxError> {
+        let (name, holder, lease) = (name.to_owned(), holder.to_owned(), lease.clone());
+        match self.call(false, move |conn| {
+            claim(conn, &name, Some(&holder), &lease, now)
+        })? {
             Done::Claim(c) => Ok(c),
             _ => Err(unexpected()),
         }
@@ -362,7 +397,8 @@ impl Store for SqliteStore {
 
     fn remove(&self, name: &str, owner: &str) -> Result<bool, BoxError> {
         let (name, owner) = (name.to_owned(), owner.to_owned());
-        let done = self.call(true, move |conn| {
+        // Not synced on its own: it rides the next synced commit (see the module docs).
+        let done = self.call(false, move |conn| {
             conn.prepare_cached("DELETE FROM oncekey_pending WHERE name = ?1 AND lease_owner = ?2")?
                 .execute(params![name, owner])
                 .map(|n| Done::Bool(n == 1))
@@ -397,7 +433,14 @@ impl Store for SqliteStore {
     }
 }
 
-fn claim(conn: &Connection, name: &str, lease: &Lease, now: Timestamp) -> rusqlite::Result<Done> {
+/// A claim, with a lease held by `dead` counted as run out.
+fn claim(
+    conn: &Connection,
+    name: &str,
+    dead: Option<&str>,
+    lease: &Lease,
+    now: Timestamp,
+) -> rusqlite::Result<Done> {
     let row: Option<(Option<String>, Option<String>, Option<i64>)> = conn
         .prepare_cached(
             "SELECT record, lease_owner, lease_until FROM oncekey_pending WHERE name = ?1",
@@ -407,7 +450,7 @@ fn claim(conn: &Connection, name: &str, lease: &Lease, now: Timestamp) -> rusqli
     let record = match row {
         Some((record, Some(owner), Some(until))) => {
             let until = Timestamp::from_millis(until.max(0) as u64);
-            if owner != lease.owner && until > now {
+            if owner != lease.owner && Some(owner.as_str()) != dead && until > now {
                 return Ok(Done::Claim(Claim::Busy(Lease { owner, until })));
             }
             record
@@ -531,6 +574,30 @@ mod tests {
         let listed = store.list().unwrap();
         assert_eq!(listed.len(), 32);
         assert_eq!(listed[7].record, "{7}");
+    }
+
+    #[test]
+    fn a_submission_syncs_once_its_removal_rides_the_next_sync() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open(dir.path().join("s.db")).unwrap();
+        let lease = Lease {
+            owner: "o".into(),
+            until: Timestamp::from_millis(100),
+        };
+        let t = Timestamp::from_millis(0);
+        for (i, name) in ["a", "b", "c"].into_iter().enumerate() {
+            // What one submission does: claim, save before sending, remove after the answer.
+            assert_eq!(store.claim(name, &lease, t).unwrap(), Claim::Taken(None));
+            assert!(store.save(name, "{r}", &lease).unwrap());
+            assert!(store.remove(name, "o").unwrap());
+            assert_eq!(store.syncs(), i as u64 + 1, "one sync per submission");
+        }
+        assert!(store.list().unwrap().is_empty(), "the removals are committed");
+        // Renewing and releasing sync nothing either.
+        store.claim("d", &lease, t).unwrap();
+        store.renew("d", &lease).unwrap();
+        store.release("d", "o").unwrap();
+        assert_eq!(store.syncs(), 3);
     }
 
     #[test]

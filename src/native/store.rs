@@ -74,6 +74,21 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     /// [`Claim::Busy`] with the holder's lease.
     fn claim(&self, name: &str, lease: &Lease, now: Timestamp) -> Result<Claim, BoxError>;
 
+    /// [`Store::claim`], with a lease held by `holder` counted as run out: for a client that
+    /// found `holder` dead (a process of its own host whose pid is gone). Another holder's
+    /// unexpired lease is [`Claim::Busy`] as with `claim`. The default is `claim` itself (the
+    /// dead holder's lease is then waited out).
+    fn take_over(
+        &self,
+        name: &str,
+        holder: &str,
+        lease: &Lease,
+        now: Timestamp,
+    ) -> Result<Claim, BoxError> {
+        let _ = holder;
+        self.claim(name, lease, now)
+    }
+
     /// Writes `record` under `name` and extends the lease to `lease.until`, durably (synced)
     /// before returning, if `lease.owner` still holds the name's lease. Answers `false`, writing
     /// nothing, when it does not.
@@ -82,7 +97,10 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     /// Extends the lease to `lease.until` if `lease.owner` still holds it; `false` otherwise.
     fn renew(&self, name: &str, lease: &Lease) -> Result<bool, BoxError>;
 
-    /// Removes the name's record and lease if `owner` holds the lease; `false` otherwise.
+    /// Removes the name's record and lease if `owner` holds the lease; `false` otherwise. Called
+    /// after a definite answer, it need not be durable on its own and may ride the next durable
+    /// write: a removal lost in a crash makes the next process resend the submission with the
+    /// same key, and the server replays its first answer.
     fn remove(&self, name: &str, owner: &str) -> Result<bool, BoxError>;
 
     /// Gives the lease up if `owner` holds it, keeping the record (or removing the row when it
@@ -165,17 +183,33 @@ fn holds(row: &Row, owner: &str) -> bool {
     row.lease.as_ref().is_some_and(|l| l.owner == owner)
 }
 
-impl Store for MemoryStore {
-    fn claim(&self, name: &str, lease: &Lease, now: Timestamp) -> Result<Claim, BoxError> {
+impl MemoryStore {
+    fn claim_over(&self, name: &str, dead: Option<&str>, lease: &Lease, now: Timestamp) -> Claim {
         let mut rows = self.rows();
         let row = rows.entry(name.to_owned()).or_default();
         if let Some(held) = &row.lease {
-            if held.owner != lease.owner && held.until > now {
-                return Ok(Claim::Busy(held.clone()));
+            if held.owner != lease.owner && Some(held.owner.as_str()) != dead && held.until > now {
+                return Claim::Busy(held.clone());
             }
         }
         row.lease = Some(lease.clone());
-        Ok(Claim::Taken(row.record.clone()))
+        Claim::Taken(row.record.clone())
+    }
+}
+
+impl Store for MemoryStore {
+    fn claim(&self, name: &str, lease: &Lease, now: Timestamp) -> Result<Claim, BoxError> {
+        Ok(self.claim_over(name, None, lease, now))
+    }
+
+    fn take_over(
+        &self,
+        name: &str,
+        holder: &str,
+        lease: &Lease,
+        now: Timestamp,
+    ) -> Result<Claim, BoxError> {
+        Ok(self.claim_over(name, Some(holder), lease, now))
     }
 
     fn save(&self, name: &str, record: &str, lease: &Lease) -> Result<bool, BoxError> {
@@ -277,6 +311,30 @@ pub(crate) fn check_semantics(store: &dyn Store, other: &dyn Store) {
     assert_eq!(
         other.claim("n", &b(300), t(120)).unwrap(),
         Claim::Busy(a(150))
+    );
+    // A holder found dead is taken over at once; another live holder is not.
+    let c = |until| Lease {
+        owner: "c".into(),
+        until: t(until),
+    };
+    assert_eq!(
+        other.take_over("n", "z", &c(300), t(120)).unwrap(),
+        Claim::Busy(a(150))
+    );
+    assert_eq!(
+        other.take_over("n", "a", &c(300), t(120)).unwrap(),
+        Claim::Taken(Some("{r1}".into()))
+    );
+    assert!(!store.renew("n", &a(150)).unwrap(), "the dead holder lost it");
+    assert_eq!(
+        store.take_over("n", "a", &a(150), t(120)).unwrap(),
+        Claim::Busy(c(300)),
+        "and cannot take it back from the live one"
+    );
+    other.release("n", "c").unwrap();
+    assert_eq!(
+        store.claim("n", &a(150), t(120)).unwrap(),
+        Claim::Taken(Some("{r1}".into()))
     );
     // Expired: taken over, record included.
     assert_eq!(
