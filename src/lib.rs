@@ -68,7 +68,7 @@ if_native! {
     mod native;
     pub use crate::native::{
         BoxError, Claim, Client, ClientBuilder, Due, Error, HeaderProvider, Lease, Listed,
-        MemoryStore, Outgoing, Pending, Result, Resumed, Settlement, SqliteStore, Store,
+        MemoryStore, Outgoing, Pending, Quarantined, Result, Resumed, Settlement, SqliteStore, Store,
         SubmissionBuilder,
     };
     #[cfg(feature = "postgres")]

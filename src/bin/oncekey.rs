@@ -54,8 +54,9 @@ The answer's body goes to stdout; a one-line summary to stderr.";
         /// polling.
         #[command(after_help = AFTER_HELP)]
         Work(Work),
-        /// List the stored (pending) submissions.
-        List(StoreArg),
+        /// List the stored (pending) submissions, or with --quarantined the records moved
+        /// aside because they could not be read.
+        List(List),
         /// Deliberately drop a stored submission; the next send under its name gets a new key.
         Discard(Discard),
     }
@@ -158,6 +159,16 @@ The answer's body goes to stdout; a one-line summary to stderr.";
         /// Keep polling when nothing is left.
         #[arg(long)]
         forever: bool,
+    }
+
+    #[derive(Args, Debug)]
+    struct List {
+        #[command(flatten)]
+        store: StoreArg,
+        /// List the quarantine instead: records that could not be read, moved aside (never
+        /// deleted) with the reason, for an operator to look at.
+        #[arg(long)]
+        quarantined: bool,
     }
 
     #[derive(Args, Debug)]
@@ -415,12 +426,29 @@ The answer's body goes to stdout; a one-line summary to stderr.";
         }
     }
 
-    async fn list(args: StoreArg) -> Result<u8, (String, u8)> {
-        let store = open_store(&args).map_err(|e| (e, FAILED))?;
+    async fn list(args: List) -> Result<u8, (String, u8)> {
+        let store = open_store(&args.store).map_err(|e| (e, FAILED))?;
         let client = Client::builder()
             .shared_store(store)
             .build()
             .map_err(|e| (e.to_string(), FAILED))?;
+        if args.quarantined {
+            let moved = client
+                .quarantined()
+                .await
+                .map_err(|e| (e.to_string(), FAILED))?;
+            for q in moved {
+                // One line each: the record's own line breaks and tabs are escaped.
+                let record: String = q.record.escape_debug().collect();
+                println!(
+                    "{}\t{} ms\t{}\t{record}",
+                    q.name,
+                    q.at.as_millis(),
+                    q.reason
+                );
+            }
+            return Ok(0);
+        }
         let pending = client
             .pending()
             .await

@@ -25,7 +25,7 @@ use super::error::{BoxError, Error, Result};
 use super::flight::{Flights, Job};
 use super::owner::{holder, Holder};
 use super::settlement::{Pending, Resumed, Settlement};
-use super::store::{Claim, Lease, Store};
+use super::store::{Claim, Lease, Quarantined, Store};
 use crate::core::{Key, KeyFormat, Record, Request, RetryPolicy, Timestamp};
 
 /// The wall clock, as the core wants it.
@@ -263,6 +263,38 @@ impl Client {
             Claim::Taken(record) => Ok(record),
             Claim::Busy(l) => Err(Error::busy(name, &l.owner, l.until, now())),
         }
+    }
+
+    /// Moves the unreadable record of `name` (whose lease this client holds) aside into the
+    /// store's quarantine, with a warning, and answers the error for the caller. A store that
+    /// has no quarantine keeps it in place (and the error says so).
+    pub(super) async fn quarantine(&self, name: &str, why: &str) -> Error {
+        let (n, owner, reason) = (name.to_owned(), self.inner.owner.clone(), why.to_owned());
+        let moved = self
+            .store_call(move |s| s.quarantine(&n, &owner, &reason, now()))
+            .await;
+        match moved {
+            Ok(true) => {
+                tracing::warn!(
+                    name,
+                    "the stored record cannot be read ({why}); moved aside to the store's quarantine (oncekey list --quarantined)"
+                );
+                Error::unreadable_record(name, why, true)
+            }
+            Ok(false) => {
+                self.release(name, None).await;
+                Error::unreadable_record(name, why, false)
+            }
+            Err(e) => {
+                self.release(name, None).await;
+                Error::unreadable_record(name, why, false).with_source(e.to_string())
+            }
+        }
+    }
+
+    /// The records moved aside because they could not be read, oldest first.
+    pub async fn quarantined(&self) -> Result<Vec<Quarantined>> {
+        self.store_call(|s| s.quarantined()).await
     }
 
     pub(super) fn lease_until(&self, from: Timestamp) -> Lease {

@@ -123,10 +123,17 @@ impl Error {
         Error::new(Kind::Corrupt, message).with_source(source)
     }
 
-    pub(crate) fn unreadable_record(name: &str, why: impl fmt::Display) -> Error {
+    /// The record stored under `name` cannot be read (`why`); `moved` says whether it was moved
+    /// aside into the store's quarantine or kept in place.
+    pub(crate) fn unreadable_record(name: &str, why: &str, moved: bool) -> Error {
+        let what = if moved {
+            "it was moved aside to the store's quarantine (oncekey list --quarantined), kept for inspection, and the name is free"
+        } else {
+            "it is kept in place, as this store has no quarantine: discard it (oncekey discard) to go on"
+        };
         let mut e = Error::new(
             Kind::UnreadableRecord,
-            format!("the stored record of submission {name:?} cannot be read ({why}); it is kept for inspection: discard it (oncekey discard) to go on"),
+            format!("the stored record of submission {name:?} cannot be read ({why}); {what}"),
         );
         e.inner.name = Some(name.to_owned());
         e
@@ -208,7 +215,9 @@ impl Error {
         self.inner.kind == Kind::Corrupt
     }
 
-    /// One stored record cannot be read. The other records are still usable.
+    /// One stored record cannot be read: it was moved aside to the store's quarantine
+    /// ([`Client::quarantined`](crate::Client::quarantined)). The other records are still
+    /// usable.
     pub fn is_unreadable_record(&self) -> bool {
         self.inner.kind == Kind::UnreadableRecord
     }

@@ -249,7 +249,16 @@ impl Client {
             Job::Claimed(record) => Some(record.clone()),
             _ => self.claim(name).await?,
         };
-        match set_up(name, self.inner.policy, now(), job, new_key, stored) {
+        let record = match stored.as_deref().map(Record::from_json) {
+            None => None,
+            Some(Ok(record)) if record.name == name => Some(record),
+            Some(Ok(record)) => {
+                let why = format!("it belongs to the submission {:?}", record.name);
+                return Err(self.quarantine(name, &why).await);
+            }
+            Some(Err(e)) => return Err(self.quarantine(name, &e.to_string()).await),
+        };
+        match set_up(name, self.inner.policy, now(), job, new_key, record) {
             Ok(Some(sub)) => {
                 lead.fly(sub);
                 self.drive(name, lead).await
@@ -277,7 +286,7 @@ fn begin_error(name: &str, e: BeginError) -> Error {
     }
 }
 
-/// The core's submission for `job` and the record `stored` under the name, with its first
+/// The core's submission for `job` and the record stored under the name, with its first
 /// actions queued. `None` when a resume found nothing stored.
 fn set_up(
     name: &str,
@@ -285,16 +294,11 @@ fn set_up(
     t: Timestamp,
     job: Job,
     new_key: Option<NewKey>,
-    stored: Option<String>,
+    record: Option<Record>,
 ) -> Result<Option<Submission>> {
     let mut sub = Submission::new(name, policy);
-    let record = match stored {
-        None => None,
-        Some(text) => Some(
-            Record::from_json(&text).map_err(|e| Error::unreadable_record(name, e))?,
-        ),
-    };
-    let unreadable = |e| Error::unreadable_record(name, e);
+    // Read and checked already (its name and body too): restoring it cannot fail.
+    let unreadable = |e: crate::core::StateError| Error::request(e.to_string()).with_name(name);
     match job {
         Job::Resume | Job::Claimed(_) | Job::TryAgain => {
             let Some(record) = record else {

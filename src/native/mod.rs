@@ -53,4 +53,4 @@ pub use error::{BoxError, Error, Result};
 pub use pg::PostgresStore;
 pub use settlement::{Pending, Resumed, Settlement};
 pub use sqlite::SqliteStore;
-pub use store::{Claim, Due, Lease, Listed, MemoryStore, Store};
+pub use store::{Claim, Due, Lease, Listed, MemoryStore, Quarantined, Store};

@@ -50,7 +50,7 @@ use std::sync::Mutex;
 use postgres::{Config, GenericClient, NoTls};
 
 use super::error::{BoxError, Error, Result};
-use super::store::{Claim, Due, Lease, Listed, Store};
+use super::store::{Claim, Due, Lease, Listed, Quarantined, Store};
 use crate::core::{Record, Timestamp};
 
 /// The schema, one step per version: `MIGRATIONS[i]` takes the version from `i` to `i + 1`.
@@ -61,7 +61,15 @@ const MIGRATIONS: &[&str] = &["CREATE TABLE oncekey_pending (
         -- Unix milliseconds; 0 when no lease is held (free to claim).
         lease_until BIGINT NOT NULL DEFAULT 0
     );
-    CREATE INDEX oncekey_pending_due ON oncekey_pending (lease_until) WHERE record IS NOT NULL;"];
+    CREATE INDEX oncekey_pending_due ON oncekey_pending (lease_until) WHERE record IS NOT NULL;",
+    // Unreadable records, moved aside as they were stored.
+    "CREATE TABLE oncekey_quarantine (
+        id             BIGSERIAL PRIMARY KEY,
+        name           TEXT NOT NULL,
+        record         TEXT,
+        reason         TEXT NOT NULL,
+        quarantined_at BIGINT NOT NULL
+    );"];
 
 /// The advisory lock key that serialises migrations ("oncekey" in ASCII).
 const MIGRATION_LOCK: i64 = 0x006f_6e63_656b_6579;
@@ -531,6 +539,46 @@ impl Store for PostgresStore {
                             })
                         })
                         .transpose()?,
+                })
+            })
+            .collect()
+        })?)
+    }
+
+    fn quarantine(
+        &self,
+        name: &str,
+        owner: &str,
+        reason: &str,
+        now: Timestamp,
+    ) -> Result<bool, BoxError> {
+        Ok(self.with(|c| {
+            c.execute(
+                "WITH moved AS (
+                     DELETE FROM oncekey_pending
+                     WHERE name = $1 AND lease_owner = $2 AND record IS NOT NULL
+                     RETURNING name, record)
+                 INSERT INTO oncekey_quarantine (name, record, reason, quarantined_at)
+                 SELECT name, record, $3, $4 FROM moved",
+                &[&name, &owner, &reason, &millis(now)],
+            )
+            .map(|n| n == 1)
+        })?)
+    }
+
+    fn quarantined(&self) -> Result<Vec<Quarantined>, BoxError> {
+        Ok(self.with(|c| {
+            c.query(
+                "SELECT name, record, reason, quarantined_at FROM oncekey_quarantine ORDER BY id",
+                &[],
+            )?
+            .iter()
+            .map(|r| {
+                Ok(Quarantined {
+                    name: r.try_get(0)?,
+                    record: r.try_get::<_, Option<String>>(1)?.unwrap_or_default(),
+                    reason: r.try_get(2)?,
+                    at: timestamp(r.try_get(3)?),
                 })
             })
             .collect()

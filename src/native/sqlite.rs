@@ -29,16 +29,26 @@ use std::time::Duration;
 use rusqlite::{params, Connection, ErrorCode, OptionalExtension, TransactionBehavior};
 
 use super::error::{BoxError, Error, Result};
-use super::store::{Claim, Lease, Listed, Store};
+use super::store::{Claim, Lease, Listed, Quarantined, Store};
 use crate::core::Timestamp;
 
 /// The schema, one step per version: `MIGRATIONS[i]` takes `user_version` from `i` to `i + 1`.
-const MIGRATIONS: &[&str] = &["CREATE TABLE oncekey_pending (
+const MIGRATIONS: &[&str] = &[
+    "CREATE TABLE oncekey_pending (
         name        TEXT PRIMARY KEY NOT NULL,
         record      TEXT,
         lease_owner TEXT,
         lease_until INTEGER
-    );"];
+    );",
+    // Unreadable records, moved aside as they were stored (the column keeps text or bytes).
+    "CREATE TABLE oncekey_quarantine (
+        id             INTEGER PRIMARY KEY,
+        name           TEXT NOT NULL,
+        record,
+        reason         TEXT NOT NULL,
+        quarantined_at INTEGER NOT NULL
+    );",
+];
 
 /// A [`Store`] in a SQLite file. See the module docs.
 #[derive(Debug)]
@@ -56,6 +66,7 @@ enum Done {
     Bool(bool),
     Unit,
     List(Vec<Listed>),
+    Quarantined(Vec<Quarantined>),
 }
 
 /// One call, run on the writer's connection inside the batch's transaction.
@@ -431,6 +442,67 @@ impl Store for SqliteStore {
             _ => Err(unexpected()),
         }
     }
+
+    fn quarantine(
+        &self,
+        name: &str,
+        owner: &str,
+        reason: &str,
+        now: Timestamp,
+    ) -> Result<bool, BoxError> {
+        let (name, owner, reason) = (name.to_owned(), owner.to_owned(), reason.to_owned());
+        let done = self.call(true, move |conn| {
+            let moved = conn
+                .prepare_cached(
+                    "INSERT INTO oncekey_quarantine (name, record, reason, quarantined_at)
+                     SELECT name, record, ?3, ?4 FROM oncekey_pending
+                     WHERE name = ?1 AND lease_owner = ?2 AND record IS NOT NULL",
+                )?
+                .execute(params![name, owner, reason, millis(now)])?;
+            if moved == 1 {
+                conn.prepare_cached("DELETE FROM oncekey_pending WHERE name = ?1")?
+                    .execute([&name])?;
+            }
+            Ok(Done::Bool(moved == 1))
+        })?;
+        match done {
+            Done::Bool(b) => Ok(b),
+            _ => Err(unexpected()),
+        }
+    }
+
+    fn quarantined(&self) -> Result<Vec<Quarantined>, BoxError> {
+        let done = self.call(false, |conn| {
+            let mut stmt = conn.prepare_cached(
+                "SELECT name, record, reason, quarantined_at FROM oncekey_quarantine ORDER BY id",
+            )?;
+            let rows = stmt.query_map([], |r| {
+                Ok(Quarantined {
+                    name: r.get(0)?,
+                    record: lossy(r.get_ref(1)?),
+                    reason: r.get(2)?,
+                    at: Timestamp::from_millis(r.get::<_, i64>(3)?.max(0) as u64),
+                })
+            })?;
+            rows.collect::<rusqlite::Result<Vec<_>>>()
+                .map(Done::Quarantined)
+        })?;
+        match done {
+            Done::Quarantined(q) => Ok(q),
+            _ => Err(unexpected()),
+        }
+    }
+}
+
+/// A stored value as text: a record that is not text is read as lossy text, so it fails to
+/// parse as a record (one unreadable record) instead of failing the whole list.
+fn lossy(value: rusqlite::types::ValueRef<'_>) -> String {
+    match value {
+        rusqlite::types::ValueRef::Text(t) | rusqlite::types::ValueRef::Blob(t) => {
+            String::from_utf8_lossy(t).into_owned()
+        }
+        other => format!("{other:?}"),
+    }
 }
 
 /// A claim, with a lease held by `dead` counted as run out.
@@ -476,14 +548,7 @@ fn list(conn: &Connection) -> rusqlite::Result<Done> {
         let until: Option<i64> = r.get(3)?;
         Ok(Listed {
             name: r.get(0)?,
-            // A record that is not text is read as lossy text, so it fails to parse as a
-            // record (one unreadable record) instead of failing the whole list.
-            record: match r.get_ref(1)? {
-                rusqlite::types::ValueRef::Text(t) | rusqlite::types::ValueRef::Blob(t) => {
-                    String::from_utf8_lossy(t).into_owned()
-                }
-                other => format!("{other:?}"),
-            },
+            record: lossy(r.get_ref(1)?),
             lease: owner.zip(until).map(|(owner, until)| Lease {
                 owner,
                 until: Timestamp::from_millis(until.max(0) as u64),

@@ -54,6 +54,20 @@ pub struct Listed {
     pub lease: Option<Lease>,
 }
 
+/// A record moved aside because it could not be read ([`Store::quarantine`]), as
+/// [`Store::quarantined`] lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Quarantined {
+    /// The name it was stored under.
+    pub name: String,
+    /// Its text as it was stored (lossy if it was not UTF-8).
+    pub record: String,
+    /// Why it could not be read.
+    pub reason: String,
+    /// When it was moved aside.
+    pub at: Timestamp,
+}
+
 /// A submission [`Store::claim_due`] took: its name and record, now leased to the caller.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Due {
@@ -110,6 +124,27 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     /// Every stored record, by name.
     fn list(&self) -> Result<Vec<Listed>, BoxError>;
 
+    /// Moves the record stored under `name` aside, if `owner` holds its lease, into the
+    /// store's quarantine with `reason` and the time `now`, in one transaction: it leaves the
+    /// pending submissions (the name is free) and is kept, never deleted, for an operator to
+    /// look at (CONTRACT.md section 5). Answers whether it was moved. The default moves
+    /// nothing (the record stays in place).
+    fn quarantine(
+        &self,
+        name: &str,
+        owner: &str,
+        reason: &str,
+        now: Timestamp,
+    ) -> Result<bool, BoxError> {
+        let _ = (name, owner, reason, now);
+        Ok(false)
+    }
+
+    /// The records moved aside by [`Store::quarantine`], oldest first.
+    fn quarantined(&self) -> Result<Vec<Quarantined>, BoxError> {
+        Ok(Vec::new())
+    }
+
     /// Gives the lease up like [`Store::release`], and keeps the submission out of
     /// [`Store::claim_due`] until `due`: a claim by name ([`Store::claim`]) still takes it at
     /// once. For a submission that settled unsure, so that workers polling for due ones do not
@@ -164,6 +199,7 @@ struct Row {
 #[derive(Debug, Default, Clone)]
 pub struct MemoryStore {
     rows: std::sync::Arc<Mutex<HashMap<String, Row>>>,
+    quarantine: std::sync::Arc<Mutex<Vec<Quarantined>>>,
 }
 
 impl MemoryStore {
@@ -274,6 +310,42 @@ impl Store for MemoryStore {
             .collect();
         out.sort_by(|a, b| a.name.cmp(&b.name));
         Ok(out)
+    }
+
+    fn quarantine(
+        &self,
+        name: &str,
+        owner: &str,
+        reason: &str,
+        now: Timestamp,
+    ) -> Result<bool, BoxError> {
+        let mut rows = self.rows();
+        let record = match rows.get(name) {
+            Some(row) if holds(row, owner) => row.record.clone(),
+            _ => None,
+        };
+        let Some(record) = record else {
+            return Ok(false);
+        };
+        rows.remove(name);
+        self.quarantine
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(Quarantined {
+                name: name.to_owned(),
+                record,
+                reason: reason.to_owned(),
+                at: now,
+            });
+        Ok(true)
+    }
+
+    fn quarantined(&self) -> Result<Vec<Quarantined>, BoxError> {
+        Ok(self
+            .quarantine
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone())
     }
 
     fn blocks(&self) -> bool {
@@ -403,6 +475,27 @@ pub(crate) fn check_semantics(store: &dyn Store, other: &dyn Store) {
         assert!(other.remove(name, "b").unwrap());
     }
     assert!(store.list().unwrap().is_empty());
+
+    // Quarantine: only the holder moves a record aside; it leaves the pending ones, is kept
+    // with its text and reason, and the name is free again.
+    assert_eq!(store.claim("q", &a(10), t(0)).unwrap(), Claim::Taken(None));
+    assert!(store.save("q", "{broken", &a(10)).unwrap());
+    assert!(!other.quarantine("q", "b", "unreadable", t(1)).unwrap());
+    assert!(store.quarantine("q", "a", "it is not JSON", t(2)).unwrap());
+    assert!(store.list().unwrap().is_empty());
+    assert_eq!(
+        other.quarantined().unwrap(),
+        [Quarantined {
+            name: "q".into(),
+            record: "{broken".into(),
+            reason: "it is not JSON".into(),
+            at: t(2),
+        }]
+    );
+    assert_eq!(other.claim("q", &b(10), t(3)).unwrap(), Claim::Taken(None));
+    other.release("q", "b").unwrap();
+    assert!(!store.quarantine("q", "a", "again", t(4)).unwrap(), "nothing left to move");
+    assert_eq!(store.quarantined().unwrap().len(), 1);
 }
 
 #[cfg(test)]
