@@ -15,7 +15,10 @@
 
 pub mod api;
 pub mod faults;
+mod idempotency;
+mod problem;
 pub mod store;
+mod tickets;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -107,7 +110,7 @@ pub enum StartError {
         /// The database, as [`store::describe`] shows it (no password).
         db: String,
         /// Why not.
-        error: store::Failure,
+        error: store::StoreError,
     },
     /// A configuration value is not usable.
     Config(String),
@@ -268,7 +271,11 @@ pub async fn start(config: Config) -> Result<Server, StartError> {
     });
     let router = router(app, &config);
     let stop = CancellationToken::new();
-    let sweeper = tokio::spawn(sweep(store.clone(), config.receipt_ttl, config.sweep_every));
+    let sweeper = tokio::spawn(idempotency::sweep(
+        store.clone(),
+        config.receipt_ttl,
+        config.sweep_every,
+    ));
     let task = tokio::spawn(serve(listener, router, stop.clone(), async move {
         sweeper.abort();
         store.stop();
@@ -346,25 +353,6 @@ async fn serve(
         }
     }
     close.await;
-}
-
-/// Removes receipts older than the TTL, now and then.
-async fn sweep(store: Store, ttl: Duration, every: Duration) {
-    let mut ticker = tokio::time::interval(every.max(Duration::from_millis(10)));
-    loop {
-        ticker.tick().await;
-        let before = SystemTime::now()
-            .checked_sub(ttl)
-            .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
-            .map(|d| d.as_millis() as i64)
-            .unwrap_or(0);
-        match store.run_light(move |tx| tx.sweep(before)).await {
-            Ok(0) => {}
-            Ok(n) => tracing::info!(removed = n, "swept expired receipts"),
-            Err(store::Failure::Closed) => return,
-            Err(e) => tracing::warn!("sweeping receipts failed: {e}"),
-        }
-    }
 }
 
 #[cfg(test)]
