@@ -60,6 +60,29 @@ fn fault(i: u64) -> Vec<String> {
     }
 }
 
+/// What `oncekey list` shows of the store at `store`.
+fn listed(store: &std::path::Path) -> String {
+    let out = Command::new(cli_bin())
+        .args(["list", "--store"])
+        .arg(store)
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Waits until `oncekey list` shows `name` stored.
+fn until_listed(store: &std::path::Path, name: &str) {
+    let mut waited = 0;
+    while !listed(store)
+        .lines()
+        .any(|l| l.starts_with(&format!("{name}\t")))
+    {
+        waited += 1;
+        assert!(waited < 200, "{name} was never stored");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 #[derive(Debug, PartialEq)]
 enum Fate {
     /// Finished on its own before the kill.
@@ -118,13 +141,7 @@ fn killed_at_random_points_then_resumed_every_submission_makes_one_ticket() {
             None => {
                 child.kill().unwrap(); // SIGKILL
                 child.wait().unwrap();
-                let listed = Command::new(&cli)
-                    .args(["list", "--store"])
-                    .arg(&store)
-                    .output()
-                    .unwrap();
-                let listed = String::from_utf8_lossy(&listed.stdout).into_owned();
-                if listed
+                if listed(&store)
                     .lines()
                     .any(|l| l.starts_with(&format!("payout-{i}\t")))
                 {
@@ -236,20 +253,8 @@ fn a_lost_removal_is_resent_with_the_same_key_and_replayed_never_duplicated() {
         .spawn()
         .unwrap();
     // While the attempt is on the wire: the record is synced, nothing else is being written.
-    let list = || {
-        let out = Command::new(&cli)
-            .args(["list", "--store"])
-            .arg(&store)
-            .output()
-            .unwrap();
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    };
-    let mut waited = 0;
-    while !list().starts_with("payout-1\t") {
-        waited += 1;
-        assert!(waited < 100, "the record was never stored");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let list = || listed(&store);
+    until_listed(&store, "payout-1");
     for file in ["pending.db", "pending.db-wal"] {
         std::fs::copy(dir.path().join(file), snapshot.join(file)).unwrap();
     }
@@ -311,13 +316,8 @@ fn resume_takes_over_a_killed_holder_at_once_and_waits_for_a_live_one() {
     let store = dir.path().join("pending.db");
     let tenant = tenant("takeover");
     let cli = cli_bin();
-    let listed = |name: &str| {
-        let out = Command::new(&cli)
-            .args(["list", "--store"])
-            .arg(&store)
-            .output()
-            .unwrap();
-        String::from_utf8_lossy(&out.stdout)
+    let stored = |name: &str| {
+        listed(&store)
             .lines()
             .any(|l| l.starts_with(&format!("{name}\t")))
     };
@@ -348,19 +348,11 @@ fn resume_takes_over_a_killed_holder_at_once_and_waits_for_a_live_one() {
             String::from_utf8_lossy(&out.stderr).into_owned(),
         )
     };
-    let until_listed = |name: &str| {
-        let mut waited = 0;
-        while !listed(name) {
-            waited += 1;
-            assert!(waited < 200, "{name} was never stored");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    };
     let rt = tokio::runtime::Runtime::new().unwrap();
 
     // A live holder on this host: busy, and named as such; --wait waits for it to finish.
     let mut live = sender("live");
-    until_listed("live");
+    until_listed(&store, "live");
     let (code, said) = resume(false);
     assert_eq!(code, Some(7), "{said}");
     assert!(
@@ -372,14 +364,14 @@ fn resume_takes_over_a_killed_holder_at_once_and_waits_for_a_live_one() {
     assert_eq!(code, Some(0), "{said}");
     assert!(said.contains("waiting"), "{said}");
     assert_eq!(live.wait().unwrap().code(), Some(0));
-    assert!(!listed("live"));
+    assert!(!stored("live"));
     let stats = rt.block_on(server.stats(&format!("{tenant}-live")));
     assert_eq!(stats["tickets"], 1, "{stats}");
 
     // A holder killed with its attempt on the wire, its lease good for a minute: taken over at
     // once, resent with the same key, one ticket.
     let mut dead = sender("dead");
-    until_listed("dead");
+    until_listed(&store, "dead");
     let pid = dead.id();
     dead.kill().unwrap(); // SIGKILL
     dead.wait().unwrap();
@@ -390,7 +382,7 @@ fn resume_takes_over_a_killed_holder_at_once_and_waits_for_a_live_one() {
         "{said}"
     );
     assert!(said.contains("succeeded"), "{said}");
-    assert!(!listed("dead"));
+    assert!(!stored("dead"));
     let stats = rt.block_on(server.stats(&format!("{tenant}-dead")));
     assert_eq!(stats["tickets"], 1, "{stats}");
     assert_eq!(stats["receipts"], 1, "the same key: {stats}");
