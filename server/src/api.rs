@@ -2,9 +2,9 @@
 //!
 //! The routes, each a few lines over the layers that do the work:
 //!
-//! - `POST /api/tickets`: the tickets handler ([`crate::tickets`]) under the idempotency layer
-//!   ([`crate::idempotency`], CONTRACT.md section 6), wrapped by the faults
-//!   ([`crate::faults`]); with `--no-key-check`, the handler alone.
+//! - `POST /api/tickets`: the tickets handler (`tickets`) under the idempotency layer
+//!   (`idempotency`, CONTRACT.md section 6), wrapped by the faults
+//!   (`faults`); with `--no-key-check`, the handler alone.
 //! - `POST /api/plain/tickets`: the tickets handler alone: every request makes a ticket.
 //! - `GET /api/tickets`, `GET /api/stats`: a tenant's tickets, and counts for the tests.
 

@@ -9,8 +9,8 @@
 //! client that retries through a `drop-reply` sees the lost ticket replayed.
 //!
 //! The faults wrap the handlers at their seams, and nothing else in the server knows them:
-//! [`read`] and [`before_work`] (the route), [`hold`] (the claim held a while),
-//! [`before_commit`] (the transaction rolled back) and [`after_work`] (the answer dropped).
+//! `read` and `before_work` (the route), `hold` (the claim held a while),
+//! `before_commit` (the transaction rolled back) and `after_work` (the answer dropped).
 
 use std::sync::Mutex;
 use std::time::Duration;

@@ -1,10 +1,10 @@
 //! # The idempotency layer
 //!
 //! The server side of the contract (CONTRACT.md section 6), around any handler that does its
-//! work in a transaction (here [`crate::tickets::create`]):
+//! work in a transaction (here `tickets::create`):
 //!
 //! 1. **Key**: the `Idempotency-Key` header, bare or as a structured-field string; missing or
-//!    malformed is a `400` problem that names the header ([`key`]).
+//!    malformed is a `400` problem that names the header (`key`).
 //! 2. **Claim**: a lease on (tenant, key), taken in its own transaction, with the request's
 //!    fingerprint.
 //! 3. **Decide** (the store's pure `Found::decide`): another body is `422`; a lease held by
@@ -13,9 +13,9 @@
 //! 4. **Complete**: the handler's work and the receipt's answer are written in one
 //!    transaction, and only if the lease is still this request's; a `5xx` is never stored (the
 //!    claim is given back, so the retry does the work).
-//! 5. **Sweep**: receipts older than their time to live are removed now and then ([`sweep`]).
+//! 5. **Sweep**: receipts older than their time to live are removed now and then (`sweep`).
 //!
-//! The faults of [`crate::faults`] wrap this layer at its three seams: before any work, while
+//! The faults of `faults` wrap this layer at its three seams: before any work, while
 //! the claim is held, and before the commit.
 
 use std::sync::atomic::Ordering;

@@ -1,7 +1,7 @@
 //! # Problem details (RFC 9457)
 //!
 //! Every refusal the server gives is an `application/problem+json` document, built here as a
-//! [`Stored`] answer, so that a keyed request's refusal is stored in its receipt and replayed
+//! `Stored` answer, so that a keyed request's refusal is stored in its receipt and replayed
 //! byte for byte like any other answer.
 
 use axum::body::Body;

@@ -3,7 +3,7 @@
 //! The help desk itself, with no idempotency in it: reading a ticket request (tenant, body,
 //! fields) and creating the ticket in a transaction. `POST /api/plain/tickets` is this handler
 //! alone (every request makes a ticket); `POST /api/tickets` is this handler under the
-//! idempotency layer ([`crate::idempotency`]).
+//! idempotency layer (`idempotency`).
 
 use std::time::SystemTime;
 
