@@ -18,7 +18,8 @@
 //!   (instances starting together migrate once), and versioned in `oncekey_store_schema`; a
 //!   database from a newer oncekey is refused unchanged.
 //! - Durability is PostgreSQL's: a record is committed (with the server's `synchronous_commit`)
-//!   before the attempt it covers is sent.
+//!   before the attempt it covers is sent. The removal after a definite answer commits with
+//!   `synchronous_commit = off`, and is made durable by the next synchronous commit's flush.
 //!
 //! Connections are plain TCP or Unix sockets (`NoTls`): run it on a private network or a
 //! loopback. Secrets never reach the table (CONTRACT.md section 5), but request bodies do.
@@ -483,11 +484,16 @@ impl Store for PostgresStore {
 
     fn remove(&self, name: &str, owner: &str) -> Result<bool, BoxError> {
         Ok(self.with(|c| {
-            c.execute(
+            let mut tx = c.transaction()?;
+            // Not flushed on its own: it rides the next synchronous commit's WAL flush (a lost
+            // removal is resent with the same key and replayed, CONTRACT.md section 5).
+            tx.batch_execute("SET LOCAL synchronous_commit = off")?;
+            let removed = tx.execute(
                 "DELETE FROM oncekey_pending WHERE name = $1 AND lease_owner = $2",
                 &[&name, &owner],
-            )
-            .map(|n| n == 1)
+            )?;
+            tx.commit()?;
+            Ok(removed == 1)
         })?)
     }
 
