@@ -8,7 +8,7 @@
 #![cfg(target_arch = "wasm32")]
 
 use js_sys::{Promise, Reflect, JSON};
-use oncekey::Submitter;
+use oncekey::js::Submitter;
 use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::JsFuture;
 use wasm_bindgen_test::{wasm_bindgen_test as test, wasm_bindgen_test_configure};
@@ -125,13 +125,13 @@ fn listen(s: &Submitter) -> js_sys::Array {
     let f = Closure::<dyn FnMut(JsValue)>::new(move |e: JsValue| {
         sink.push(&e);
     });
-    s.on_change(f.as_ref().unchecked_ref()).unwrap();
+    s.on_change(f.as_ref().clone()).unwrap();
     f.forget();
     events
 }
 
 fn state(s: &Submitter) -> String {
-    s.state()
+    s.state().as_string().unwrap()
 }
 
 struct Case {
@@ -159,7 +159,7 @@ impl Case {
     }
 
     fn submitter(&self, extra: &str) -> Submitter {
-        Submitter::new(&self.name, &self.options(extra)).expect("valid options")
+        Submitter::new(self.name.as_str().into(), self.options(extra)).expect("valid options")
     }
 
     fn plan(&self, faults: &[&str]) {
@@ -234,9 +234,7 @@ async fn settle(p: Promise) -> Result<JsValue, JsValue> {
 }
 
 async fn submit(s: &Submitter, body: &str) -> JsValue {
-    settle(s.submit(&json(body)))
-        .await
-        .expect("submit resolves")
+    settle(s.submit(json(body))).await.expect("submit resolves")
 }
 
 fn error_message(e: &JsValue) -> String {
@@ -408,7 +406,7 @@ async fn a_different_body_is_refused_and_leaves_the_pending_record_untouched() {
     let before = case.stored().unwrap();
     let s = case.submitter("");
     let other = r#"{"subject":"Another","body":"x","email":"ana@example.com"}"#;
-    let err = settle(s.submit(&json(other))).await.unwrap_err();
+    let err = settle(s.submit(json(other))).await.unwrap_err();
     assert_eq!(text(&err, "code"), "pending");
     let message = error_message(&err);
     assert!(
@@ -433,8 +431,8 @@ async fn a_different_body_is_refused_and_leaves_the_pending_record_untouched() {
 async fn a_double_submit_sends_one_request() {
     let case = Case::new("double");
     let s = case.submitter("");
-    let first = s.submit(&json(TICKET));
-    let second = s.submit(&json(TICKET));
+    let first = s.submit(json(TICKET));
+    let second = s.submit(json(TICKET));
     let (first, second) = (settle(first).await.unwrap(), settle(second).await.unwrap());
     assert_eq!(text(&first, "outcome"), "succeeded");
     assert_eq!(text(&first, "key"), text(&second, "key"));
@@ -559,7 +557,7 @@ async fn bodies_json_cannot_carry_are_refused_before_anything_is_stored_or_sent(
         (with_function(), "a function at \"onClick\""),
         (JsValue::UNDEFINED, "undefined"),
     ] {
-        let err = settle(s.submit(&body)).await.unwrap_err();
+        let err = settle(s.submit(body.clone())).await.unwrap_err();
         assert_eq!(text(&err, "code"), "body");
         let message = error_message(&err);
         assert!(message.contains(expected), "{message}");
@@ -619,7 +617,7 @@ async fn two_submitters_resuming_one_record_send_one_at_a_time() {
     case.plan(&["delay=500"]);
     let a = case.submitter(r#""resume":true"#);
     let b = case.submitter(r#""resume":true"#);
-    let (ra, rb) = (a.submit(&json(TICKET)), b.submit(&json(TICKET)));
+    let (ra, rb) = (a.submit(json(TICKET)), b.submit(json(TICKET)));
     let (ra, rb) = (settle(ra).await.unwrap(), settle(rb).await.unwrap());
     assert_eq!(text(&ra, "outcome"), "succeeded");
     assert_eq!(text(&rb, "outcome"), "succeeded");
@@ -635,7 +633,7 @@ async fn a_discard_while_sending_aborts_and_answers_the_waiting_caller() {
     let case = Case::new("abort");
     case.plan(&["delay=800"]);
     let s = case.submitter("");
-    let waiting = s.submit(&json(TICKET));
+    let waiting = s.submit(json(TICKET));
     JsFuture::from(sleep(100)).await.unwrap();
     assert_eq!(state(&s), "sending");
     s.discard();
@@ -651,9 +649,9 @@ async fn secrets_go_with_every_attempt_and_never_to_storage() {
     let case = Case::new("secret");
     case.plan(&["fail-before"]);
     let s = case.submitter("");
-    s.set_secrets(&json(r#"{"email":"ana@example.com"}"#))
+    s.set_secrets(json(r#"{"email":"ana@example.com"}"#))
         .unwrap();
-    let waiting = s.submit(&json(r#"{"subject":"Printer","body":"3rd floor"}"#));
+    let waiting = s.submit(json(r#"{"subject":"Printer","body":"3rd floor"}"#));
     let stored = case.stored().expect("stored before the first byte is sent");
     assert!(
         stored.contains("Printer") && !stored.contains("ana@"),
@@ -681,13 +679,13 @@ async fn another_secret_after_a_reload_is_a_conflict_never_retried() {
     let secret = |v: &str| json(&format!(r#"{{"email":"{v}"}}"#));
     let body = r#"{"subject":"Printer","body":"3rd floor"}"#;
     let first = case.submitter(r#""timeoutMs":200,"retry":{"attempts":1}"#);
-    first.set_secrets(&secret("ana@example.com")).unwrap();
+    first.set_secrets(secret("ana@example.com")).unwrap();
     let unsure = submit(&first, body).await;
     assert_eq!(text(&unsure, "outcome"), "unsure");
     drop(first);
     JsFuture::from(sleep(1200)).await.unwrap(); // the server finishes the first attempt
     let again = case.submitter("");
-    again.set_secrets(&secret("bob@example.com")).unwrap();
+    again.set_secrets(secret("bob@example.com")).unwrap();
     let result = settle(again.try_again()).await.unwrap();
     assert_eq!(text(&result, "outcome"), "conflict");
     assert_eq!(number(&result, "status"), 422.0);
@@ -704,7 +702,7 @@ async fn attempt_headers_are_asked_for_on_every_attempt_and_never_stored() {
     let key = leave_pending(&case).await;
     let calls = js_sys::Array::new();
     let options = with_attempt_headers(case.options(""), &calls);
-    let s = Submitter::new(&case.name, &options).expect("valid options");
+    let s = Submitter::new(case.name.as_str().into(), options).expect("valid options");
     let waiting = s.try_again();
     let stored = case.stored().expect("pending");
     assert!(
@@ -731,7 +729,7 @@ async fn local_storage_keeps_the_record_there_until_the_answer() {
     assert_eq!(s.storage(), "local");
     let local = web_sys::window().unwrap().local_storage().unwrap().unwrap();
     let slot = format!("oncekey:{}", case.name);
-    let waiting = s.submit(&json(TICKET));
+    let waiting = s.submit(json(TICKET));
     let stored = local
         .get_item(&slot)
         .unwrap()
@@ -801,11 +799,11 @@ async fn wrong_options_are_errors_that_name_the_option() {
         (r#"{"url":"/x","resume":"yes"}"#, "options.resume"),
     ];
     for (options, expected) in cases {
-        let err = Submitter::new("opts", &json(options)).unwrap_err();
+        let err = Submitter::new("opts".into(), json(options)).unwrap_err();
         assert_eq!(text(&err, "code"), "option", "{options}");
         let message = error_message(&err);
         assert!(message.contains(expected), "{options}: {message}");
     }
-    assert!(Submitter::new("opts", &JsValue::NULL).is_err());
+    assert!(Submitter::new("opts".into(), JsValue::NULL).is_err());
     let _ = JsFuture::from(sleep(0)).await;
 }
