@@ -29,8 +29,9 @@ pub mod core;
 mod web;
 #[cfg(all(target_arch = "wasm32", any(target_os = "unknown", target_os = "none")))]
 pub use crate::web::{
-    AttemptHeaders, Credentials, Error, ErrorCode, Listener, Options, Pending, Settlement,
-    Settling, StorageKind, Submitter, Update,
+    AttemptHeaders, Credentials, Error, ErrorCode, FormKit, FormLock, FormOptions, Listener,
+    Options, Pending, Resume, Settlement, Settling, StorageKind, Submitter, SuccessMessage,
+    SuccessText, Update,
 };
 
 /// The npm package's JavaScript face, for Rust code that works with JavaScript values (tests,

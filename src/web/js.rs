@@ -342,3 +342,11 @@ impl JsSubmitter {
         &self.inner
     }
 }
+
+/// The JavaScript face of a Rust submitter: the same submitter (for the form kit's `submitter`,
+/// or a Rust page that hands its submitter to JavaScript).
+impl From<Driven> for JsSubmitter {
+    fn from(inner: Driven) -> JsSubmitter {
+        JsSubmitter { inner }
+    }
+}

@@ -41,18 +41,17 @@
 //! feature `small-alloc`, which `scripts/build-pkg.sh` turns on) and carries no `serde_json`
 //! and little formatting machinery: messages are built by concatenation.
 //!
-//! Until the Rust form kit lands, `kit.js` beside this file is the form kit: a client of the
-//! exported `Submitter` class, copied into the package and re-exported by `scripts/build-pkg.sh`
-//! (`kit_js.rs` carries its TypeScript declarations).
+//! The form kit (`form/`) wires a plain HTML form to a [`Submitter`], through its public API
+//! only: `attachForm` and `autoAttach` in JavaScript, [`FormKit`] in Rust.
 
 #[cfg(all(feature = "small-alloc", not(target_feature = "atomics")))]
 mod alloc;
 mod attempt;
 mod driver;
 mod error;
+mod form;
 mod global;
 pub(crate) mod js;
-mod kit_js;
 mod options;
 mod storage;
 
@@ -62,6 +61,7 @@ static ALLOCATOR: alloc::Allocator = alloc::Allocator::new();
 
 pub use driver::{Listener, Pending, Settlement, Settling, Submitter, Update};
 pub use error::{Error, ErrorCode};
+pub use form::{FormKit, FormLock, FormOptions, Resume, SuccessMessage, SuccessText};
 pub use options::{AttemptHeaders, Credentials, Options, StorageKind};
 
 /// A warning on the console, as `oncekey: ...`.
