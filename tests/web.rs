@@ -807,3 +807,117 @@ async fn wrong_options_are_errors_that_name_the_option() {
     assert!(Submitter::new("opts".into(), JsValue::NULL).is_err());
     let _ = JsFuture::from(sleep(0)).await;
 }
+
+// The Rust API, as a Leptos or Yew frontend uses it: no JavaScript values at all.
+
+mod rust_api {
+    use super::{all_equal, server, Case, TICKET};
+    use oncekey::core::body::{parse, Value};
+    use oncekey::{ErrorCode, Options, Outcome, State, StorageKind, Submitter, Update};
+    use std::cell::RefCell;
+    use std::rc::Rc;
+    use std::time::Duration;
+    use wasm_bindgen_test::wasm_bindgen_test as test;
+
+    fn options(case: &Case) -> Options {
+        let mut options = Options::new(&format!("{}/api/tickets", server()));
+        options.headers.push(("X-Tenant".into(), case.tenant.clone()));
+        options.retry.base = Duration::from_millis(20);
+        options.retry.cap = Duration::from_millis(2000);
+        options
+    }
+
+    fn ticket() -> Value {
+        parse(TICKET).unwrap()
+    }
+
+    #[test]
+    async fn submit_stores_before_sending_retries_with_the_same_key_and_settles() {
+        let case = Case::new("rust");
+        case.plan(&["fail-before"]);
+        let s = Submitter::new(&case.name, options(&case)).unwrap();
+        assert_eq!(s.storage(), StorageKind::Session);
+        let updates: Rc<RefCell<Vec<Update>>> = Rc::default();
+        let sink = updates.clone();
+        let listener = s.on_change(move |u| sink.borrow_mut().push(u.clone()));
+        let settling = s.submit(ticket());
+        // Stored before submit returned, and so before the first byte was sent.
+        let stored = case.stored().expect("stored at once");
+        let pending = s.pending().expect("pending");
+        assert!(stored.contains(pending.key().as_str()), "{stored}");
+        assert_eq!(pending.body(), &ticket());
+        assert_eq!(s.state(), State::Sending);
+        let settlement = settling.await.unwrap();
+        assert_eq!(settlement.outcome(), Outcome::Succeeded);
+        assert_eq!(settlement.status(), Some(201));
+        assert_eq!(settlement.attempts(), 2);
+        assert_eq!(settlement.key(), pending.key());
+        let Some(Value::Object(answer)) = settlement.body() else {
+            panic!("a JSON answer: {}", settlement.text());
+        };
+        assert_eq!(
+            answer.get("subject").and_then(Value::as_str),
+            Some("Printer on fire")
+        );
+        let keys = case.keys();
+        assert_eq!(keys.len(), 2);
+        assert!(all_equal(&keys), "{keys:?}");
+        assert_eq!(keys[0], settlement.key().as_str());
+        let states: Vec<State> = updates.borrow().iter().map(|u| u.state).collect();
+        assert_eq!(
+            states,
+            [
+                State::Idle,
+                State::Sending,
+                State::Waiting,
+                State::Sending,
+                State::Succeeded
+            ]
+        );
+        assert_eq!(case.stored(), None);
+        assert_eq!(case.tickets().await, 1.0);
+        // A dropped listener hears nothing more; the next submission has a new key.
+        drop(listener);
+        let heard = updates.borrow().len();
+        let next = s.submit(ticket()).await.unwrap();
+        assert_ne!(next.key(), settlement.key());
+        assert_eq!(updates.borrow().len(), heard);
+        assert_eq!(case.tickets().await, 2.0);
+    }
+
+    #[test]
+    async fn refusals_carry_their_codes_and_change_nothing() {
+        let case = Case::new("rust-codes");
+        assert_eq!(
+            Submitter::new(&case.name, Options::new(""))
+                .unwrap_err()
+                .code(),
+            ErrorCode::Option
+        );
+        let mut bad = options(&case);
+        bad.retry.cap = Duration::from_millis(1);
+        let e = Submitter::new(&case.name, bad).unwrap_err();
+        assert!(e.message().contains("options.retry.cap"), "{e}");
+        let mut once = options(&case);
+        once.retry.attempts = 1;
+        let s = Submitter::new(&case.name, once).unwrap();
+        let e = s.try_again().await.unwrap_err();
+        assert_eq!(e.code(), ErrorCode::State);
+        case.plan(&["fail-before"]);
+        let unsure = s.submit(ticket()).await.unwrap();
+        assert_eq!(unsure.outcome(), Outcome::Unsure);
+        let before = case.stored().unwrap();
+        let other = parse(r#"{"subject":"Another"}"#).unwrap();
+        let e = s.submit(other).await.unwrap_err();
+        assert_eq!(e.code(), ErrorCode::Pending);
+        assert_eq!(case.stored().unwrap(), before, "untouched");
+        // Waiting callers hear of a discard.
+        case.plan(&["delay=800"]);
+        let waiting = s.try_again();
+        s.discard();
+        assert_eq!(waiting.await.unwrap_err().code(), ErrorCode::Discarded);
+        assert_eq!(s.state(), State::Idle);
+        assert_eq!(case.stored(), None);
+        assert_eq!(case.tickets().await, 0.0);
+    }
+}
