@@ -84,7 +84,7 @@ pub(crate) struct Read {
 /// Reads the form's fields as the browser would submit them; a message for the person when it
 /// cannot be sent (a chosen file).
 pub(crate) fn read_fields(form: &HtmlFormElement, secret_names: &[String]) -> Result<Read, String> {
-    let data = FormData::new_with_form(form).map_err(|e| super::kit::describe(&e))?;
+    let data = FormData::new_with_form(form).map_err(|e| super::view::describe(&e))?;
     let mut read = Read {
         body: Fields::new(),
         secrets: Fields::new(),

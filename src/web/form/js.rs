@@ -13,7 +13,7 @@ use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
 use web_sys::HtmlFormElement;
 
-use super::kit::body_js;
+use super::view::body_js;
 use super::{FormKit, FormOptions, Resume, SuccessMessage};
 use crate::web::{Error, Options};
 

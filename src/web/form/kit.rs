@@ -9,57 +9,52 @@ use ::core::cell::{Cell, RefCell};
 use ::core::future::Future;
 
 use crate::core::body::{concat, decimal, quoted, Value};
-use crate::core::{Outcome, State};
+use crate::core::State;
 use crate::prelude::*;
 use alloc::rc::Rc;
-use js_sys::{Object, Reflect, JSON};
+use js_sys::Object;
 use wasm_bindgen::closure::Closure;
-use wasm_bindgen::{JsCast, JsValue};
-use web_sys::{CustomEvent, CustomEventInit, Element, Event, HtmlElement, HtmlFormElement};
+use wasm_bindgen::JsCast;
+use web_sys::{Element, Event, HtmlElement, HtmlFormElement};
 
-use super::answer::{
-    clear_field_errors, default_success, fill_template, problem_text, show_problem,
-};
-use super::fields::{label_of, named_controls, read_fields, restore_fields, secret_field_names};
+use super::answer::clear_field_errors;
+use super::fields::{read_fields, restore_fields, secret_field_names};
+use super::view::{set, status_of, RELOADED};
 use super::{FormLock, FormOptions, Resume, SuccessMessage};
 use crate::web::{Error, ErrorCode, Listener, Settlement, Submitter, Update};
-
-const UNSURE: &str = "We could not confirm that this was received. Try again sends the same request, and the server will not do it twice; or discard it to write a new one.";
-const RELOADED: &str = "This request was sent before the page reloaded, and its answer was lost. Try again sends the same request; the server will not do it twice.";
-const DISCARDED: &str = "Discarded. Nothing was confirmed; sending again makes a new request.";
 
 /// A form wired to a submitter.
 pub(super) struct Kit {
     pub(super) form: HtmlFormElement,
     pub(super) submitter: Submitter,
-    status: HtmlElement,
+    pub(super) status: HtmlElement,
     /// The kit made the status element (and removes it on detach).
-    status_made: bool,
+    pub(super) status_made: bool,
     /// The secret fields' names, read when the form is attached.
-    secret_names: Vec<String>,
-    clear_on_success: bool,
-    success: SuccessMessage,
+    pub(super) secret_names: Vec<String>,
+    pub(super) clear_on_success: bool,
+    pub(super) success: SuccessMessage,
     /// Held while the outcome is unknown.
-    lock: RefCell<Option<FormLock>>,
+    pub(super) lock: RefCell<Option<FormLock>>,
     /// "Try again" and "Discard", while unsure.
-    controls: RefCell<Option<Element>>,
+    pub(super) controls: RefCell<Option<Element>>,
     /// Waiting for the person to fill the secret fields again after a reload.
-    asking_secrets: Cell<bool>,
+    pub(super) asking_secrets: Cell<bool>,
     /// Counts submissions begun and discards, so that a late settlement of a discarded one is
     /// ignored.
-    round: Cell<u32>,
+    pub(super) round: Cell<u32>,
     /// A submission or a "Try again" of this kit awaits its settlement.
-    in_flight: Cell<bool>,
+    pub(super) in_flight: Cell<bool>,
     /// The listeners; `None` once detached. They hold the kit (a cycle that `detach` breaks), so
     /// the kit lives as long as the form is wired, whoever keeps a `FormKit`.
-    wiring: RefCell<Option<Wiring>>,
+    pub(super) wiring: RefCell<Option<Wiring>>,
 }
 
-struct Wiring {
-    on_submit: Closure<dyn FnMut(Event)>,
-    on_try: Closure<dyn FnMut(Event)>,
-    on_discard: Closure<dyn FnMut(Event)>,
-    _listener: Listener,
+pub(super) struct Wiring {
+    pub(super) on_submit: Closure<dyn FnMut(Event)>,
+    pub(super) on_try: Closure<dyn FnMut(Event)>,
+    pub(super) on_discard: Closure<dyn FnMut(Event)>,
+    pub(super) _listener: Listener,
 }
 
 impl Kit {
@@ -333,286 +328,5 @@ impl Kit {
             set(&detail, "nextAttemptAt", &(at.as_millis() as f64).into());
         }
         kit.announce(state, &detail);
-    }
-
-    fn settled(&self, s: &Settlement) {
-        self.asking_secrets.set(false);
-        let outcome = s.outcome();
-        if outcome == Outcome::Unsure {
-            self.show_unsure(UNSURE);
-            return self.finish(State::Unsure, s);
-        }
-        self.unlock();
-        self.remove_controls();
-        let problem = problem_text(s);
-        match outcome {
-            Outcome::Succeeded => {
-                if self.clear_on_success {
-                    self.form.reset();
-                }
-                self.say(&self.success_text(s));
-                self.finish(State::Succeeded, s);
-                focus(&self.status);
-            }
-            Outcome::Refused => {
-                let first_invalid = show_problem(&self.form, s);
-                self.say(&concat(&["Not accepted: ", &problem]));
-                self.finish(State::Refused, s);
-                match first_invalid {
-                    Some(field) => focus(&field),
-                    None => focus(&self.status),
-                }
-            }
-            Outcome::Conflict | Outcome::Misconfigured => {
-                let (state, what) = if outcome == Outcome::Conflict {
-                    (State::Conflict, "The server holds this request's key for different content. This is a bug in the page; nothing was retried.")
-                } else {
-                    (State::Misconfigured, "The server refused the idempotency key: this form is set up wrongly. Nothing was done.")
-                };
-                web_sys::console::error_1(&JsValue::from_str(&concat(&[
-                    "oncekey: ",
-                    outcome.as_str(),
-                    " for key ",
-                    s.key().as_str(),
-                    ": ",
-                    &problem,
-                ])));
-                self.say(&concat(&[what, " (", &problem, ")"]));
-                self.finish(state, s);
-                focus(&self.status);
-            }
-            Outcome::Unsure => {}
-        }
-    }
-
-    /// The unconfirmed submission was dropped: the form is the person's again. Once: nothing
-    /// happens when nothing was held.
-    fn discarded(&self) {
-        let lock = self.lock.borrow_mut().take();
-        let asking = self.asking_secrets.replace(false);
-        if lock.is_none() && self.controls.borrow().is_none() && !asking {
-            return;
-        }
-        self.round.set(self.round.get().wrapping_add(1));
-        self.in_flight.set(false);
-        drop(lock);
-        self.remove_controls();
-        self.say(DISCARDED);
-        self.announce(State::Idle, &Object::new());
-    }
-
-    /// Locked, with "Try again" and "Discard"; the form's own submit buttons are Try again too.
-    /// The caller announces the state, with what it knows of the submission.
-    fn show_unsure(&self, message: &str) {
-        self.hold(true);
-        self.say(message);
-        if self.controls.borrow().is_some() {
-            return;
-        }
-        let made = {
-            let wiring = self.wiring.borrow();
-            let Some(w) = wiring.as_ref() else { return };
-            make_controls(&self.status, &w.on_try, &w.on_discard)
-        };
-        *self.controls.borrow_mut() = made;
-    }
-
-    /// After a reload the secrets are gone: unlock just those fields and ask for them.
-    fn ask_for_secrets(&self) {
-        self.asking_secrets.set(true);
-        self.hold(true);
-        let mut labels: Vec<String> = Vec::new();
-        let mut first = None;
-        for name in &self.secret_names {
-            for el in named_controls(&self.form, name) {
-                if let Some(lock) = self.lock.borrow().as_ref() {
-                    lock.release(&el);
-                }
-                let label = label_of(&el).unwrap_or_else(|| name.clone());
-                if labels.last() != Some(&label) {
-                    labels.push(label);
-                }
-                first.get_or_insert(el);
-            }
-        }
-        // "password", "password and pin", "password, card and pin".
-        let one = labels.len() == 1;
-        let listed = match labels.split_last() {
-            Some((last, rest)) if !rest.is_empty() => concat(&[&rest.join(", "), " and ", last]),
-            _ => labels.concat(),
-        };
-        self.say(&concat(&[
-            "This request was interrupted by a reload. For your safety, ",
-            &listed,
-            if one { " was" } else { " were" },
-            " not kept: please enter ",
-            if one { "it" } else { "them" },
-            " again, then send; it goes out as the same request.",
-        ]));
-        let detail = Object::new();
-        set(&detail, "needsSecrets", &JsValue::TRUE);
-        self.announce(State::Unsure, &detail);
-        if let Some(el) = first {
-            focus(&el);
-        }
-    }
-
-    /// Locks the form (or locks what was added since), skipping the kit's own buttons.
-    fn hold(&self, submit_enabled: bool) {
-        let controls = self.controls.borrow().clone();
-        let mut lock = self.lock.borrow_mut();
-        match lock.as_mut() {
-            Some(lock) => lock.hold(submit_enabled, controls.as_ref()),
-            None => {
-                *lock = Some(FormLock::holding(
-                    &self.form,
-                    submit_enabled,
-                    controls.as_ref(),
-                ))
-            }
-        }
-    }
-
-    fn unlock(&self) {
-        let lock = self.lock.borrow_mut().take();
-        drop(lock);
-    }
-
-    fn remove_controls(&self) {
-        if let Some(c) = self.controls.borrow_mut().take() {
-            c.remove();
-        }
-    }
-
-    /// Text, never HTML.
-    fn say(&self, text: &str) {
-        self.status.set_text_content(Some(text));
-    }
-
-    fn success_text(&self, s: &Settlement) -> String {
-        match &self.success {
-            SuccessMessage::Default => default_success(s),
-            SuccessMessage::Template(t) => fill_template(t, s),
-            SuccessMessage::With(f) => f(s).unwrap_or_else(|| "Sent.".to_owned()),
-        }
-    }
-
-    /// Records the settled outcome on the form and tells listeners.
-    fn finish(&self, state: State, s: &Settlement) {
-        let _ = self
-            .form
-            .set_attribute("data-oncekey-outcome", s.outcome().as_str());
-        let detail = Object::new();
-        set(&detail, "outcome", &s.outcome().as_str().into());
-        set(&detail, "key", &s.key().as_str().into());
-        set(&detail, "attempts", &s.attempts().into());
-        set(
-            &detail,
-            "status",
-            &s.status().map_or(JsValue::NULL, JsValue::from),
-        );
-        set(&detail, "replayed", &s.replayed().into());
-        set(&detail, "body", &body_js(s));
-        self.announce(state, &detail);
-    }
-
-    /// Marks the form with `state` and tells listeners: an `oncekey:change` event whose detail
-    /// is `detail` with its `state` set here. One call per change of state.
-    fn announce(&self, state: State, detail: &Object) {
-        let _ = self
-            .form
-            .set_attribute("data-oncekey-state", state.as_str());
-        set(detail, "state", &state.as_str().into());
-        let init = CustomEventInit::new();
-        init.set_detail(detail);
-        init.set_bubbles(true);
-        if let Ok(event) = CustomEvent::new_with_event_init_dict("oncekey:change", &init) {
-            let _ = self.form.dispatch_event(&event);
-        }
-    }
-}
-
-/// The answer's body as a page sees it: its JSON, or its text; null when empty.
-pub(super) fn body_js(s: &Settlement) -> JsValue {
-    match s.body() {
-        Some(v) => JSON::parse(&v.to_canonical()).unwrap_or(JsValue::NULL),
-        None if s.text().is_empty() => JsValue::NULL,
-        None => JsValue::from_str(s.text()),
-    }
-}
-
-fn set(object: &Object, name: &str, value: &JsValue) {
-    let _ = Reflect::set(object, &JsValue::from_str(name), value);
-}
-
-fn focus(el: &Element) {
-    if let Some(el) = el.dyn_ref::<HtmlElement>() {
-        let _ = el.focus();
-    }
-}
-
-/// The form's `[role="status"]` element, or a `<p role="status">` made at its end; focusable by
-/// script, so that screen readers and keyboard users hear it.
-fn status_of(form: &HtmlFormElement) -> Result<(HtmlElement, bool), Error> {
-    let found = form
-        .query_selector("[role=\"status\"]")
-        .ok()
-        .flatten()
-        .and_then(|el| el.dyn_into::<HtmlElement>().ok());
-    let (status, made) = match found {
-        Some(el) => (el, false),
-        None => {
-            let document = form
-                .owner_document()
-                .ok_or_else(|| Error::option("the form is not in a document"))?;
-            let el = document
-                .create_element("p")
-                .ok()
-                .and_then(|el| el.dyn_into::<HtmlElement>().ok())
-                .ok_or_else(|| Error::option("the form's status element cannot be made"))?;
-            let _ = el.set_attribute("role", "status");
-            let _ = el.set_attribute("class", "oncekey-status");
-            let _ = form.append_with_node_1(&el);
-            (el, true)
-        }
-    };
-    if !status.has_attribute("tabindex") {
-        let _ = status.set_attribute("tabindex", "-1");
-    }
-    Ok((status, made))
-}
-
-/// "Try again" and "Discard", after the status.
-fn make_controls(
-    status: &HtmlElement,
-    on_try: &Closure<dyn FnMut(Event)>,
-    on_discard: &Closure<dyn FnMut(Event)>,
-) -> Option<Element> {
-    let document = status.owner_document()?;
-    let actions = document.create_element("div").ok()?;
-    let _ = actions.set_attribute("class", "oncekey-actions actions");
-    for (text, class, f) in [
-        ("Try again", "oncekey-try-again", on_try),
-        ("Discard", "oncekey-discard secondary", on_discard),
-    ] {
-        let button = document.create_element("button").ok()?;
-        let _ = button.set_attribute("type", "button");
-        let _ = button.set_attribute("class", class);
-        button.set_text_content(Some(text));
-        let _ = button.add_event_listener_with_callback("click", f.as_ref().unchecked_ref());
-        let _ = actions.append_with_node_1(&button);
-    }
-    let _ = status.after_with_node_1(&actions);
-    Some(actions)
-}
-
-/// What a thrown value says (the kit reads `FormData`, which throws only for a form that is
-/// not one).
-pub(super) fn describe(e: &JsValue) -> String {
-    match e.dyn_ref::<js_sys::Error>() {
-        Some(e) => e.message().into(),
-        None => e
-            .as_string()
-            .unwrap_or_else(|| "the form's fields cannot be read".to_owned()),
     }
 }

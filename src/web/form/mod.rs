@@ -42,6 +42,7 @@ mod fields;
 mod js;
 mod kit;
 mod lock;
+mod view;
 
 use ::core::fmt;
 
@@ -133,7 +134,8 @@ pub enum Resume {
     Manual,
 }
 
-/// A form wired to a submitter. Cheap to clone: all clones are the same kit.
+/// A form wired to a submitter. It stays wired until `detach()`, whether or not this object is
+/// kept (clones, and the JavaScript object, are all the same kit).
 #[wasm_bindgen::prelude::wasm_bindgen]
 #[derive(Clone)]
 pub struct FormKit {
