@@ -119,17 +119,7 @@ pub(crate) fn read_fields(form: &HtmlFormElement, secret_names: &[String]) -> Re
         } else {
             &mut read.body
         };
-        let value = Value::String(text);
-        match target.get_mut(&name) {
-            None => {
-                target.insert(name, value);
-            }
-            Some(Value::Array(items)) => items.push(value),
-            Some(first) => {
-                let first = ::core::mem::replace(first, Value::Null);
-                target.insert(name, Value::Array(vec![first, value]));
-            }
-        }
+        target.append(name, Value::String(text));
     }
     Ok(read)
 }
