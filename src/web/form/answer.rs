@@ -108,7 +108,7 @@ fn query_all(form: &HtmlFormElement, selector: &str) -> Vec<Element> {
     };
     (0..list.length())
         .filter_map(|i| list.get(i))
-        .filter_map(|n| n.dyn_into::<Element>().ok())
+        .map(|n| n.unchecked_into::<Element>())
         .collect()
 }
 

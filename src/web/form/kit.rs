@@ -6,7 +6,6 @@
 //! listener may call the kit again.
 
 use ::core::cell::{Cell, RefCell};
-use ::core::future::Future;
 
 use crate::core::body::{concat, decimal, quoted, Value};
 use crate::core::State;
@@ -21,7 +20,7 @@ use super::answer::clear_field_errors;
 use super::fields::{read_fields, restore_fields, secret_field_names};
 use super::view::{set, status_of, RELOADED};
 use super::{FormLock, FormOptions, Resume, SuccessMessage};
-use crate::web::{Error, ErrorCode, Listener, Settlement, Submitter, Update};
+use crate::web::{Error, ErrorCode, Listener, Settling, Submitter, Update};
 
 /// A form wired to a submitter.
 pub(super) struct Kit {
@@ -225,10 +224,8 @@ impl Kit {
         }
         // Locked in the submit's own task, before the driver's first step.
         kit.hold(false);
-        let submitter = kit.submitter.clone();
-        Kit::settle_later(kit, async move {
-            submitter.submit(Value::Object(read.body)).await
-        });
+        // Begun now: key and body are stored before the submit event is over.
+        Kit::settle_later(kit, kit.submitter.submit(Value::Object(read.body)));
     }
 
     /// Try again: the same key and body (and the secrets held in memory).
@@ -238,8 +235,7 @@ impl Kit {
         }
         kit.remove_controls();
         kit.hold(false);
-        let submitter = kit.submitter.clone();
-        Kit::settle_later(kit, async move { submitter.try_again().await });
+        Kit::settle_later(kit, kit.submitter.try_again());
     }
 
     pub(super) fn discard(&self) {
@@ -248,10 +244,8 @@ impl Kit {
         self.discarded();
     }
 
-    fn settle_later(
-        kit: &Rc<Kit>,
-        work: impl Future<Output = Result<Settlement, Error>> + 'static,
-    ) {
+    /// Shows the settlement of `work` when it comes, unless the kit moved on meanwhile.
+    fn settle_later(kit: &Rc<Kit>, work: Settling) {
         let round = kit.round.get().wrapping_add(1);
         kit.round.set(round);
         kit.in_flight.set(true);

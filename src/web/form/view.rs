@@ -261,7 +261,7 @@ pub(super) fn status_of(form: &HtmlFormElement) -> Result<(HtmlElement, bool), E
             let el = document
                 .create_element("p")
                 .ok()
-                .and_then(|el| el.dyn_into::<HtmlElement>().ok())
+                .map(JsCast::unchecked_into::<HtmlElement>)
                 .ok_or_else(|| Error::option("the form's status element cannot be made"))?;
             let _ = el.set_attribute("role", "status");
             let _ = el.set_attribute("class", "oncekey-status");
