@@ -590,9 +590,28 @@ async fn a_kit_nobody_keeps_stays_wired_until_detached() {
     let form = case.form("");
     // What a page does that drops attachForm's result: the wrapper is freed.
     drop(case.attach(&form, 8));
+    // After the kit's own listener: was the native post stopped? (Stopped here either way, so
+    // that a failure does not navigate the test page away.)
+    let native = Rc::new(std::cell::Cell::new(false));
+    let seen = native.clone();
+    let guard = Closure::<dyn FnMut(web_sys::Event)>::new(move |e: web_sys::Event| {
+        seen.set(!e.default_prevented());
+        e.prevent_default();
+    });
+    let document = document();
+    document
+        .add_event_listener_with_callback("submit", guard.as_ref().unchecked_ref())
+        .unwrap();
     fill_ticket(&form, "Nobody keeps me");
     form.request_submit().unwrap();
+    assert!(
+        !native.get(),
+        "the form would have been posted natively, without a key"
+    );
     settled(&form, "succeeded").await;
+    document
+        .remove_event_listener_with_callback("submit", guard.as_ref().unchecked_ref())
+        .unwrap();
     assert_eq!(case.count("tickets").await, 1.0);
     assert_eq!(case.count("missing_keys").await, 0.0);
     form.remove();
