@@ -193,29 +193,36 @@ fn settle(settling: Settling) -> Promise {
 /// `body` as JSON text, refusing what JSON cannot carry (a cycle, a BigInt, a function, a
 /// symbol, NaN or Infinity) instead of letting `JSON.stringify` drop or mangle it.
 pub(crate) fn to_json(body: &JsValue) -> Result<String, Error> {
-    let replacer = Closure::<dyn FnMut(JsValue, JsValue) -> Result<JsValue, JsValue>>::new(
-        |key: JsValue, value: JsValue| {
-            let what = match value.js_typeof().as_string().as_deref() {
-                Some("function") => "a function",
-                Some("bigint") => "a BigInt",
-                Some("symbol") => "a symbol",
-                Some("number") if !value.as_f64().is_some_and(f64::is_finite) => "NaN or Infinity",
-                _ => return Ok(value),
-            };
-            let at = match key.as_string() {
-                Some(k) if !k.is_empty() => " at ".to_owned() + &body::quoted(&k),
-                _ => String::new(),
-            };
-            Err(
-                Error::body("the body has ".to_owned() + what + &at + ", which JSON cannot carry")
-                    .into(),
-            )
-        },
-    );
-    let text = JSON::stringify_with_replacer(body, replacer.as_ref().unchecked_ref())
+    let text = REPLACER
+        .with(|replacer| JSON::stringify_with_replacer(body, replacer.as_ref().unchecked_ref()))
         .map_err(|e| Error::body("the body cannot be sent as JSON: ".to_owned() + &describe(&e)))?;
     text.as_string()
         .ok_or_else(|| Error::body("the body cannot be sent as JSON: it is undefined"))
+}
+
+/// `JSON.stringify`'s replacer that throws an `OncekeyError` (code `body`) for what JSON
+/// cannot carry; made once, as every submission calls it.
+type Replacer = Closure<dyn FnMut(JsValue, JsValue) -> Result<JsValue, JsValue>>;
+
+thread_local! {
+    static REPLACER: Replacer = Closure::new(|key: JsValue, value: JsValue| {
+        let what = if value.is_function() {
+            "a function"
+        } else if value.is_bigint() {
+            "a BigInt"
+        } else if value.is_symbol() {
+            "a symbol"
+        } else if value.as_f64().is_some_and(|n| !n.is_finite()) {
+            "NaN or Infinity"
+        } else {
+            return Ok(value);
+        };
+        let at = match key.as_string() {
+            Some(k) if !k.is_empty() => " at ".to_owned() + &body::quoted(&k),
+            _ => String::new(),
+        };
+        Err(Error::body("the body has ".to_owned() + what + &at + ", which JSON cannot carry").into())
+    });
 }
 
 #[wasm_bindgen(js_class = Submitter)]

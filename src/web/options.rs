@@ -207,10 +207,10 @@ impl Options {
             ));
         }
         check_names(value, KNOWN, "options.")?;
-        let mut o = Options::default();
-        o.url = non_empty(value, "url")?.ok_or_else(|| {
+        let url = non_empty(value, "url")?.ok_or_else(|| {
             Error::option("options.url is required: where to send the submission")
         })?;
+        let mut o = Options::new(&url);
         if let Some(method) = non_empty(value, "method")? {
             o.method = method;
         }
