@@ -8,7 +8,7 @@
 use crate::core::body::concat;
 use crate::prelude::*;
 use alloc::rc::Rc;
-use js_sys::{Function, Object, Reflect};
+use js_sys::{Array, Function, Object, Reflect};
 use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
 use web_sys::HtmlFormElement;
@@ -66,8 +66,8 @@ pub fn attach_form(
 }
 
 /// `attachForm` for every `<form data-oncekey="NAME">` on the page, with the same options.
-#[wasm_bindgen(js_name = autoAttach)]
-pub fn auto_attach(options: Option<FormKitOptions>) -> Result<Vec<FormKit>, Error> {
+#[wasm_bindgen(js_name = autoAttach, unchecked_return_type = "FormKit[]")]
+pub fn auto_attach(options: Option<FormKitOptions>) -> Result<Array, Error> {
     let document = web_sys::window()
         .and_then(|w| w.document())
         .ok_or_else(|| Error::option("autoAttach needs a page (window.document)"))?;
@@ -75,13 +75,14 @@ pub fn auto_attach(options: Option<FormKitOptions>) -> Result<Vec<FormKit>, Erro
         .query_selector_all("form[data-oncekey]")
         .map_err(|_| Error::option("autoAttach cannot search the page"))?;
     let options = options.map_or(JsValue::UNDEFINED, JsValue::from);
-    let mut kits = Vec::new();
+    // An array of the kits as they are made (a Vec of exported structs costs the package 2 KB of
+    // conversion code).
+    let kits = Array::new();
     for i in 0..forms.length() {
-        if let Some(form) = forms
-            .get(i)
-            .and_then(|n| n.dyn_into::<HtmlFormElement>().ok())
-        {
-            kits.push(FormKit::attach(&form, read_options(&form, &options)?)?);
+        if let Some(form) = forms.get(i) {
+            // The selector only matches forms.
+            let form: HtmlFormElement = form.unchecked_into();
+            kits.push(&FormKit::attach(&form, read_options(&form, &options)?)?.into());
         }
     }
     Ok(kits)
