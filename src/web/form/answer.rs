@@ -90,26 +90,25 @@ pub(crate) fn problem_text(s: &Settlement) -> String {
     }
 }
 
-/// Removes what [`show_problem`] added.
+/// Removes what [`show_problem`] added: its notes, and its marks on the fields.
 pub(crate) fn clear_field_errors(form: &HtmlFormElement) {
-    for el in query_all(form, ".oncekey-field-error") {
-        el.remove();
-    }
-    for el in query_all(form, "[aria-invalid][data-oncekey-invalid]") {
-        for attr in ["aria-invalid", "data-oncekey-invalid", "aria-describedby"] {
-            let _ = el.remove_attribute(attr);
+    let Ok(list) =
+        form.query_selector_all(".oncekey-field-error, [aria-invalid][data-oncekey-invalid]")
+    else {
+        return;
+    };
+    for i in 0..list.length() {
+        let Some(el) = list.get(i).map(JsCast::unchecked_into::<Element>) else {
+            continue;
+        };
+        if el.has_attribute("data-oncekey-invalid") {
+            for attr in ["aria-invalid", "data-oncekey-invalid", "aria-describedby"] {
+                let _ = el.remove_attribute(attr);
+            }
+        } else {
+            el.remove();
         }
     }
-}
-
-fn query_all(form: &HtmlFormElement, selector: &str) -> Vec<Element> {
-    let Ok(list) = form.query_selector_all(selector) else {
-        return Vec::new();
-    };
-    (0..list.length())
-        .filter_map(|i| list.get(i))
-        .map(|n| n.unchecked_into::<Element>())
-        .collect()
 }
 
 /// A member of `p` that is a string, the first of `names` found.
