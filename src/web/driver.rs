@@ -235,10 +235,14 @@ impl Drop for Listener {
     }
 }
 
+/// What a settlement is handed to: a callback (JavaScript's promise), or the awaiting task.
+type Then = Box<dyn FnOnce(Result<Settlement, Error>)>;
+
 #[derive(Default)]
 struct Slot {
     result: Option<Result<Settlement, Error>>,
     waker: Option<Waker>,
+    then: Option<Then>,
 }
 
 /// The settlement of a [`Submitter::submit`] or [`Submitter::try_again`], to `.await`. The
@@ -278,7 +282,30 @@ impl Future for Settling {
     }
 }
 
+impl Settling {
+    /// Hands the settlement to `f` when it comes (at once when it has), instead of a task that
+    /// awaits it: how the JavaScript face resolves its promise without a future.
+    pub(crate) fn then(self, f: impl FnOnce(Result<Settlement, Error>) + 'static) {
+        match self.slot {
+            Err(e) => f(Err(e.unwrap_or_else(|| {
+                Error::new(ErrorCode::State, "the settlement was taken already")
+            }))),
+            Ok(slot) => {
+                let ready = slot.borrow_mut().result.take();
+                match ready {
+                    Some(result) => f(result),
+                    None => slot.borrow_mut().then = Some(Box::new(f)),
+                }
+            }
+        }
+    }
+}
+
 fn resolve(slot: &Rc<RefCell<Slot>>, result: Result<Settlement, Error>) {
+    let then = slot.borrow_mut().then.take();
+    if let Some(then) = then {
+        return then(result);
+    }
     let waker = {
         let mut slot = slot.borrow_mut();
         slot.result = Some(result);

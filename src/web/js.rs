@@ -10,7 +10,6 @@
 use js_sys::{Function, Promise, JSON};
 use serde::Serialize;
 use wasm_bindgen::prelude::*;
-use wasm_bindgen_futures::future_to_promise;
 
 use super::driver::{Settlement, Settling, Submitter as Driven, Update};
 use super::error::{describe, Error, ErrorCode};
@@ -181,11 +180,17 @@ struct PendingOut<'a> {
     started_at: f64,
 }
 
+/// The settlement as a promise, resolved straight from the driver (no task to poll it).
 fn settle(settling: Settling) -> Promise {
-    future_to_promise(async move {
-        match settling.await {
-            Ok(s) => Ok(result(&s)),
-            Err(e) => Err(e.into()),
+    let mut settling = Some(settling);
+    Promise::new(&mut |resolve, reject| {
+        if let Some(settling) = settling.take() {
+            settling.then(move |settled| {
+                let _ = match settled {
+                    Ok(s) => resolve.call1(&JsValue::UNDEFINED, &result(&s)),
+                    Err(e) => reject.call1(&JsValue::UNDEFINED, &e.into()),
+                };
+            });
         }
     })
 }
@@ -350,8 +355,7 @@ impl JsSubmitter {
     }
 }
 
-/// The JavaScript face of a Rust submitter: the same submitter (for the form kit's `submitter`,
-/// or a Rust page that hands its submitter to JavaScript).
+/// The same submitter, for JavaScript (a Rust frontend or the form kit handing it to a page).
 impl From<Driven> for JsSubmitter {
     fn from(inner: Driven) -> JsSubmitter {
         JsSubmitter { inner }
