@@ -18,6 +18,8 @@ pub struct FormLock {
     form: HtmlFormElement,
     /// The controls this lock disabled, to enable again (and only those).
     disabled: Vec<Element>,
+    /// Whether the submit buttons are usable: how it holds the form now.
+    submit_enabled: bool,
 }
 
 impl FormLock {
@@ -35,30 +37,39 @@ impl FormLock {
         let mut lock = FormLock {
             form: form.clone(),
             disabled: Vec::new(),
+            submit_enabled,
         };
-        lock.hold(submit_enabled, skip);
+        lock.scan(skip);
         lock
     }
 
-    /// Disables every enabled control but those inside `skip` (the kit's own buttons), including
-    /// controls added since. With `submit_enabled` the form's submit buttons are usable (while
-    /// unsure, they mean "Try again"); without, they are disabled too.
+    /// Holds the form with its submit buttons usable (while unsure, they mean "Try again") or not.
+    /// A change of mode disables every enabled control again but those inside `skip` (the kit's
+    /// own buttons), controls added since included; the same mode again costs nothing, since it
+    /// is asked for on every attempt.
     pub(crate) fn hold(&mut self, submit_enabled: bool, skip: Option<&Element>) {
+        if self.submit_enabled != submit_enabled {
+            self.submit_enabled = submit_enabled;
+            self.scan(skip);
+        }
+    }
+
+    fn scan(&mut self, skip: Option<&Element>) {
         let _ = self.form.set_attribute("aria-busy", "true");
+        let disabled = JsValue::from_str("disabled");
         let elements = self.form.elements();
         for i in 0..elements.length() {
             let Some(el) = elements.item(i) else { continue };
             if skip.is_some_and(|s| s.contains(Some(&el))) {
                 continue;
             }
-            let mine = self.disabled.contains(&el);
-            if submit_enabled && is_submit_button(&el) {
-                if mine {
-                    set_disabled(&el, false);
+            if self.submit_enabled && is_submit_button(&el) {
+                if self.disabled.contains(&el) {
+                    set(&el, &disabled, false);
                 }
-            } else if !is_disabled(&el) {
-                set_disabled(&el, true);
-                if !mine {
+            } else if !get(&el, &disabled) {
+                set(&el, &disabled, true);
+                if !self.disabled.contains(&el) {
                     self.disabled.push(el);
                 }
             }
@@ -69,33 +80,30 @@ impl FormLock {
     /// [`hold`](Self::hold) disables it again.
     pub(crate) fn release(&self, el: &Element) {
         if self.disabled.contains(el) {
-            set_disabled(el, false);
+            set(el, &JsValue::from_str("disabled"), false);
         }
     }
 }
 
 impl Drop for FormLock {
     fn drop(&mut self) {
+        let disabled = JsValue::from_str("disabled");
         for el in self.disabled.drain(..) {
-            set_disabled(&el, false);
+            set(&el, &disabled, false);
         }
         let _ = self.form.remove_attribute("aria-busy");
     }
 }
 
-/// The `disabled` property, which every form control has (and the kit reads and writes alike
-/// for inputs, buttons, selects, text areas and fieldsets).
-fn is_disabled(el: &Element) -> bool {
-    Reflect::get(el, &JsValue::from_str("disabled"))
+/// The `disabled` property (`name`), which every form control has: the kit reads and writes it
+/// alike for inputs, buttons, selects, text areas and fieldsets.
+fn get(el: &Element, name: &JsValue) -> bool {
+    Reflect::get(el, name)
         .ok()
         .and_then(|v| v.as_bool())
         .unwrap_or(false)
 }
 
-fn set_disabled(el: &Element, disabled: bool) {
-    let _ = Reflect::set(
-        el,
-        &JsValue::from_str("disabled"),
-        &JsValue::from_bool(disabled),
-    );
+fn set(el: &Element, name: &JsValue, value: bool) {
+    let _ = Reflect::set(el, name, &JsValue::from_bool(value));
 }
