@@ -10,9 +10,10 @@
 use std::cell::Cell;
 use std::rc::Rc;
 
+use js_sys::{Object, Reflect};
 use wasm_bindgen::{JsCast, JsValue};
 use wasm_bindgen_futures::{spawn_local, JsFuture};
-use web_sys::{AbortController, Headers, RequestCredentials, RequestInit, Response};
+use web_sys::{AbortController, RequestCredentials, RequestInit, Response};
 
 use super::driver::Driver;
 use super::global::{fetch, lock, Timer};
@@ -82,9 +83,15 @@ async fn send(
         false => Failure::Network,
     };
     let r = &attempt.request;
-    let headers = Headers::new().map_err(failed)?;
+    // A plain object by lower-case name (a later header replaces an earlier one of the same
+    // name, as `Headers.set` does): fetch reads it faster than a `Headers` object.
+    let headers = Object::new();
     let set = |name: &str, value: &str| {
-        let _ = headers.set(name, value);
+        let _ = Reflect::set(
+            &headers,
+            &JsValue::from_str(&name.to_ascii_lowercase()),
+            &JsValue::from_str(value),
+        );
     };
     set("Content-Type", r.encoding.content_type());
     for (name, value) in r.headers.iter().chain(&o.headers) {

@@ -31,7 +31,7 @@
 //!
 //! All of it is Rust. The sans-IO [`core`](crate::core) decides; [`Submitter`] (`driver.rs`)
 //! carries out its actions as Rust values: storage through gloo-storage (`storage.rs`), `fetch`
-//! with its `AbortController`, `Headers` and `Response` through web-sys, under a Web Lock, with
+//! with its `AbortController`, the answer's `Response` and `Headers` through web-sys, under a Web Lock, with
 //! the per-attempt timeout (`attempt.rs`), timers, `crypto` and `navigator.locks` bound to the
 //! global scope so that a worker runs it too (`global.rs`), futures through
 //! wasm-bindgen-futures, and the listeners. The options (`options.rs`) and what goes back to
