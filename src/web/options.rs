@@ -307,12 +307,14 @@ fn check_names(object: &JsValue, known: &[&str], prefix: &str) -> Result<(), Err
     for name in Object::keys(object.unchecked_ref::<Object>()).iter() {
         let name = name.as_string().unwrap_or_default();
         if !known.contains(&name.as_str()) {
-            return Err(Error::option(
-                prefix.to_owned()
-                    + &name
-                    + " is not an option; the options are "
-                    + &known.join(", "),
-            ));
+            let mut message = prefix.to_owned() + &name + " is not an option; the options are ";
+            for (i, k) in known.iter().enumerate() {
+                if i > 0 {
+                    message.push_str(", ");
+                }
+                message.push_str(k);
+            }
+            return Err(Error::option(message));
         }
     }
     Ok(())
