@@ -146,3 +146,4 @@ const glue = js +
   console.log(`terser: ${files.length + 1} files minified`);
 })().catch((e) => fail(String(e)));
 JS
+node scripts/pkg-adapters.mjs
