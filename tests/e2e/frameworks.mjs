@@ -11,7 +11,7 @@ import { root } from './harness.mjs'
 export const APPS = [
   { name: 'react', label: 'React (production build)', framework: 'react', dir: 'examples/react', dist: 'examples/react/dist', mount: '/react' },
   { name: 'react-dev', label: 'React (development build: strict mode runs effects twice)', framework: 'react', dir: 'examples/react', dist: 'examples/react/dist-dev', mount: '/react-dev' },
-  // { name: 'vue', label: 'Vue', framework: 'vue', dir: 'examples/vue', dist: 'examples/vue/dist', mount: '/vue' },
+  { name: 'vue', label: 'Vue', framework: 'vue', dir: 'examples/vue', dist: 'examples/vue/dist', mount: '/vue' },
 ]
 
 /** Imports `specifier` as the example's own code would (its node_modules, its exports map). */
