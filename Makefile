@@ -11,7 +11,7 @@ export ONCEKEY_SERVER_BIN := $(TARGET_DIR)/debug/oncekey-server
 # the size of the browser package.
 RELEASE_NATIVE := CARGO_PROFILE_RELEASE_OPT_LEVEL=3
 
-.PHONY: help setup lint server test test-native test-web test-e2e test-chaos pkg www demo bench chaos
+.PHONY: help setup lint server test test-native test-web test-e2e test-chaos pkg www frameworks demo bench chaos
 
 help:
 	@echo "make demo   build everything and serve the demo on http://127.0.0.1:8080"
@@ -52,7 +52,19 @@ www: pkg
 	npm ci --prefix www --no-audit --no-fund --loglevel=error
 	npm run --prefix www build
 
-test-e2e: server www
+# The React and Vue examples import it through npm too ("oncekey": "file:../../pkg", copied into
+# node_modules as a registry install is: their .npmrc sets install-links). React is also built
+# for development, where strict mode runs every effect twice, and both for server rendering.
+frameworks: pkg
+	for app in react vue; do npm ci --prefix examples/$$app --no-audit --no-fund --loglevel=error; done
+	npm run --prefix examples/react build
+	npm run --prefix examples/react build:dev
+	npm run --prefix examples/react build:ssr
+	npm run --prefix examples/vue build
+	npm run --prefix examples/vue build:ssr
+
+test-e2e: server www frameworks
+	node tests/pages/node_modules/typescript/bin/tsc -p tests/e2e/tsconfig.frameworks.json
 	node --test --test-concurrency=1 tests/e2e/
 
 test-chaos: server
