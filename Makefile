@@ -54,14 +54,18 @@ www: pkg
 
 # The React and Vue examples import it through npm too ("oncekey": "file:../../pkg", copied into
 # node_modules as a registry install is: their .npmrc sets install-links). React is also built
-# for development, where strict mode runs every effect twice, and both for server rendering.
+# for development, where strict mode runs every effect twice, and both for server rendering;
+# tests/e2e/react18 builds the React example against React 18.
 frameworks: pkg
-	for app in react vue; do npm ci --prefix examples/$$app --no-audit --no-fund --loglevel=error; done
+	for app in examples/react examples/vue tests/e2e/react18; do \
+		npm ci --prefix $$app --no-audit --no-fund --loglevel=error; done
 	npm run --prefix examples/react build
 	npm run --prefix examples/react build:dev
 	npm run --prefix examples/react build:ssr
 	npm run --prefix examples/vue build
 	npm run --prefix examples/vue build:ssr
+	npm run --prefix tests/e2e/react18 build
+	npm run --prefix tests/e2e/react18 build:ssr
 
 test-e2e: server www frameworks
 	node tests/pages/node_modules/typescript/bin/tsc -p tests/e2e/tsconfig.frameworks.json

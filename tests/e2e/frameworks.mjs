@@ -1,5 +1,5 @@
-// The framework examples as the end-to-end and SSR tests use them: where each is built, where
-// the reference server mounts it, and its server render (the app's SSR build, rendered by its
+// The framework examples as the end-to-end and SSR tests use them: where each is built (React's
+// also against React 18, in tests/e2e/react18), where the reference server mounts it, and its server render (the app's SSR build, rendered by its
 // framework's own renderToString into the built index.html, as Next.js or Nuxt would serve it).
 import { readFileSync } from 'node:fs'
 import { createRequire } from 'node:module'
@@ -9,9 +9,10 @@ import { pathToFileURL } from 'node:url'
 import { root } from './harness.mjs'
 
 export const APPS = [
-  { name: 'react', label: 'React (production build)', framework: 'react', dir: 'examples/react', dist: 'examples/react/dist', mount: '/react' },
+  { name: 'react', label: 'React (production build)', framework: 'react', dir: 'examples/react', dist: 'examples/react/dist', mount: '/react', version: /^19\./ },
   { name: 'react-dev', label: 'React (development build: strict mode runs effects twice)', framework: 'react', dir: 'examples/react', dist: 'examples/react/dist-dev', mount: '/react-dev' },
-  { name: 'vue', label: 'Vue', framework: 'vue', dir: 'examples/vue', dist: 'examples/vue/dist', mount: '/vue' },
+  { name: 'react18', label: 'React 18 (development build: strict mode runs effects twice)', framework: 'react', dir: 'tests/e2e/react18', dist: 'tests/e2e/react18/dist', mount: '/react18', version: /^18\./ },
+  { name: 'vue', label: 'Vue', framework: 'vue', dir: 'examples/vue', dist: 'examples/vue/dist', mount: '/vue', version: /^3\.5\./ },
 ]
 
 /** Imports `specifier` as the example's own code would (its node_modules, its exports map). */

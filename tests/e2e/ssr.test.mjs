@@ -66,6 +66,8 @@ test('Vue: renderToString renders the composable idle, and nothing is kept or se
 
 test('the examples render on the server: the form idle and unlocked', async () => {
   for (const app of APPS.filter((a) => a.name !== 'react-dev')) {
+    const framework = await importFrom(app.dir, app.framework)
+    assert.match(framework.version, app.version, `${app.name} renders with ${app.framework} ${framework.version}`)
     const html = await renderApp(app)
     assert.match(html, /<form id="ticket-form"[^>]*aria-busy="false"[^>]*data-state="idle"/, app.name)
     assert.doesNotMatch(html, /<fieldset[^>]*disabled/, `${app.name}: inputs not locked`)
