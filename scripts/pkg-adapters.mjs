@@ -18,7 +18,7 @@ const fail = (why) => {
 
 // The shared part first: the adapters import it (and the package) by relative path.
 const SOURCES = ['store.js', 'react.js', 'vue.js']
-const DECLARATIONS = ['react.d.ts', 'vue.d.ts']
+const DECLARATIONS = ['store.d.ts', 'react.d.ts', 'vue.d.ts']
 
 for (const file of SOURCES) {
   const text = readFileSync(at('adapters', file), 'utf8')

@@ -10,5 +10,6 @@ export default defineConfig({
   // The package finds its .wasm beside itself (new URL(..., import.meta.url)), which the dev
   // server's dependency pre-bundling would move away from it.
   optimizeDeps: { exclude: ['oncekey'] },
-  server: { proxy: { '/api': 'http://127.0.0.1:8080' } },
+  // The dev server may read the demo's stylesheet in ../../www.
+  server: { proxy: { '/api': 'http://127.0.0.1:8080' }, fs: { allow: ['../..'] } },
 })

@@ -3,7 +3,7 @@
 // holds a submission under way is edited and refreshed in place; the submission goes on, with
 // its one request and its key, and makes one ticket.
 import assert from 'node:assert/strict'
-import { cpSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
+import { cpSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs'
 import path from 'node:path'
 import { after, before, test } from 'node:test'
 
@@ -11,8 +11,9 @@ import { importFrom } from './frameworks.mjs'
 import { eventually, launchBrowser, root, startServer, tickets, uniqueTenant, watchConsole } from './harness.mjs'
 
 const APP = path.join(root, 'examples/react')
-// A copy of the app's sources beside it (so its node_modules resolve), to edit.
-const copy = path.join(APP, `.fast-refresh-${process.pid}`)
+// A copy of the app beside it, to edit (at the same depth, for its import of www/'s stylesheet),
+// with its node_modules.
+const copy = path.join(root, 'examples', `.react-fast-refresh-${process.pid}`)
 
 let server
 let vite
@@ -21,12 +22,13 @@ let browser
 before(async () => {
   server = await startServer()
   for (const f of ['index.html', 'vite.config.js', 'src']) cpSync(path.join(APP, f), path.join(copy, f), { recursive: true })
+  symlinkSync(path.join(APP, 'node_modules'), path.join(copy, 'node_modules'))
   const { createServer } = await importFrom('examples/react', 'vite')
   vite = await createServer({
     root: copy,
     configFile: path.join(copy, 'vite.config.js'),
     logLevel: 'error',
-    server: { host: '127.0.0.1', port: 0, proxy: { '/api': server.url }, fs: { allow: [APP] } },
+    server: { host: '127.0.0.1', port: 0, proxy: { '/api': server.url }, fs: { allow: [root] } },
   })
   await vite.listen()
   browser = await launchBrowser()

@@ -61,6 +61,16 @@ const statusText = (page) => page.textContent(`${FORM} [role=status]`)
 const settled = (page, state = 'succeeded') =>
   page.waitForSelector(`${FORM}[data-state="${state}"]`, { timeout: 30000 })
 
+// Sends a ticket whose reply the server holds 3 s; resolves to the key the page shows once it is
+// under way.
+async function sendSlowly(page, fields) {
+  await condition(page, 'delay=3000')
+  await fill(page, fields)
+  await page.click(`${FORM} button[type=submit]`)
+  await page.waitForSelector(`${FORM}[data-state="sending"]`)
+  return shownKey(page)
+}
+
 // Locked while the outcome is unknown: busy, and no input or the Send button can be used.
 async function assertLocked(page) {
   assert.equal(await page.getAttribute(FORM, 'aria-busy'), 'true')
@@ -116,12 +126,8 @@ for (const app of APPS) {
 
     test('a reload mid-request restores the locked inputs and finishes with one ticket', async () => {
       const { tenant, page, context, errors, keys } = await open(app, 'reload')
-      await condition(page, 'delay=3000')
-      await fill(page, { subject: 'Reloaded mid-request', body: 'Keep me' })
-      await page.click(`${FORM} button[type=submit]`)
-      await page.waitForSelector(`${FORM}[data-state="sending"]`)
+      const key = await sendSlowly(page, { subject: 'Reloaded mid-request', body: 'Keep me' })
       await assertLocked(page)
-      const key = await shownKey(page)
       await screenshot(page, `${app.name}-02-sending`)
       await page.reload()
       await ready(page)
@@ -141,11 +147,7 @@ for (const app of APPS) {
 
     test('leaving the form mid-request and coming back shows it locked, and one ticket', async () => {
       const { tenant, page, context, errors, keys } = await open(app, 'remount')
-      await condition(page, 'delay=3000')
-      await fill(page, { subject: 'Unmounted mid-request' })
-      await page.click(`${FORM} button[type=submit]`)
-      await page.waitForSelector(`${FORM}[data-state="sending"]`)
-      const key = await shownKey(page)
+      const key = await sendSlowly(page, { subject: 'Unmounted mid-request' })
       await page.click('nav button:has-text("All tickets")')
       await page.waitForSelector(FORM, { state: 'detached' })
       await page.click('nav button:has-text("New ticket")')
@@ -162,11 +164,7 @@ for (const app of APPS) {
 
     test('a server-rendered page hydrates idle and resumes the pending submission', async () => {
       const { tenant, page, context, errors, keys } = await open(app, 'ssr')
-      await condition(page, 'delay=3000')
-      await fill(page, { subject: 'Resumed after hydration' })
-      await page.click(`${FORM} button[type=submit]`)
-      await page.waitForSelector(`${FORM}[data-state="sending"]`)
-      const key = await shownKey(page)
+      const key = await sendSlowly(page, { subject: 'Resumed after hydration' })
       // The next load of the page is the server's render (idle, as a server knows nothing of
       // the tab's storage) of the same app, which the browser hydrates.
       const html = await serverRendered(app)

@@ -1,7 +1,9 @@
 import { StrictMode } from 'react'
 import { createRoot, hydrateRoot } from 'react-dom/client'
 import { App } from './App.jsx'
-import './style.css'
+// The demo's look (www/), and this app's own few rules.
+import '../../../www/src/style.css'
+import './app.css'
 
 // Strict mode runs every effect twice in development: the hook still sends each ticket once.
 const app = (
