@@ -9,20 +9,11 @@
 //! network of its own. The browser driver (wasm32) and the native driver (tokio and reqwest)
 //! carry out its actions.
 #![deny(missing_docs, missing_debug_implementations)]
-// In the browser the crate needs no `std`: the npm package (feature `package`) leaves it out, and
-// with it the panic and formatting machinery (see src/web/mod.rs).
-#![cfg_attr(
-    all(
-        target_arch = "wasm32",
-        any(target_os = "unknown", target_os = "none"),
-        not(test)
-    ),
-    no_std
-)]
 
 extern crate alloc;
 
-/// What the `std` prelude would give, from `alloc`, for the code that also builds without it.
+/// What the `std` prelude gives, from `alloc`: the core names its imports so that it reads the
+/// same on every target.
 #[allow(unused_imports)]
 mod prelude {
     pub(crate) use alloc::borrow::ToOwned;
@@ -34,18 +25,20 @@ mod prelude {
 
 pub mod core;
 
-/// The npm package's panic handler (feature `package`, no `std`): a trap, as a panic is with
-/// `std` on this target, minus the message no one would see.
-#[cfg(all(feature = "package", target_arch = "wasm32", not(test)))]
-#[panic_handler]
-fn panic(_: &::core::panic::PanicInfo<'_>) -> ! {
-    ::core::arch::wasm32::unreachable()
-}
-
 #[cfg(all(target_arch = "wasm32", any(target_os = "unknown", target_os = "none")))]
 mod web;
 #[cfg(all(target_arch = "wasm32", any(target_os = "unknown", target_os = "none")))]
-pub use crate::web::{install, Submitter};
+pub use crate::web::{
+    AttemptHeaders, Credentials, Error, ErrorCode, Listener, Options, Pending, Settlement,
+    Settling, StorageKind, Submitter, Update,
+};
+
+/// The npm package's JavaScript face, for Rust code that works with JavaScript values (tests,
+/// or a page that hands a `Submitter` object to JavaScript): the exported `Submitter` class.
+#[cfg(all(target_arch = "wasm32", any(target_os = "unknown", target_os = "none")))]
+pub mod js {
+    pub use crate::web::js::JsSubmitter as Submitter;
+}
 
 pub use crate::core::{
     Encoding, Key, KeyError, KeyFormat, Outcome, Request, RetryPolicy, State, Timestamp,
