@@ -60,8 +60,10 @@ test('a fast refresh of the form mid-request sends nothing again and makes one t
   await page.evaluate(() => (window.notReloaded = true))
 
   const file = path.join(copy, 'src/App.jsx')
-  writeFileSync(file, readFileSync(file, 'utf8').replace('Send ticket</button>', 'Send the ticket</button>'))
-  await page.waitForSelector('#ticket-form button:has-text("Send the ticket")')
+  const source = readFileSync(file, 'utf8')
+  assert.ok(source.includes('Message <textarea'))
+  writeFileSync(file, source.replace('Message <textarea', 'Your message <textarea'))
+  await page.waitForSelector('#ticket-form label:has-text("Your message")')
   assert.equal(await page.evaluate(() => window.notReloaded), true, 'refreshed in place, not reloaded')
   assert.equal(await page.textContent('#live-key'), key, 'the same submission after the refresh')
   assert.equal(await page.inputValue('#ticket-form [name=subject]'), 'Edited mid-request', 'state kept')

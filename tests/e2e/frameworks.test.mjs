@@ -58,8 +58,15 @@ async function fill(page, { subject, email = 'ana@example.com', body = 'Third fl
 const condition = (page, value) => page.check(`input[name=condition][value="${value}"]`)
 const shownKey = (page) => page.textContent('#live-key')
 const statusText = (page) => page.textContent(`${FORM} [role=status]`)
-const settled = (page, state = 'succeeded') =>
-  page.waitForSelector(`${FORM}[data-state="${state}"]`, { timeout: 30000 })
+async function settled(page, state = 'succeeded') {
+  try {
+    await page.waitForSelector(`${FORM}[data-state="${state}"]`, { timeout: 30000 })
+  } catch (e) {
+    // Say where it stopped instead.
+    const at = await page.evaluate(() => [...document.querySelectorAll('#live-state, #live-key, #live-attempts, [role=status]')].map((el) => el.textContent))
+    throw new Error(`not ${state}: the page shows ${JSON.stringify(at)} (${e.message.split('\n')[0]})`)
+  }
+}
 
 // Sends a ticket whose reply the server holds 3 s; resolves to the key the page shows once it is
 // under way.

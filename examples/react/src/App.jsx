@@ -101,7 +101,11 @@ function TicketForm() {
             Message <textarea {...field('body')} rows={4} />
           </label>
           <div className="actions">
-            <button type="submit">Send ticket</button>
+            {/* Nothing to send until there is a subject: also after a success clears the form,
+                when the second click of a double click lands. */}
+            <button type="submit" disabled={!fields.subject.trim()}>
+              Send ticket
+            </button>
           </div>
         </fieldset>
         {tickets.state === 'unsure' && (
