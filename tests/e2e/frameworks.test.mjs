@@ -1,7 +1,7 @@
-// The framework examples end to end: examples/react (a production build, and a development
-// build where strict mode runs every effect twice) and examples/vue, built by `make test-e2e`,
-// served by the reference server under /react/, /react-dev/ and /vue/, and driven in headless
-// Chromium. Each test checks what a person would: one ticket on the server for its own tenant,
+// The framework examples end to end: examples/react (a production build, a development build
+// where strict mode runs every effect twice, and the same against React 18), examples/vue and
+// examples/leptos, built by `make test-e2e`, served by the reference server (tests/e2e/
+// frameworks.mjs says where), and driven in headless Chromium. Each test checks what a person would: one ticket on the server for its own tenant,
 // every request of it sent with the one key the page showed, the inputs locked while the
 // outcome is unknown.
 import assert from 'node:assert/strict'
@@ -169,7 +169,7 @@ for (const app of APPS) {
       await context.close()
     })
 
-    test('a server-rendered page hydrates idle and resumes the pending submission', async () => {
+    test('a server-rendered page hydrates idle and resumes the pending submission', { skip: !app.ssr && 'client-side rendered' }, async () => {
       const { tenant, page, context, errors, keys } = await open(app, 'ssr')
       const key = await sendSlowly(page, { subject: 'Resumed after hydration' })
       // The next load of the page is the server's render (idle, as a server knows nothing of
