@@ -95,9 +95,12 @@ struct Machine {
     secrets: Fields,
 }
 
+/// What [`Submitter::on_change`] keeps of a listener.
+type Callback = RefCell<Box<dyn FnMut(&Update)>>;
+
 struct Entry {
     live: Cell<bool>,
-    listener: RefCell<Box<dyn FnMut(&Update)>>,
+    listener: Callback,
 }
 
 /// What listeners get: a change of state, or a warning with the state unchanged.

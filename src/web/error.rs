@@ -115,5 +115,5 @@ pub(crate) fn describe(value: &JsValue) -> String {
     {
         return s;
     }
-    "a thrown ".to_owned() + &String::from(value.js_typeof().as_string().unwrap_or_default())
+    "a thrown ".to_owned() + &value.js_typeof().as_string().unwrap_or_default()
 }

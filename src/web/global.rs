@@ -111,14 +111,17 @@ pub(crate) async fn lock(name: &str) -> Option<LockGuard> {
     })
 }
 
+/// The lock's callback (granted: it returns the promise that holds the lock) and its refusal's.
+type LockClosures = (
+    Closure<dyn FnMut(JsValue) -> JsValue>,
+    Closure<dyn FnMut(JsValue)>,
+);
+
 /// A held Web Lock, released when dropped.
 pub(crate) struct LockGuard {
     release: Function,
     /// Called once each at most, and kept until then.
-    _closures: (
-        Closure<dyn FnMut(JsValue) -> JsValue>,
-        Closure<dyn FnMut(JsValue)>,
-    ),
+    _closures: LockClosures,
 }
 
 impl Drop for LockGuard {
