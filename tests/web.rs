@@ -821,7 +821,9 @@ mod rust_api {
 
     fn options(case: &Case) -> Options {
         let mut options = Options::new(&format!("{}/api/tickets", server()));
-        options.headers.push(("X-Tenant".into(), case.tenant.clone()));
+        options
+            .headers
+            .push(("X-Tenant".into(), case.tenant.clone()));
         options.retry.base = Duration::from_millis(20);
         options.retry.cap = Duration::from_millis(2000);
         options
