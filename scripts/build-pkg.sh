@@ -158,3 +158,4 @@ if (fs.existsSync('pkg/snippets')) fail('the package has snippets: hand-written 
   console.log(`terser: ${outputs.length} files minified`);
 })().catch((e) => fail(String(e)));
 JS
+node scripts/pkg-adapters.mjs
