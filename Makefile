@@ -11,7 +11,7 @@ export ONCEKEY_SERVER_BIN := $(TARGET_DIR)/debug/oncekey-server
 # the size of the browser package.
 RELEASE_NATIVE := CARGO_PROFILE_RELEASE_OPT_LEVEL=3
 
-.PHONY: help setup lint server test test-native test-web test-e2e test-chaos pkg www demo bench chaos
+.PHONY: help setup lint server test test-native test-web test-e2e test-chaos pkg www frameworks leptos demo bench chaos
 
 help:
 	@echo "make demo   build everything and serve the demo on http://127.0.0.1:8080"
@@ -31,6 +31,8 @@ lint: setup
 	cargo clippy -p oncekey --lib --target $(WASM) --no-default-features --features package -- -D warnings
 	RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --all-features -p oncekey -p oncekey-server
 	RUSTDOCFLAGS="-D warnings" cargo doc --no-deps -p oncekey --target $(WASM) --features small-alloc
+	cargo fmt --manifest-path examples/leptos/Cargo.toml --check
+	CARGO_TARGET_DIR=$(TARGET_DIR) cargo clippy --manifest-path examples/leptos/Cargo.toml --target $(WASM) -- -D warnings
 
 # The reference server: the peer of the native, browser, end-to-end and chaos tests.
 server: setup
@@ -52,7 +54,32 @@ www: pkg
 	npm ci --prefix www --no-audit --no-fund --loglevel=error
 	npm run --prefix www build
 
-test-e2e: server www
+# The React and Vue examples import it through npm too ("oncekey": "file:../../pkg", copied into
+# node_modules as a registry install is: their .npmrc sets install-links). React is also built
+# for development, where strict mode runs every effect twice, and both for server rendering;
+# tests/e2e/react18 builds the React example against React 18.
+frameworks: pkg leptos
+	for app in examples/react examples/vue tests/e2e/react18; do \
+		npm ci --prefix $$app --no-audit --no-fund --loglevel=error; done
+	npm run --prefix examples/react build
+	npm run --prefix examples/react build:dev
+	npm run --prefix examples/react build:ssr
+	npm run --prefix examples/vue build
+	npm run --prefix examples/vue build:ssr
+	npm run --prefix tests/e2e/react18 build
+	npm run --prefix tests/e2e/react18 build:ssr
+
+# The Leptos example (its own cargo workspace, sharing this target directory): built for wasm32,
+# wasm-bindgen's output beside its page and the demo's stylesheet.
+LEPTOS_WASM := $(TARGET_DIR)/$(WASM)/debug/oncekey_example_leptos.wasm
+leptos: setup
+	CARGO_TARGET_DIR=$(TARGET_DIR) cargo build --manifest-path examples/leptos/Cargo.toml --target $(WASM)
+	rm -rf examples/leptos/dist
+	wasm-bindgen --target web --no-typescript --out-dir examples/leptos/dist/pkg $(LEPTOS_WASM)
+	cp examples/leptos/index.html www/src/style.css examples/leptos/dist/
+
+test-e2e: server www frameworks
+	node tests/pages/node_modules/typescript/bin/tsc -p tests/e2e/tsconfig.frameworks.json
 	node --test --test-concurrency=1 tests/e2e/
 
 test-chaos: server

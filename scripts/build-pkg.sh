@@ -11,17 +11,21 @@ if [ ! -f "$WASM_OPT" ] || [ ! -d tools/node_modules/terser ]; then
   npm ci --prefix tools --no-audit --no-fund --loglevel=error
 fi
 
-# wasm-pack leaves snippets of an earlier build behind, and the package ships snippets/ whole.
-rm -rf pkg/snippets
-# `small-alloc`: the package is a whole program, so it brings its own small allocator
+# Nothing of an earlier build is left behind (wasm-pack keeps old snippets, and kit.js comes and
+# goes with the Rust form kit).
+rm -rf pkg/snippets pkg/kit.js
+# `package` (`small-alloc`): the package is a whole program, so it brings its own small allocator
 # (src/web/alloc.rs); Rust programs that depend on the crate keep theirs.
 wasm-pack build --release --target web --out-dir pkg --out-name oncekey -- --no-default-features --features package
 
 before=$(wc -c < pkg/oncekey_bg.wasm)
-# Two passes: the second, converging, finds a little more after the first.
-node "$WASM_OPT" -Oz pkg/oncekey_bg.wasm -o pkg/oncekey_bg.wasm.opt
+# Two passes: the second, converging, finds a little more after the first. What the optimizer may
+# assume of this module (0.4 KB gzipped): its memory starts zero-filled (a fresh instance's does),
+# and nothing lives below address 1024 (rustc's wasm32 data and stack start at 1 MiB).
+ASSUME="--zero-filled-memory --low-memory-unused"
+node "$WASM_OPT" -Oz $ASSUME pkg/oncekey_bg.wasm -o pkg/oncekey_bg.wasm.opt
 mv pkg/oncekey_bg.wasm.opt pkg/oncekey_bg.wasm
-node "$WASM_OPT" -Oz --converge --strip-producers --strip-target-features pkg/oncekey_bg.wasm \
+node "$WASM_OPT" -Oz --converge $ASSUME --strip-producers --strip-target-features pkg/oncekey_bg.wasm \
   -o pkg/oncekey_bg.wasm.opt
 mv pkg/oncekey_bg.wasm.opt pkg/oncekey_bg.wasm
 after=$(wc -c < pkg/oncekey_bg.wasm)
@@ -29,10 +33,11 @@ echo "wasm-opt -Oz --converge: $before -> $after bytes"
 
 # The glue between the two files, minified in both: wasm-bindgen names every import and internal
 # export with a 16-hex-digit hash (incompressible, and written in the .wasm and the .js alike).
-# Short names instead; a rename that finds nothing to rename fails. Then the package's API, which
-# is JavaScript (src/web/browser.js, shipped in snippets/ by wasm-bindgen), is re-exported by the
-# glue beside `init`, and terser minifies the glue and the snippets: the page downloads them on
-# every load, and their comments and long names are most of their bytes.
+# Short names instead; a rename that finds nothing to rename fails. Then terser minifies the
+# glue: the page downloads it on every load, and its comments and long names are most of its
+# bytes. Until the Rust form kit exports attachForm and autoAttach itself, the JavaScript form kit
+# (src/web/kit.js, a client of the exported Submitter) is copied in as kit.js, re-exported by the
+# glue and listed in the package's files.
 node - pkg/oncekey_bg.wasm pkg/oncekey.js <<'JS'
 const fs = require('fs');
 const { minify } = require('./tools/node_modules/terser');
@@ -119,6 +124,9 @@ for (const path of ['pkg/oncekey.d.ts', 'pkg/oncekey_bg.wasm.d.ts']) {
   for (const [from, to] of renames) {
     if (to.startsWith('_')) text = text.replace(new RegExp(`\\b${from}\\b`, 'g'), to);
   }
+  // The raw wasm exports (InitOutput) take and give JavaScript values wasm-bindgen types as
+  // `any`; `unknown` says the same without switching off the checker for what `init()` returns.
+  text = text.replace(/^(\s*(?:readonly|export const) \w+: .*)$/gm, (line) => line.replace(/\bany\b/g, 'unknown'));
   fs.writeFileSync(path, text);
 }
 const moduleKey = `"${MODULE}": import0`;
@@ -127,22 +135,27 @@ js = js.replace(moduleKey, '"w": import0');
 fs.writeFileSync(wasmPath, Buffer.concat(out));
 console.log(`glue: ${renames.size} names shortened`);
 
-const snippets = (dir) =>
-  fs.readdirSync(dir, { withFileTypes: true }).flatMap((e) => {
-    const path = `${dir}/${e.name}`;
-    return e.isDirectory() ? snippets(path) : path.endsWith('.js') ? [path] : [];
-  });
-const files = snippets('pkg/snippets');
-const driver = files.filter((p) => p.endsWith('/src/web/browser.js'));
-if (driver.length !== 1) fail(`${driver.length} copies of src/web/browser.js in pkg/snippets`);
-const glue = js +
-  `\nexport { Submitter, attachForm, autoAttach } from './${driver[0].slice('pkg/'.length)}';\n`;
+// The one line of the package that cannot be Rust: before `await init()` there is no wasm module
+// to ask, so the class's constructor says so itself instead of failing deep in the glue.
+const ctor = /(export class Submitter \{[\s\S]*?\n    constructor\(name, options\) \{\n)/;
+if (!ctor.test(js)) fail("the glue's Submitter constructor is not where it was");
+js = js.replace(ctor, "$1        if (wasm === undefined) throw Object.assign(new Error('oncekey is not ready: await init() before making a Submitter'), { name: 'OncekeyError', code: 'state' });\n");
+const outputs = [[jsPath, js]];
+if (!/export\s*\{[^}]*\battachForm\b/.test(js) && !/export function attachForm\b/.test(js)) {
+  outputs[0][1] += "\nexport { attachForm, autoAttach } from './kit.js';\n";
+  outputs.push(['pkg/kit.js', fs.readFileSync('src/web/kit.js', 'utf8')]);
+  const manifest = JSON.parse(fs.readFileSync('pkg/package.json', 'utf8'));
+  manifest.files = [...new Set([...(manifest.files ?? []), 'kit.js'])];
+  fs.writeFileSync('pkg/package.json', JSON.stringify(manifest, null, 2) + '\n');
+}
+if (fs.existsSync('pkg/snippets')) fail('the package has snippets: hand-written JavaScript in the wasm module');
 (async () => {
-  for (const [path, text] of [[jsPath, glue], ...files.map((p) => [p, fs.readFileSync(p, 'utf8')])]) {
+  for (const [path, text] of outputs) {
     const min = await minify(text, { module: true, compress: { passes: 2 }, mangle: true, format: { comments: false } });
     if (typeof min.code !== 'string') fail(`terser gave nothing for ${path}`);
     fs.writeFileSync(path, min.code + '\n');
   }
-  console.log(`terser: ${files.length + 1} files minified`);
+  console.log(`terser: ${outputs.length} files minified`);
 })().catch((e) => fail(String(e)));
 JS
+node scripts/pkg-adapters.mjs

@@ -4,7 +4,8 @@
 #     server's address compiled in as ONCEKEY_TEST_SERVER;
 #  2. the package built by scripts/build-pkg.sh, loaded by a plain <script type="module"> page
 #     (tests/pages/pkg.html) that submits a ticket, driven by playwright-core;
-#  3. what `npm pack` would publish: the wasm, the glue, the declarations and the driver;
+#  3. what `npm pack` would publish: the wasm, the glue, the declarations (and what the glue
+#     imports), no snippets;
 #  4. its TypeScript declarations, checked with tsc against tests/pages/types-check.ts.
 # Exits non-zero on any failure; the server is always killed.
 set -euo pipefail
@@ -22,19 +23,25 @@ export WASM_BINDGEN_TEST_TIMEOUT=${WASM_BINDGEN_TEST_TIMEOUT:-300}
 
 echo "== wasm-bindgen-test in headless Chromium"
 # With the package's own allocator (feature small-alloc), as the package is built.
-wasm-pack test --headless --chrome --chromedriver "$CHROMEDRIVER" -- --lib --test web --features small-alloc
+wasm-pack test --headless --chrome --chromedriver "$CHROMEDRIVER" -- --lib --test web --test web_form --features small-alloc
 
 echo "== the built package in a plain module page"
 node tests/pages/pkg-test.mjs "$ONCEKEY_SERVER_URL"
 
 echo "== what npm would publish"
-# The package's API lives in snippets/ (the driver): npm must ship it with the glue and the wasm.
+# The wasm, the glue and the declarations; no snippets (no hand-written JavaScript in the wasm
+# module); and every file the glue imports (kit.js, while the form kit is JavaScript).
 npm pack --dry-run --json ./pkg 2>/dev/null | node -e '
-  const files = JSON.parse(require("fs").readFileSync(0, "utf8"))[0].files.map((f) => f.path);
-  const need = ["oncekey_bg.wasm", "oncekey.js", "oncekey.d.ts", /^snippets\/[^/]+\/src\/web\/browser\.js$/];
-  const missing = need.filter((n) => !files.some((f) => (typeof n === "string" ? f === n : n.test(f))));
+  const fs = require("fs");
+  const files = JSON.parse(fs.readFileSync(0, "utf8"))[0].files.map((f) => f.path);
+  const glue = fs.readFileSync("pkg/oncekey.js", "utf8");
+  const imported = [...glue.matchAll(/from\s*["\x27]\.\/([^"\x27]+)["\x27]/g)].map((m) => m[1]);
+  const need = ["oncekey_bg.wasm", "oncekey.js", "oncekey.d.ts", ...imported];
+  const missing = need.filter((n) => !files.includes(n));
   if (missing.length) { console.error("npm pack leaves out: " + missing.join(", ")); process.exit(1); }
-  console.log("npm pack: " + files.length + " files, the driver among them");
+  const snippets = files.filter((f) => f.startsWith("snippets/"));
+  if (snippets.length) { console.error("npm pack ships snippets: " + snippets.join(", ")); process.exit(1); }
+  console.log("npm pack: " + files.length + " files (" + files.join(", ") + ")");
 '
 
 echo "== TypeScript declarations"

@@ -9,23 +9,12 @@
 //! network of its own. The browser driver (wasm32) and the native driver (tokio and reqwest)
 //! carry out its actions.
 #![deny(missing_docs, missing_debug_implementations)]
-// In the browser the crate needs no `std`: the npm package (feature `package`) leaves it out, and
-// with it the panic and formatting machinery (see src/web/mod.rs).
-#![cfg_attr(
-    all(
-        target_arch = "wasm32",
-        any(target_os = "unknown", target_os = "none"),
-        not(test)
-    ),
-    no_std
-)]
 
 extern crate alloc;
 
 // The target predicate, stated once (as reqwest does): the browser is wasm32 without an OS
-// (`unknown`, or `none`); every other target is native. The `no_std` attribute above cannot take
-// a macro and repeats it; Cargo.toml's dependency tables and the test files' `#![cfg]` lines
-// carry it too, as Cargo and separate crates need.
+// (`unknown`, or `none`); every other target is native. Cargo.toml's dependency tables and the
+// test files' `#![cfg]` lines carry it too, as Cargo and separate crates need.
 macro_rules! if_wasm {
     ($($item:item)*) => {$(
         #[cfg(all(target_arch = "wasm32", any(target_os = "unknown", target_os = "none")))]
@@ -40,20 +29,12 @@ macro_rules! if_native {
     )*};
 }
 
-/// The `alloc` names the `std` prelude would give, for code outside the core that also builds
-/// without `std` (the browser driver); the core has its own.
+/// The `alloc` names the `std` prelude gives, for the drivers' code that names its imports as
+/// the core does; the core has its own.
 #[allow(unused_imports)]
 use crate::core::prelude;
 
 pub mod core;
-
-/// The npm package's panic handler (feature `package`, no `std`): a trap, as a panic is with
-/// `std` on this target, minus the message no one would see.
-#[cfg(all(feature = "package", target_arch = "wasm32", not(test)))]
-#[panic_handler]
-fn panic(_: &::core::panic::PanicInfo<'_>) -> ! {
-    ::core::arch::wasm32::unreachable()
-}
 
 pub use crate::core::{
     Encoding, Key, KeyError, KeyFormat, Outcome, Request, RetryPolicy, State, Timestamp,
@@ -61,15 +42,26 @@ pub use crate::core::{
 
 if_wasm! {
     mod web;
-    pub use crate::web::{install, Submitter};
+    pub use crate::web::{
+        AttemptHeaders, Credentials, Error, ErrorCode, FormKit, FormLock, FormOptions, Listener,
+        Options, Pending, Resume, Settlement, Settling, StorageKind, Submitter, SuccessMessage,
+        SuccessText, Update,
+    };
+
+    /// The npm package's JavaScript face, for Rust code that works with JavaScript values
+    /// (tests, or a page that hands a `Submitter` object to JavaScript): the exported
+    /// `Submitter` class.
+    pub mod js {
+        pub use crate::web::js::JsSubmitter as Submitter;
+    }
 }
 
 if_native! {
     mod native;
     pub use crate::native::{
         BoxError, Claim, Client, ClientBuilder, Due, Error, HeaderProvider, Lease, Listed,
-        MemoryStore, Outgoing, Pending, Quarantined, Result, Resumed, Settlement, SqliteStore, Store,
-        SubmissionBuilder,
+        MemoryStore, Outgoing, Pending, Quarantined, Result, Resumed, Settlement, SqliteStore,
+        Store, SubmissionBuilder,
     };
     #[cfg(feature = "postgres")]
     pub use crate::native::PostgresStore;

@@ -8,7 +8,7 @@
 #![cfg(target_arch = "wasm32")]
 
 use js_sys::{Promise, Reflect, JSON};
-use oncekey::Submitter;
+use oncekey::js::Submitter;
 use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::JsFuture;
 use wasm_bindgen_test::{wasm_bindgen_test as test, wasm_bindgen_test_configure};
@@ -125,13 +125,13 @@ fn listen(s: &Submitter) -> js_sys::Array {
     let f = Closure::<dyn FnMut(JsValue)>::new(move |e: JsValue| {
         sink.push(&e);
     });
-    s.on_change(f.as_ref().unchecked_ref()).unwrap();
+    s.on_change(f.as_ref().clone()).unwrap();
     f.forget();
     events
 }
 
 fn state(s: &Submitter) -> String {
-    s.state()
+    s.state().as_string().unwrap()
 }
 
 struct Case {
@@ -159,7 +159,7 @@ impl Case {
     }
 
     fn submitter(&self, extra: &str) -> Submitter {
-        Submitter::new(&self.name, &self.options(extra)).expect("valid options")
+        Submitter::new(self.name.as_str().into(), self.options(extra)).expect("valid options")
     }
 
     fn plan(&self, faults: &[&str]) {
@@ -234,9 +234,7 @@ async fn settle(p: Promise) -> Result<JsValue, JsValue> {
 }
 
 async fn submit(s: &Submitter, body: &str) -> JsValue {
-    settle(s.submit(&json(body)))
-        .await
-        .expect("submit resolves")
+    settle(s.submit(json(body))).await.expect("submit resolves")
 }
 
 fn error_message(e: &JsValue) -> String {
@@ -408,7 +406,7 @@ async fn a_different_body_is_refused_and_leaves_the_pending_record_untouched() {
     let before = case.stored().unwrap();
     let s = case.submitter("");
     let other = r#"{"subject":"Another","body":"x","email":"ana@example.com"}"#;
-    let err = settle(s.submit(&json(other))).await.unwrap_err();
+    let err = settle(s.submit(json(other))).await.unwrap_err();
     assert_eq!(text(&err, "code"), "pending");
     let message = error_message(&err);
     assert!(
@@ -433,8 +431,8 @@ async fn a_different_body_is_refused_and_leaves_the_pending_record_untouched() {
 async fn a_double_submit_sends_one_request() {
     let case = Case::new("double");
     let s = case.submitter("");
-    let first = s.submit(&json(TICKET));
-    let second = s.submit(&json(TICKET));
+    let first = s.submit(json(TICKET));
+    let second = s.submit(json(TICKET));
     let (first, second) = (settle(first).await.unwrap(), settle(second).await.unwrap());
     assert_eq!(text(&first, "outcome"), "succeeded");
     assert_eq!(text(&first, "key"), text(&second, "key"));
@@ -559,7 +557,7 @@ async fn bodies_json_cannot_carry_are_refused_before_anything_is_stored_or_sent(
         (with_function(), "a function at \"onClick\""),
         (JsValue::UNDEFINED, "undefined"),
     ] {
-        let err = settle(s.submit(&body)).await.unwrap_err();
+        let err = settle(s.submit(body.clone())).await.unwrap_err();
         assert_eq!(text(&err, "code"), "body");
         let message = error_message(&err);
         assert!(message.contains(expected), "{message}");
@@ -619,7 +617,7 @@ async fn two_submitters_resuming_one_record_send_one_at_a_time() {
     case.plan(&["delay=500"]);
     let a = case.submitter(r#""resume":true"#);
     let b = case.submitter(r#""resume":true"#);
-    let (ra, rb) = (a.submit(&json(TICKET)), b.submit(&json(TICKET)));
+    let (ra, rb) = (a.submit(json(TICKET)), b.submit(json(TICKET)));
     let (ra, rb) = (settle(ra).await.unwrap(), settle(rb).await.unwrap());
     assert_eq!(text(&ra, "outcome"), "succeeded");
     assert_eq!(text(&rb, "outcome"), "succeeded");
@@ -635,7 +633,7 @@ async fn a_discard_while_sending_aborts_and_answers_the_waiting_caller() {
     let case = Case::new("abort");
     case.plan(&["delay=800"]);
     let s = case.submitter("");
-    let waiting = s.submit(&json(TICKET));
+    let waiting = s.submit(json(TICKET));
     JsFuture::from(sleep(100)).await.unwrap();
     assert_eq!(state(&s), "sending");
     s.discard();
@@ -651,9 +649,9 @@ async fn secrets_go_with_every_attempt_and_never_to_storage() {
     let case = Case::new("secret");
     case.plan(&["fail-before"]);
     let s = case.submitter("");
-    s.set_secrets(&json(r#"{"email":"ana@example.com"}"#))
+    s.set_secrets(json(r#"{"email":"ana@example.com"}"#))
         .unwrap();
-    let waiting = s.submit(&json(r#"{"subject":"Printer","body":"3rd floor"}"#));
+    let waiting = s.submit(json(r#"{"subject":"Printer","body":"3rd floor"}"#));
     let stored = case.stored().expect("stored before the first byte is sent");
     assert!(
         stored.contains("Printer") && !stored.contains("ana@"),
@@ -681,13 +679,13 @@ async fn another_secret_after_a_reload_is_a_conflict_never_retried() {
     let secret = |v: &str| json(&format!(r#"{{"email":"{v}"}}"#));
     let body = r#"{"subject":"Printer","body":"3rd floor"}"#;
     let first = case.submitter(r#""timeoutMs":200,"retry":{"attempts":1}"#);
-    first.set_secrets(&secret("ana@example.com")).unwrap();
+    first.set_secrets(secret("ana@example.com")).unwrap();
     let unsure = submit(&first, body).await;
     assert_eq!(text(&unsure, "outcome"), "unsure");
     drop(first);
     JsFuture::from(sleep(1200)).await.unwrap(); // the server finishes the first attempt
     let again = case.submitter("");
-    again.set_secrets(&secret("bob@example.com")).unwrap();
+    again.set_secrets(secret("bob@example.com")).unwrap();
     let result = settle(again.try_again()).await.unwrap();
     assert_eq!(text(&result, "outcome"), "conflict");
     assert_eq!(number(&result, "status"), 422.0);
@@ -704,7 +702,7 @@ async fn attempt_headers_are_asked_for_on_every_attempt_and_never_stored() {
     let key = leave_pending(&case).await;
     let calls = js_sys::Array::new();
     let options = with_attempt_headers(case.options(""), &calls);
-    let s = Submitter::new(&case.name, &options).expect("valid options");
+    let s = Submitter::new(case.name.as_str().into(), options).expect("valid options");
     let waiting = s.try_again();
     let stored = case.stored().expect("pending");
     assert!(
@@ -731,7 +729,7 @@ async fn local_storage_keeps_the_record_there_until_the_answer() {
     assert_eq!(s.storage(), "local");
     let local = web_sys::window().unwrap().local_storage().unwrap().unwrap();
     let slot = format!("oncekey:{}", case.name);
-    let waiting = s.submit(&json(TICKET));
+    let waiting = s.submit(json(TICKET));
     let stored = local
         .get_item(&slot)
         .unwrap()
@@ -801,11 +799,127 @@ async fn wrong_options_are_errors_that_name_the_option() {
         (r#"{"url":"/x","resume":"yes"}"#, "options.resume"),
     ];
     for (options, expected) in cases {
-        let err = Submitter::new("opts", &json(options)).unwrap_err();
+        let err = Submitter::new("opts".into(), json(options)).unwrap_err();
         assert_eq!(text(&err, "code"), "option", "{options}");
         let message = error_message(&err);
         assert!(message.contains(expected), "{options}: {message}");
     }
-    assert!(Submitter::new("opts", &JsValue::NULL).is_err());
+    assert!(Submitter::new("opts".into(), JsValue::NULL).is_err());
     let _ = JsFuture::from(sleep(0)).await;
+}
+
+// The Rust API, as a Leptos or Yew frontend uses it: no JavaScript values at all.
+
+mod rust_api {
+    use super::{all_equal, server, Case, TICKET};
+    use oncekey::core::body::{parse, Value};
+    use oncekey::{ErrorCode, Options, Outcome, State, StorageKind, Submitter, Update};
+    use std::cell::RefCell;
+    use std::rc::Rc;
+    use std::time::Duration;
+    use wasm_bindgen_test::wasm_bindgen_test as test;
+
+    fn options(case: &Case) -> Options {
+        let mut options = Options::new(&format!("{}/api/tickets", server()));
+        options
+            .headers
+            .push(("X-Tenant".into(), case.tenant.clone()));
+        options.retry.base = Duration::from_millis(20);
+        options.retry.cap = Duration::from_millis(2000);
+        options
+    }
+
+    fn ticket() -> Value {
+        parse(TICKET).unwrap()
+    }
+
+    #[test]
+    async fn submit_stores_before_sending_retries_with_the_same_key_and_settles() {
+        let case = Case::new("rust");
+        case.plan(&["fail-before"]);
+        let s = Submitter::new(&case.name, options(&case)).unwrap();
+        assert_eq!(s.storage(), StorageKind::Session);
+        let updates: Rc<RefCell<Vec<Update>>> = Rc::default();
+        let sink = updates.clone();
+        let listener = s.on_change(move |u| sink.borrow_mut().push(u.clone()));
+        let settling = s.submit(ticket());
+        // Stored before submit returned, and so before the first byte was sent.
+        let stored = case.stored().expect("stored at once");
+        let pending = s.pending().expect("pending");
+        assert!(stored.contains(pending.key().as_str()), "{stored}");
+        assert_eq!(pending.body(), &ticket());
+        assert_eq!(s.state(), State::Sending);
+        let settlement = settling.await.unwrap();
+        assert_eq!(settlement.outcome(), Outcome::Succeeded);
+        assert_eq!(settlement.status(), Some(201));
+        assert_eq!(settlement.attempts(), 2);
+        assert_eq!(settlement.key(), pending.key());
+        let Some(Value::Object(answer)) = settlement.body() else {
+            panic!("a JSON answer: {}", settlement.text());
+        };
+        assert_eq!(
+            answer.get("subject").and_then(Value::as_str),
+            Some("Printer on fire")
+        );
+        let keys = case.keys();
+        assert_eq!(keys.len(), 2);
+        assert!(all_equal(&keys), "{keys:?}");
+        assert_eq!(keys[0], settlement.key().as_str());
+        let states: Vec<State> = updates.borrow().iter().map(|u| u.state).collect();
+        assert_eq!(
+            states,
+            [
+                State::Idle,
+                State::Sending,
+                State::Waiting,
+                State::Sending,
+                State::Succeeded
+            ]
+        );
+        assert_eq!(case.stored(), None);
+        assert_eq!(case.tickets().await, 1.0);
+        // A dropped listener hears nothing more; the next submission has a new key.
+        drop(listener);
+        let heard = updates.borrow().len();
+        let next = s.submit(ticket()).await.unwrap();
+        assert_ne!(next.key(), settlement.key());
+        assert_eq!(updates.borrow().len(), heard);
+        assert_eq!(case.tickets().await, 2.0);
+    }
+
+    #[test]
+    async fn refusals_carry_their_codes_and_change_nothing() {
+        let case = Case::new("rust-codes");
+        assert_eq!(
+            Submitter::new(&case.name, Options::new(""))
+                .unwrap_err()
+                .code(),
+            ErrorCode::Option
+        );
+        let mut bad = options(&case);
+        bad.retry.cap = Duration::from_millis(1);
+        let e = Submitter::new(&case.name, bad).unwrap_err();
+        assert!(e.message().contains("options.retry.cap"), "{e}");
+        let mut once = options(&case);
+        once.retry.attempts = 1;
+        let s = Submitter::new(&case.name, once).unwrap();
+        let e = s.try_again().await.unwrap_err();
+        assert_eq!(e.code(), ErrorCode::State);
+        case.plan(&["fail-before"]);
+        let unsure = s.submit(ticket()).await.unwrap();
+        assert_eq!(unsure.outcome(), Outcome::Unsure);
+        let before = case.stored().unwrap();
+        let other = parse(r#"{"subject":"Another"}"#).unwrap();
+        let e = s.submit(other).await.unwrap_err();
+        assert_eq!(e.code(), ErrorCode::Pending);
+        assert_eq!(case.stored().unwrap(), before, "untouched");
+        // Waiting callers hear of a discard.
+        case.plan(&["delay=800"]);
+        let waiting = s.try_again();
+        s.discard();
+        assert_eq!(waiting.await.unwrap_err().code(), ErrorCode::Discarded);
+        assert_eq!(s.state(), State::Idle);
+        assert_eq!(case.stored(), None);
+        assert_eq!(case.tickets().await, 0.0);
+    }
 }

@@ -63,6 +63,21 @@ impl Fields {
         }
     }
 
+    /// Adds `value` under `name` as a form does: a name given more than once becomes an array
+    /// of its values, in the order given.
+    pub fn append(&mut self, name: String, value: Value) {
+        match self.get_mut(&name) {
+            None => {
+                self.insert(name, value);
+            }
+            Some(Value::Array(items)) => items.push(value),
+            Some(slot) => {
+                let first = ::core::mem::replace(slot, Value::Null);
+                *slot = Value::Array(vec![first, value]);
+            }
+        }
+    }
+
     /// The value of `name`.
     pub fn get(&self, name: &str) -> Option<&Value> {
         self.find(name).ok().map(|i| &self.0[i].1)
@@ -555,17 +570,7 @@ pub fn form_decode(form: &str) -> Result<String, BodyError> {
     for part in form.split('&').filter(|p| !p.is_empty()) {
         let (name, value) = part.split_once('=').unwrap_or((part, ""));
         let name = percent_decode(name)?;
-        let value = Value::String(percent_decode(value)?);
-        match map.get_mut(&name) {
-            None => {
-                map.insert(name, value);
-            }
-            Some(Value::Array(items)) => items.push(value),
-            Some(first) => {
-                let first = ::core::mem::replace(first, Value::Null);
-                map.insert(name, Value::Array(vec![first, value]));
-            }
-        }
+        map.append(name, Value::String(percent_decode(value)?));
     }
     Ok(Value::Object(map).to_canonical())
 }

@@ -16,8 +16,8 @@
 //! - [`time`]: the wall-clock [`Timestamp`] drivers hand in, and HTTP-dates.
 //! - `text`: the few text helpers the core writes with, and why it avoids `fmt`.
 
-/// The `alloc` names the `std` prelude would give: the core builds without `std` in the browser
-/// package.
+/// What the `std` prelude gives, from `alloc`: the core names its imports so that it reads the
+/// same on every target.
 #[allow(unused_imports)]
 pub(crate) mod prelude {
     pub(crate) use alloc::borrow::ToOwned;

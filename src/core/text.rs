@@ -2,8 +2,8 @@
 //!
 //! The core builds its messages, keys and records by hand, with these few helpers, and never
 //! through `format!`, `write!` or `{}`-style `Display`: `core::fmt`'s machinery (the formatter,
-//! padding, the integer and float printers) costs the browser package kilobytes of wasm, and the
-//! package leaves it out (src/web/mod.rs). Errors build their text in a `message()` method, and
+//! padding, the integer and float printers) costs the browser package kilobytes of wasm. Errors
+//! build their text in a `message()` method, and
 //! [`display_by_message!`] gives them `Display` and `Error` from it, so native callers lose
 //! nothing.
 

@@ -1,6 +1,7 @@
 //! # The browser driver
 //!
-//! The npm package `oncekey` that wasm-pack publishes:
+//! The npm package `oncekey` that wasm-pack publishes, and the same submitter for Rust programs
+//! in the browser (Leptos, Yew):
 //!
 //! ```js
 //! import init, { Submitter } from 'oncekey'
@@ -23,39 +24,47 @@
 //! key lets one attempt out at a time (every attempt of a key another tab can know: retries,
 //! resumed records, and all attempts with `localStorage`). A body JSON cannot carry is refused
 //! before anything is stored or sent. Storage that cannot be used degrades to memory with a
-//! warning; an unreadable record is removed with a warning. Keys come from
-//! `crypto.getRandomValues`.
+//! warning; an unreadable record is removed with a warning. Keys are UUID v4 made by `uuid`
+//! from 16 bytes of `crypto.getRandomValues`.
 //!
-//! # Rust and JavaScript
+//! # How it is made
 //!
-//! The package's size is part of the product (budget: 40 KB gzipped), and promises, web APIs
-//! and the DOM cost wasm many times the bytes they cost JavaScript, through bindings. So the
-//! wasm module is the sans-IO [`core`](crate::core) and one class around it ([`machine`]): every
-//! rule and every decision. The driver that carries the core's actions out in the page (storage,
-//! `fetch` under a Web Lock with its timeout, timers, promises, listeners) and the form kit are
-//! JavaScript, `browser.js` beside this file, shipped in the package's `snippets/`. The wasm
-//! module hands the driver its core when it starts. The package also brings its own small
-//! allocator (`alloc.rs`, cargo feature `small-alloc`, which `scripts/build-pkg.sh` turns on) and
-//! carries no formatting machinery: messages are built by concatenation.
+//! All of it is Rust. The sans-IO [`core`](crate::core) decides; [`Submitter`] (`driver.rs`)
+//! carries out its actions as Rust values: storage through gloo-storage (`storage.rs`), `fetch`
+//! with its `AbortController`, the answer's `Response` and `Headers` through web-sys, under a Web Lock, with
+//! the per-attempt timeout (`attempt.rs`), timers, `crypto` and `navigator.locks` bound to the
+//! global scope so that a worker runs it too (`global.rs`), futures through
+//! wasm-bindgen-futures, and the listeners. The options (`options.rs`) and what goes back to
+//! JavaScript cross with serde-wasm-bindgen as typed structs. The package's JavaScript face
+//! (`js.rs`: the `Submitter` class and its TypeScript declarations) is a thin wrapper that
+//! wasm-bindgen exports. The package also brings its own small allocator (`alloc.rs`, cargo
+//! feature `small-alloc`, which `scripts/build-pkg.sh` turns on) and carries no `serde_json`
+//! and little formatting machinery: messages are built by concatenation.
 //!
-//! Rust programs in the browser use the same API through the bindings in [`Submitter`].
+//! The form kit (`form/`) wires a plain HTML form to a [`Submitter`], through its public API
+//! only: `attachForm` and `autoAttach` in JavaScript, [`FormKit`] in Rust.
 
 #[cfg(all(feature = "small-alloc", not(target_feature = "atomics")))]
 mod alloc;
-mod api;
-mod machine;
+mod attempt;
+mod driver;
+mod error;
+mod form;
+mod global;
+pub(crate) mod js;
+mod options;
+mod storage;
 
 #[cfg(all(feature = "small-alloc", not(target_feature = "atomics")))]
 #[global_allocator]
 static ALLOCATOR: alloc::Allocator = alloc::Allocator::new();
 
-pub use api::Submitter;
-pub use machine::install;
+pub use driver::{Listener, Pending, Settlement, Settling, Submitter, Update};
+pub use error::{Error, ErrorCode};
+pub use form::{FormKit, FormLock, FormOptions, Resume, SuccessMessage, SuccessText};
+pub use options::{AttemptHeaders, Credentials, Options, StorageKind};
 
-/// The package starts: the driver gets its core. Only in the package build (a Rust program
-/// that uses this crate has its own start, and calls [`install`]).
-#[cfg(feature = "small-alloc")]
-#[wasm_bindgen::prelude::wasm_bindgen(start, skip_typescript)]
-fn start() {
-    install();
+/// A warning on the console, as `oncekey: ...`.
+pub(crate) fn warn(message: &str) {
+    web_sys::console::warn_1(&("oncekey: ".to_owned() + message).into());
 }

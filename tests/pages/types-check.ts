@@ -1,7 +1,7 @@
 // Compiled with tsc (scripts/test-web.sh): the package's declarations give real types for the
 // options, the results and the events, not `any`. Each @ts-expect-error must be an error.
 import init, { Submitter, attachForm, autoAttach } from '../../pkg/oncekey.js';
-import type { FormKit, Outcome, SubmitResult, SubmitterChange, SubmitterState } from '../../pkg/oncekey.js';
+import type { FormKit, FormKitOptions, Outcome, SubmitResult, SubmitterChange, SubmitterState } from '../../pkg/oncekey.js';
 
 await init();
 const tickets = new Submitter('new-ticket', {
@@ -56,6 +56,22 @@ if (form !== null) {
   void kitState;
   // @ts-expect-error: the kit's resume is "auto" or "manual"
   attachForm(form, { resume: true });
+  // A submitter's options pass through; the message may be made from the answer.
+  const options: FormKitOptions = {
+    url: '/api/tickets',
+    retry: { attempts: 3 },
+    clearOnSuccess: false,
+    successMessage: (body: unknown) => `Created ${String(body)}`,
+  };
+  const other: FormKit = attachForm(form, options);
+  other.tryAgain();
+  other.discard();
+  // @ts-expect-error: successMessage is a string or a function
+  attachForm(form, { successMessage: 5 });
+  // @ts-expect-error: clearOnSuccess is true or false
+  attachForm(form, { clearOnSuccess: 'yes' });
+  // @ts-expect-error: the form kit needs a form
+  attachForm(document.body, {});
 }
 const kits: FormKit[] = autoAttach({ headers: { 'X-Tenant': 'acme' } });
 void kits;

@@ -1,0 +1,49 @@
+// What the React and Vue adapters' declarations share (store.js is their shared code).
+import type { Submitter, SubmitterState, SubmitResult } from './oncekey.js';
+
+/** The package's errors: an Error named "OncekeyError" whose `code` says why. */
+export interface OncekeyError extends Error {
+  code: 'option' | 'body' | 'pending' | 'state' | 'discarded';
+}
+
+/** The submission's state, from the Submitter's events and promises. */
+export interface SubmitterSnapshot<Body = unknown> {
+  /** init() has run and the Submitter exists (false on the server and before it is mounted). */
+  readonly ready: boolean;
+  /** "idle" until ready, and on the server. */
+  readonly state: SubmitterState;
+  /** The key of the pending (or last) submission, or null. */
+  readonly key: string | null;
+  readonly attempts: number;
+  /** In "waiting": when the next attempt is due, ms since the epoch. */
+  readonly nextAttemptAt: number | null;
+  /**
+   * The stored body while the outcome is unknown, also after a reload (fill the form from it);
+   * the same object for as long as the submission is pending. Null otherwise.
+   */
+  readonly pending: Body | null;
+  /** The outcome is unknown (sending, waiting, unsure): keep the inputs locked. */
+  readonly locked: boolean;
+  /** How the last round ended (submit, tryAgain or a resumed submission); null while one is under way. */
+  readonly settlement: SubmitResult | null;
+  /** Why the last call was refused or failed (a different body pending, a discard, init failing). */
+  readonly error: OncekeyError | Error | null;
+  /** Storage degraded to memory, or an unreadable record was removed. */
+  readonly warning: string | null;
+  /** Where the record is kept, once ready. */
+  readonly storage: 'session' | 'local' | 'memory' | null;
+}
+
+/** The Submitter's calls, made once init() has run: the same functions for the page's life. */
+export interface SubmitterCalls<Body = unknown> {
+  /** Submitter.submit; joins the pending submission for the same body. */
+  submit(body: Body): Promise<SubmitResult>;
+  /** Submitter.tryAgain: the same key and body. */
+  tryAgain(): Promise<SubmitResult>;
+  /** Submitter.discard: the next submission gets a new key. */
+  discard(): void;
+  /** Submitter.setSecrets: sent with every attempt, never stored. */
+  setSecrets(fields: Record<string, unknown>): void;
+  /** The Submitter itself, once ready. */
+  readonly submitter: Submitter | null;
+}

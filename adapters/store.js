@@ -1,0 +1,201 @@
+// What the React and Vue adapters share: one entry per submission name per page, which makes the
+// package's Submitter once, listens to it while a component does, and keeps the snapshot a
+// component renders. No rule of its own: when to retry, what an answer means and the key are the
+// Submitter's; this only turns its events and promises into values a framework can render.
+//
+// The entries live on globalThis, so a module evaluated twice (fast refresh, two chunks of one
+// app) finds the same Submitter, and a name is never sent by two Submitters of one page.
+
+const ENTRIES = Symbol.for('oncekey.adapters.entries');
+const INIT = Symbol.for('oncekey.adapters.init');
+
+// While the outcome is unknown (CONTRACT.md section 4): sending, waiting, unsure (and expired,
+// which stays locked too).
+const LOCKED = ['sending', 'waiting', 'unsure', 'expired'];
+
+/** What a component renders before the Submitter exists, and on the server. */
+export const IDLE = Object.freeze({
+  ready: false,
+  state: 'idle',
+  key: null,
+  attempts: 0,
+  nextAttemptAt: null,
+  pending: null,
+  locked: false,
+  settlement: null,
+  error: null,
+  warning: null,
+  storage: null,
+});
+
+/** In a page (not a server render, not a worker). */
+export const inBrowser = () => typeof document !== 'undefined';
+
+const notInBrowser = () => {
+  const e = new Error('oncekey submits from a page: this ran on the server (or outside a page)');
+  e.name = 'OncekeyError';
+  e.code = 'state';
+  return e;
+};
+
+/** The package's init(), called once per page, however many adapters and hooks ask. */
+export function ready(init) {
+  if (!inBrowser()) return Promise.reject(notInBrowser());
+  return (globalThis[INIT] ??= Promise.resolve()
+    .then(() => init())
+    .then(
+      () => undefined,
+      (e) => {
+        // Asked again later (the network may be back), not failed for the page's life.
+        globalThis[INIT] = undefined;
+        throw e;
+      },
+    ));
+}
+
+/** The entry of `name`, made on first use; `pkg` is the package's { init, Submitter }. */
+export function entryFor(name, options, pkg) {
+  const entries = (globalThis[ENTRIES] ??= new Map());
+  let entry = entries.get(name);
+  if (!entry) entries.set(name, (entry = new Entry(name, options, pkg)));
+  return entry;
+}
+
+/** Stands in for an entry on the server: always idle, never sends. */
+export const SERVER = Object.freeze({
+  subscribe: () => () => {},
+  read: () => IDLE,
+  update() {},
+  submit: () => Promise.reject(notInBrowser()),
+  tryAgain: () => Promise.reject(notInBrowser()),
+  discard() {},
+  setSecrets() {},
+  submitter: null,
+});
+
+class Entry {
+  #name;
+  #options;
+  #pkg;
+  #snapshot = IDLE;
+  #listeners = new Set();
+  #started = null;
+  #off = null;
+  #secrets = null;
+  submitter = null;
+
+  constructor(name, options, pkg) {
+    this.#name = name;
+    this.#options = options;
+    this.#pkg = pkg;
+  }
+
+  // Bound, so that components can pass them around (onClick={submit}) and they stay the same
+  // function from render to render.
+  read = () => this.#snapshot;
+
+  /** Calls `listener` on every change; starts the Submitter on first use. */
+  subscribe = (listener) => {
+    this.#listeners.add(listener);
+    this.#start().catch(() => {});
+    this.#listen();
+    return () => {
+      this.#listeners.delete(listener);
+      if (this.#listeners.size === 0) {
+        this.#off?.();
+        this.#off = null;
+      }
+    };
+  };
+
+  /** The options a component rendered last: options.attemptHeaders is called through them. */
+  update(options) {
+    this.#options = options;
+  }
+
+  submit = (body) => this.#call((s) => s.submit(body));
+
+  tryAgain = () => this.#call((s) => s.tryAgain());
+
+  discard = () => {
+    if (this.submitter) this.submitter.discard();
+    else this.#start().then(() => this.submitter.discard(), () => {});
+  };
+
+  setSecrets = (fields) => {
+    if (this.submitter) this.submitter.setSecrets(fields);
+    else this.#secrets = fields;
+  };
+
+  // The Submitter, made once init() has run. A pending submission it found and resumed at once
+  // (options.resume) is joined, so that its settlement is heard as a call's is.
+  #start() {
+    return (this.#started ??= ready(this.#pkg.init)
+      .then(() => {
+        const options = this.#options ?? {};
+        const given = options.attemptHeaders;
+        const submitter = new this.#pkg.Submitter(
+          this.#name,
+          typeof given === 'function'
+            ? { ...options, attemptHeaders: (attempt) => (this.#options?.attemptHeaders ?? given)(attempt) }
+            : options,
+        );
+        this.submitter = submitter;
+        if (this.#secrets) submitter.setSecrets(this.#secrets);
+        this.#secrets = null;
+        this.#listen();
+        this.#set({ ready: true, storage: submitter.storage });
+        if (submitter.state === 'sending') this.#call((s) => s.tryAgain());
+      })
+      .catch((e) => {
+        // init() failed (the .wasm could not be fetched, say) or an option is wrong: said in
+        // the snapshot, and by every call's promise.
+        this.#started = null;
+        this.#set({ error: e });
+        throw e;
+      }));
+  }
+
+  #listen() {
+    if (this.submitter && !this.#off && this.#listeners.size > 0) {
+      this.#off = this.submitter.onChange((change) => this.#changed(change));
+    }
+  }
+
+  #changed({ state, key, attempts, nextAttemptAt, warning }) {
+    const was = this.#snapshot;
+    const locked = LOCKED.includes(state);
+    // The stored body, read again only for another key: the same object from render to render,
+    // so that an effect that fills a form from it runs once per submission.
+    const pending = !locked ? null : key === was.key && was.pending !== null ? was.pending : (this.submitter.pending()?.body ?? null);
+    this.#set({
+      state,
+      key,
+      attempts,
+      nextAttemptAt,
+      pending,
+      locked,
+      warning: warning ?? was.warning,
+      storage: this.submitter.storage,
+      // How the last round ended; none while one is under way.
+      settlement: state === 'sending' || state === 'waiting' ? null : was.settlement,
+    });
+  }
+
+  // Runs `f` on the Submitter (once it exists); the settlement or the error goes into the
+  // snapshot, and the caller gets the package's own promise.
+  #call(f) {
+    const promise = this.submitter ? f(this.submitter) : this.#start().then(() => f(this.submitter));
+    if (this.#snapshot.error) this.#set({ error: null });
+    promise.then(
+      (settlement) => this.#set({ settlement, error: null }),
+      (error) => this.#set({ error }),
+    );
+    return promise;
+  }
+
+  #set(patch) {
+    this.#snapshot = Object.freeze({ ...this.#snapshot, ...patch });
+    for (const listener of this.#listeners) listener(this.#snapshot);
+  }
+}

@@ -1,0 +1,708 @@
+//! # The driver
+//!
+//! A [`Submitter`] is the core's [`Submission`] and the loop that carries out its actions in the
+//! page, in order: `Persist` writes the record (synchronously, so before the `Send` that
+//! follows), `Send` starts an attempt ([`attempt`](super::attempt)), `Forget` removes the
+//! record, `Changed` tells the listeners and `Settled` answers the callers waiting on
+//! [`Submitter::submit`]. After the actions, the core's [`poll_timeout`](Submission::poll_timeout)
+//! arms the one timer. Whether and when to retry, what a status means, the key, the record and
+//! "same body" are the core's calls, never the driver's.
+
+use std::cell::{Cell, OnceCell, RefCell};
+use std::collections::VecDeque;
+use std::future::Future;
+use std::pin::Pin;
+use std::rc::{Rc, Weak};
+use std::task::{Context, Poll, Waker};
+
+use super::error::{Error, ErrorCode};
+use super::global::{random_bytes, Timer};
+use super::options::{Options, StorageKind};
+use super::storage::Store;
+use super::{attempt, warn};
+use crate::core::body::{self, Fields, Value};
+use crate::core::text::quoted;
+use crate::core::{
+    Action, Answer, AttemptId, BeginError, Begun, Failure, GiveUp, Key, NewKey, Outcome, Record,
+    Request, RequestError, Settled, State, Submission, Timestamp,
+};
+
+pub(crate) fn now() -> Timestamp {
+    Timestamp::from_millis(js_sys::Date::now() as u64)
+}
+
+/// The backoff's jitter spreads retries out; it guards no secret, so `Math.random` will do
+/// (keys come from `crypto.getRandomValues`).
+fn jitter() -> u32 {
+    (js_sys::Math::random() * 4_294_967_296.0) as u32
+}
+
+/// One named submission in the page: one key per intended submission, kept in storage across
+/// retries and reloads until a definite answer. Clones are the same submitter.
+///
+/// ```no_run
+/// # async fn run() -> Result<(), oncekey::Error> {
+/// use oncekey::{Options, Submitter};
+/// use oncekey::core::body::parse;
+/// use oncekey::Outcome;
+///
+/// let tickets = Submitter::new("new-ticket", Options::new("/api/tickets"))?;
+/// let body = parse(r#"{"subject":"Printer on fire"}"#).expect("JSON");
+/// let settlement = tickets.submit(body).await?;
+/// if settlement.outcome() == Outcome::Unsure {
+///     let again = tickets.try_again().await?; // the same key and body
+/// #   let _ = again;
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Submitter {
+    driver: Rc<Driver>,
+}
+
+impl ::core::fmt::Debug for Submitter {
+    fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
+        f.debug_struct("Submitter")
+            .field("name", &self.driver.name)
+            .field("state", &self.state())
+            .finish()
+    }
+}
+
+pub(crate) struct Driver {
+    pub(crate) name: String,
+    pub(crate) options: Options,
+    store: RefCell<Store>,
+    machine: RefCell<Machine>,
+    listeners: RefCell<Vec<Rc<Entry>>>,
+    /// Changes waiting to reach the listeners (a listener's own calls may add more).
+    queue: RefCell<VecDeque<Update>>,
+    emitting: Cell<bool>,
+    /// What the constructor warned of, told to every new listener.
+    warnings: Vec<String>,
+}
+
+struct Machine {
+    core: Submission,
+    /// Callers of `submit` and `try_again` waiting for the settlement.
+    waiters: Vec<Rc<RefCell<Slot>>>,
+    /// The core's timer, and when it fires.
+    timer: Option<(Timestamp, Timer)>,
+    /// The attempt under way: its id and the abort of its fetch.
+    flight: Option<(AttemptId, web_sys::AbortController)>,
+    /// The last answer's body text, for the settlement.
+    last_text: Option<String>,
+    /// Fields merged into the JSON object body of every attempt, in memory only.
+    secrets: Fields,
+}
+
+/// What [`Submitter::on_change`] keeps of a listener.
+type Callback = RefCell<Box<dyn FnMut(&Update)>>;
+
+struct Entry {
+    live: Cell<bool>,
+    listener: Callback,
+}
+
+/// What listeners get: a change of state, or a warning with the state unchanged.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Update {
+    /// The state now.
+    pub state: State,
+    /// The pending key (or the key just settled).
+    pub key: Option<Key>,
+    /// Attempts made so far.
+    pub attempts: u32,
+    /// In [`State::Waiting`]: when the next attempt is due.
+    pub next_attempt_at: Option<Timestamp>,
+    /// Storage degraded to memory, or an unreadable record was removed.
+    pub warning: Option<String>,
+}
+
+/// The pending submission, as stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Pending {
+    key: Key,
+    text: String,
+    body: Value,
+    attempts: u32,
+    started_at: Timestamp,
+}
+
+impl Pending {
+    /// Its key.
+    pub fn key(&self) -> &Key {
+        &self.key
+    }
+
+    /// Its body, as stored.
+    pub fn body(&self) -> &Value {
+        &self.body
+    }
+
+    /// Its body's JSON text, as stored and sent.
+    pub fn body_text(&self) -> &str {
+        &self.text
+    }
+
+    /// Attempts made, all rounds.
+    pub fn attempts(&self) -> u32 {
+        self.attempts
+    }
+
+    /// When its first attempt was made.
+    pub fn started_at(&self) -> Timestamp {
+        self.started_at
+    }
+}
+
+/// How a submission ended, or why its retries stopped ([`Outcome::Unsure`]).
+#[derive(Debug, Clone)]
+pub struct Settlement {
+    settled: Settled,
+    text: Option<String>,
+    body: OnceCell<Option<Value>>,
+}
+
+impl Settlement {
+    /// The outcome.
+    pub fn outcome(&self) -> Outcome {
+        self.settled.outcome
+    }
+
+    /// The last HTTP status, or `None` when no answer ever came.
+    pub fn status(&self) -> Option<u16> {
+        self.settled.status
+    }
+
+    /// The key it was sent with.
+    pub fn key(&self) -> &Key {
+        &self.settled.key
+    }
+
+    /// The last answer's body, when it is JSON.
+    pub fn body(&self) -> Option<&Value> {
+        self.body
+            .get_or_init(|| self.text.as_deref().and_then(|t| body::parse(t).ok()))
+            .as_ref()
+    }
+
+    /// The last answer's body text, empty when no answer came.
+    pub fn text(&self) -> &str {
+        self.text.as_deref().unwrap_or("")
+    }
+
+    /// Whether the server replayed a stored answer.
+    pub fn replayed(&self) -> bool {
+        self.settled.replayed
+    }
+
+    /// Attempts made, all rounds.
+    pub fn attempts(&self) -> u32 {
+        self.settled.attempts
+    }
+
+    /// For [`Outcome::Unsure`]: why retries stopped.
+    pub fn gave_up(&self) -> Option<GiveUp> {
+        self.settled.gave_up
+    }
+}
+
+/// A listener of [`Submitter::on_change`]: it hears until this is dropped, or for the
+/// submitter's life once [`Listener::forget`] is called.
+#[must_use = "a Listener stops listening when dropped"]
+pub struct Listener {
+    entry: Option<Rc<Entry>>,
+}
+
+impl ::core::fmt::Debug for Listener {
+    fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
+        f.write_str("Listener")
+    }
+}
+
+impl Listener {
+    /// Keeps the listener for as long as the submitter lives.
+    pub fn forget(mut self) {
+        self.entry = None;
+    }
+}
+
+impl Drop for Listener {
+    fn drop(&mut self) {
+        if let Some(entry) = self.entry.take() {
+            entry.live.set(false);
+        }
+    }
+}
+
+/// What a settlement is handed to: a callback (JavaScript's promise), or the awaiting task.
+type Then = Box<dyn FnOnce(Result<Settlement, Error>)>;
+
+#[derive(Default)]
+struct Slot {
+    result: Option<Result<Settlement, Error>>,
+    waker: Option<Waker>,
+    then: Option<Then>,
+}
+
+/// The settlement of a [`Submitter::submit`] or [`Submitter::try_again`], to `.await`. The
+/// submission began when the call returned (its record is already stored); dropping this only
+/// stops waiting, never the submission.
+#[must_use = "the submission goes on; await this for its settlement"]
+pub struct Settling {
+    slot: Result<Rc<RefCell<Slot>>, Option<Error>>,
+}
+
+impl ::core::fmt::Debug for Settling {
+    fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
+        f.write_str("Settling")
+    }
+}
+
+impl Future for Settling {
+    type Output = Result<Settlement, Error>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match &mut self.slot {
+            Err(e) => match e.take() {
+                Some(e) => Poll::Ready(Err(e)),
+                None => Poll::Pending,
+            },
+            Ok(slot) => {
+                let mut slot = slot.borrow_mut();
+                match slot.result.take() {
+                    Some(result) => Poll::Ready(result),
+                    None => {
+                        slot.waker = Some(cx.waker().clone());
+                        Poll::Pending
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl Settling {
+    /// Hands the settlement to `f` when it comes (at once when it has), instead of a task that
+    /// awaits it: how the JavaScript face resolves its promise without a future.
+    pub(crate) fn then(self, f: impl FnOnce(Result<Settlement, Error>) + 'static) {
+        match self.slot {
+            Err(e) => f(Err(e.unwrap_or_else(|| {
+                Error::new(ErrorCode::State, "the settlement was taken already")
+            }))),
+            Ok(slot) => {
+                let ready = slot.borrow_mut().result.take();
+                match ready {
+                    Some(result) => f(result),
+                    None => slot.borrow_mut().then = Some(Box::new(f)),
+                }
+            }
+        }
+    }
+}
+
+fn resolve(slot: &Rc<RefCell<Slot>>, result: Result<Settlement, Error>) {
+    let then = slot.borrow_mut().then.take();
+    if let Some(then) = then {
+        return then(result);
+    }
+    let waker = {
+        let mut slot = slot.borrow_mut();
+        slot.result = Some(result);
+        slot.waker.take()
+    };
+    if let Some(waker) = waker {
+        waker.wake();
+    }
+}
+
+impl Submitter {
+    /// A submitter named `name` (the form's or caller's handle). A record of that name found in
+    /// storage is taken up: the submission is [`State::Unsure`], or resent at once with
+    /// [`Options::resume`]. Errors name a wrong option; storage problems are never errors but
+    /// warnings (on the console and to [`Submitter::on_change`]).
+    pub fn new(name: &str, options: Options) -> Result<Submitter, Error> {
+        if name.is_empty() {
+            return Err(Error::option(
+                "the submitter's name must be a non-empty string",
+            ));
+        }
+        let options = options.check()?;
+        let mut warnings = Vec::new();
+        let (mut store, warning) = Store::open(options.storage);
+        warnings.extend(warning);
+        let (text, warning) = store.read(name);
+        warnings.extend(warning);
+        let mut core = Submission::new(name, options.retry);
+        if let Some(text) = text {
+            if let Some(why) = restore(&mut core, &text, options.resume) {
+                store.remove(name);
+                warnings.push(
+                    "the stored submission ".to_owned()
+                        + &quoted(&("oncekey:".to_owned() + name))
+                        + " was removed: "
+                        + &why,
+                );
+            }
+        }
+        for w in &warnings {
+            warn(w);
+        }
+        let driver = Rc::new(Driver {
+            name: name.to_owned(),
+            options,
+            store: RefCell::new(store),
+            machine: RefCell::new(Machine {
+                core,
+                waiters: Vec::new(),
+                timer: None,
+                flight: None,
+                last_text: None,
+                secrets: Fields::new(),
+            }),
+            listeners: RefCell::new(Vec::new()),
+            queue: RefCell::new(VecDeque::new()),
+            emitting: Cell::new(false),
+            warnings,
+        });
+        driver.drive();
+        Ok(Submitter { driver })
+    }
+
+    /// The name it was made with.
+    pub fn name(&self) -> &str {
+        &self.driver.name
+    }
+
+    /// The current state.
+    pub fn state(&self) -> State {
+        self.driver.machine.borrow().core.state()
+    }
+
+    /// Where records are kept: the storage asked for, or [`StorageKind::Memory`] once it could
+    /// not be used.
+    pub fn storage(&self) -> StorageKind {
+        self.driver.store.borrow().kind()
+    }
+
+    /// The pending submission, as stored, or `None`.
+    pub fn pending(&self) -> Option<Pending> {
+        let machine = self.driver.machine.borrow();
+        let r = machine.core.pending()?;
+        Some(Pending {
+            key: r.key.clone(),
+            body: body::parse(&r.request.body).unwrap_or(Value::Null),
+            text: r.request.body.clone(),
+            attempts: r.attempts,
+            started_at: r.started_at,
+        })
+    }
+
+    /// Sends `body` once: the returned [`Settling`] resolves when the outcome is definite, or
+    /// [`Outcome::Unsure`] when retries stopped. Key and body are stored before this returns.
+    /// The same body while one is pending joins it; another body is refused
+    /// ([`ErrorCode::Pending`]) with nothing stored or sent.
+    pub fn submit(&self, body: Value) -> Settling {
+        self.driver.submit(&body.to_canonical())
+    }
+
+    /// Resends the pending submission with the same key and body, in a new round of retries
+    /// ([`ErrorCode::State`] when nothing is pending).
+    pub fn try_again(&self) -> Settling {
+        let result = self.driver.machine.borrow_mut().core.try_again(now());
+        match result {
+            Ok(()) => self.driver.wait(),
+            Err(e) => Settling {
+                slot: Err(Some(Error::new(ErrorCode::State, e.message()))),
+            },
+        }
+    }
+
+    /// Drops an unconfirmed submission: the record is removed, an attempt under way is aborted,
+    /// waiting callers get [`ErrorCode::Discarded`], and the next submission gets a new key.
+    pub fn discard(&self) {
+        let d = &self.driver;
+        let (waiters, flight) = {
+            let mut m = d.machine.borrow_mut();
+            m.core.discard();
+            (std::mem::take(&mut m.waiters), m.flight.take())
+        };
+        d.drive();
+        if let Some((_, controller)) = flight {
+            controller.abort();
+        }
+        for w in &waiters {
+            resolve(
+                w,
+                Err(Error::new(
+                    ErrorCode::Discarded,
+                    "the submission was discarded before a definite answer",
+                )),
+            );
+        }
+    }
+
+    /// Fields that are never stored (a password, a card number: CONTRACT.md section 4), merged
+    /// into the JSON object body of every attempt from now on, in memory only; dropped when the
+    /// submission settles or is discarded.
+    pub fn set_secrets(&self, secrets: Fields) -> Result<(), Error> {
+        self.driver.machine.borrow_mut().secrets = secrets;
+        Ok(())
+    }
+
+    /// Calls `listener` at once with the current state (and then each warning from the
+    /// constructor), then on every change, until the returned [`Listener`] is dropped.
+    pub fn on_change(&self, listener: impl FnMut(&Update) + 'static) -> Listener {
+        let entry = Rc::new(Entry {
+            live: Cell::new(true),
+            listener: RefCell::new(Box::new(listener)),
+        });
+        let d = &self.driver;
+        d.listeners.borrow_mut().push(entry.clone());
+        let now = d.snapshot(None);
+        // Straight to this listener, in turn with any changes already queued for all.
+        let mut told = vec![now.clone()];
+        told.extend(d.warnings.iter().map(|w| Update {
+            warning: Some(w.clone()),
+            ..now.clone()
+        }));
+        for update in &told {
+            if let Ok(mut f) = entry.listener.try_borrow_mut() {
+                f(update);
+            }
+        }
+        Listener { entry: Some(entry) }
+    }
+
+    pub(crate) fn driver(&self) -> &Rc<Driver> {
+        &self.driver
+    }
+}
+
+/// Takes up a stored record; returns why it cannot be (the caller removes it).
+fn restore(core: &mut Submission, text: &str, resume: bool) -> Option<String> {
+    let record = match Record::from_json(text) {
+        Ok(record) => record,
+        Err(e) => return Some(e.0),
+    };
+    if record.name != core.name() {
+        return Some("it belongs to ".to_owned() + &quoted(&record.name));
+    }
+    core.restore(now(), record, resume)
+        .err()
+        .map(|e| e.message())
+}
+
+impl Driver {
+    /// Begins the submission of `body` (JSON text).
+    pub(crate) fn submit(self: &Rc<Self>, body: &str) -> Settling {
+        let refused = |e: Error| Settling { slot: Err(Some(e)) };
+        let o = &self.options;
+        let request = match Request::new(&o.method, &o.url, body, o.encoding) {
+            Ok(request) => request,
+            Err(RequestError::Body(b)) => {
+                let cannot = match o.encoding {
+                    crate::core::Encoding::Json => "the body cannot be sent: ",
+                    crate::core::Encoding::Form => "the body cannot be sent as a form: ",
+                };
+                return refused(Error::body(cannot.to_owned() + &b.message()));
+            }
+            Err(other) => return refused(Error::option(other.message())),
+        };
+        let pending = self.machine.borrow().core.pending().is_some();
+        let key = if pending {
+            [0; 16]
+        } else {
+            match random_bytes() {
+                Ok(bytes) => bytes,
+                Err(e) => {
+                    return refused(Error::new(
+                        ErrorCode::State,
+                        "no key can be made: ".to_owned() + &super::error::describe(&e),
+                    ))
+                }
+            }
+        };
+        let begun = self
+            .machine
+            .borrow_mut()
+            .core
+            .begin(now(), request, NewKey::Random(key));
+        match begun {
+            Ok(Begun::Started) => {
+                self.machine.borrow_mut().last_text = None;
+                self.wait()
+            }
+            Ok(_) => self.wait(),
+            Err(e @ BeginError::PendingMismatch { .. }) => {
+                refused(Error::new(ErrorCode::Pending, e.message()))
+            }
+            Err(BeginError::Body(b)) => refused(Error::body(
+                "the body cannot be sent: ".to_owned() + &b.message(),
+            )),
+        }
+    }
+
+    fn wait(self: &Rc<Self>) -> Settling {
+        let slot = Rc::new(RefCell::new(Slot::default()));
+        self.machine.borrow_mut().waiters.push(slot.clone());
+        self.drive();
+        Settling { slot: Ok(slot) }
+    }
+
+    /// The state as a listener sees it now.
+    fn snapshot(&self, warning: Option<String>) -> Update {
+        let m = self.machine.borrow();
+        let pending = m.core.pending();
+        Update {
+            state: m.core.state(),
+            key: pending.map(|r| r.key.clone()),
+            attempts: pending.map_or(0, |r| r.attempts),
+            next_attempt_at: m.core.poll_timeout(),
+            warning,
+        }
+    }
+
+    fn emit(&self, update: Update) {
+        self.queue.borrow_mut().push_back(update);
+        if self.emitting.replace(true) {
+            return;
+        }
+        loop {
+            let Some(update) = self.queue.borrow_mut().pop_front() else {
+                break;
+            };
+            self.listeners.borrow_mut().retain(|e| e.live.get());
+            let listeners: Vec<Rc<Entry>> = self.listeners.borrow().clone();
+            for entry in listeners.iter().filter(|e| e.live.get()) {
+                if let Ok(mut f) = entry.listener.try_borrow_mut() {
+                    f(&update);
+                }
+            }
+        }
+        self.emitting.set(false);
+    }
+
+    /// Carries out the core's actions in order, then arms its timer.
+    pub(crate) fn drive(self: &Rc<Self>) {
+        loop {
+            let action = self.machine.borrow_mut().core.poll_action();
+            let Some(action) = action else { break };
+            match action {
+                Action::Persist(record) => {
+                    let warning = self.store.borrow_mut().write(&self.name, &record.to_json());
+                    if let Some(warning) = warning {
+                        warn(&warning);
+                        self.emit(self.snapshot(Some(warning)));
+                    }
+                }
+                Action::Send(a) => {
+                    let wire = {
+                        let mut m = self.machine.borrow_mut();
+                        let wire = wire_body(&a.request, &m.secrets);
+                        let controller = web_sys::AbortController::new().ok();
+                        m.flight = controller.clone().map(|c| (a.id, c));
+                        (wire, controller)
+                    };
+                    attempt::start(self.clone(), a, wire.0.ok(), wire.1);
+                }
+                Action::Forget => {
+                    self.store.borrow_mut().remove(&self.name);
+                    self.machine.borrow_mut().secrets = Fields::new();
+                }
+                Action::Changed(c) => self.emit(Update {
+                    state: c.state,
+                    key: c.key,
+                    attempts: c.attempts,
+                    next_attempt_at: c.next_attempt_at,
+                    warning: None,
+                }),
+                Action::Settled(settled) => {
+                    let (waiters, text) = {
+                        let mut m = self.machine.borrow_mut();
+                        (std::mem::take(&mut m.waiters), m.last_text.clone())
+                    };
+                    let settlement = Settlement {
+                        settled,
+                        text,
+                        body: OnceCell::new(),
+                    };
+                    for w in &waiters {
+                        resolve(w, Ok(settlement.clone()));
+                    }
+                }
+            }
+        }
+        self.arm();
+    }
+
+    /// Arms the core's timer for its deadline (once per deadline).
+    fn arm(self: &Rc<Self>) {
+        let mut m = self.machine.borrow_mut();
+        let deadline = m.core.poll_timeout();
+        if m.timer.as_ref().map(|(at, _)| *at) == deadline {
+            return;
+        }
+        m.timer = deadline.map(|at| {
+            let ms = at.saturating_since(now()).as_millis();
+            let weak: Weak<Driver> = Rc::downgrade(self);
+            let timer = Timer::new(ms.min(u128::from(u32::MAX)) as u32, move || {
+                if let Some(d) = weak.upgrade() {
+                    // Disarmed first, so that the drive re-arms, also when this fired early.
+                    let timer = d.machine.borrow_mut().timer.take();
+                    d.machine.borrow_mut().core.handle_timeout(now());
+                    d.drive();
+                    drop(timer);
+                }
+            });
+            (at, timer)
+        });
+    }
+
+    /// The answer to attempt `id`; ignored when that attempt is no longer under way.
+    pub(crate) fn answer(self: &Rc<Self>, id: AttemptId, answer: &Answer, text: String) {
+        {
+            let mut m = self.machine.borrow_mut();
+            if m.core.in_flight() != Some(id) {
+                return;
+            }
+            m.flight = None;
+            m.last_text = Some(text);
+            m.core.handle_answer(now(), id, answer, jitter());
+        }
+        self.drive();
+    }
+
+    /// No answer to attempt `id`; ignored when that attempt is no longer under way.
+    pub(crate) fn failure(self: &Rc<Self>, id: AttemptId, failure: Failure) {
+        {
+            let mut m = self.machine.borrow_mut();
+            if m.core.in_flight() != Some(id) {
+                return;
+            }
+            m.flight = None;
+            m.core.handle_failure(now(), id, failure, jitter());
+        }
+        self.drive();
+    }
+}
+
+/// The body as it goes on the wire, with the secrets merged into its JSON object body (the same
+/// on every attempt).
+fn wire_body(request: &Request, secrets: &Fields) -> Result<String, body::BodyError> {
+    if secrets.is_empty() {
+        return request.wire_body();
+    }
+    let Value::Object(mut fields) = body::parse(&request.body)? else {
+        return request.wire_body();
+    };
+    for (name, value) in secrets.iter() {
+        fields.insert(name.to_owned(), value.clone());
+    }
+    Request {
+        body: Value::Object(fields).to_canonical(),
+        ..request.clone()
+    }
+    .wire_body()
+}

@@ -1,0 +1,162 @@
+//! # What the answer says, for people
+//!
+//! A success's message (a template filled from the answer's fields, or the default), a
+//! problem's one line (RFC 9457 `title` and `detail`), and `invalid-params` shown next to the
+//! fields they name. All of it goes into the page as text, never as HTML.
+
+use crate::core::body::{Fields, Value};
+use crate::core::text::{concat, decimal};
+use crate::prelude::*;
+use wasm_bindgen::JsCast;
+use web_sys::{Element, HtmlFormElement};
+
+use super::fields::named_controls;
+use super::Settlement;
+
+/// The answer's JSON object, when it is one.
+fn object(s: &Settlement) -> Option<&Fields> {
+    match s.body() {
+        Some(Value::Object(fields)) => Some(fields),
+        _ => None,
+    }
+}
+
+/// A value as people read it: a string as it is, anything else as its JSON.
+fn text_of(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        v => v.to_canonical(),
+    }
+}
+
+/// The field `name` of the answer, as text (`None` when it has no such field).
+fn field(s: &Settlement, name: &str) -> Option<String> {
+    object(s).and_then(|f| f.get(name)).map(text_of)
+}
+
+/// The default message of a success: "Created #12." when the answer has an id.
+pub(crate) fn default_success(s: &Settlement) -> String {
+    match object(s).and_then(|f| f.get("id")) {
+        None | Some(Value::Null) => "Sent and confirmed.".to_owned(),
+        Some(id) => concat(&["Created #", &text_of(id), "."]),
+    }
+}
+
+/// `"Ticket #{id} created"` with `{name}` replaced by the answer's fields (nothing for a field
+/// it does not have); an unclosed `{` is kept as written.
+pub(crate) fn fill_template(template: &str, s: &Settlement) -> String {
+    let mut out = String::new();
+    let mut rest = template;
+    while let Some((before, after)) = rest.split_once('{') {
+        out.push_str(before);
+        match after.split_once('}') {
+            Some((name, after)) => {
+                if let Some(v) = field(s, name) {
+                    out.push_str(&v);
+                }
+                rest = after;
+            }
+            None => {
+                out.push('{');
+                out.push_str(after);
+                rest = "";
+            }
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+/// One line for people from a problem document (its `title` and `detail`), or from a short
+/// answer text.
+pub(crate) fn problem_text(s: &Settlement) -> String {
+    let string = |name| match object(s).and_then(|f| f.get(name)) {
+        Some(Value::String(t)) => Some(t.as_str()),
+        _ => None,
+    };
+    let text = match s.body() {
+        Some(Value::String(t)) => t.as_str(),
+        Some(_) => "",
+        None => s.text(),
+    };
+    match (string("title"), string("detail")) {
+        (Some(t), Some(d)) if !d.is_empty() => concat(&[t, ": ", d]),
+        (Some(t), _) => t.to_owned(),
+        (None, Some(d)) => d.to_owned(),
+        (None, None) if !text.is_empty() && text.len() < 200 => text.to_owned(),
+        _ => match s.status() {
+            Some(status) => concat(&["the server answered ", &decimal(status.into())]),
+            None => "no answer".to_owned(),
+        },
+    }
+}
+
+/// Removes what [`show_problem`] added: its notes, and its marks on the fields.
+pub(crate) fn clear_field_errors(form: &HtmlFormElement) {
+    let Ok(list) =
+        form.query_selector_all(".oncekey-field-error, [aria-invalid][data-oncekey-invalid]")
+    else {
+        return;
+    };
+    for i in 0..list.length() {
+        let Some(el) = list.get(i).map(JsCast::unchecked_into::<Element>) else {
+            continue;
+        };
+        if el.has_attribute("data-oncekey-invalid") {
+            for attr in ["aria-invalid", "data-oncekey-invalid", "aria-describedby"] {
+                let _ = el.remove_attribute(attr);
+            }
+        } else {
+            el.remove();
+        }
+    }
+}
+
+/// A member of `p` that is a string, the first of `names` found.
+fn first_string<'a>(p: &'a Fields, names: &[&str]) -> Option<&'a str> {
+    names.iter().find_map(|n| p.get(n).and_then(Value::as_str))
+}
+
+/// Shows RFC 9457 `invalid-params` (or `errors`) next to the fields they name (by `name`,
+/// `field` or a JSON `pointer`), with `aria-invalid` and `aria-describedby`; returns the first
+/// such field, for the focus.
+pub(crate) fn show_problem(form: &HtmlFormElement, s: &Settlement) -> Option<Element> {
+    let fields = object(s)?;
+    let params = match fields.get("invalid-params") {
+        Some(Value::Array(items)) => items,
+        _ => match fields.get("errors") {
+            Some(Value::Array(items)) => items,
+            _ => return None,
+        },
+    };
+    let document = form.owner_document()?;
+    let mut first = None;
+    for (i, p) in params.iter().enumerate() {
+        let Value::Object(p) = p else { continue };
+        let Some(name) = first_string(p, &["name", "field", "pointer"]) else {
+            continue;
+        };
+        let name = name.trim_start_matches('/');
+        let reason = first_string(p, &["reason", "message", "detail"]).unwrap_or("is not accepted");
+        let Some(field) = named_controls(form, name).into_iter().next() else {
+            continue;
+        };
+        let safe: String = name
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+            .collect();
+        let id = concat(&["oncekey-error-", &safe, "-", &decimal(i as u64)]);
+        let Ok(note) = document.create_element("span") else {
+            continue;
+        };
+        let _ = note.set_attribute("class", "oncekey-field-error");
+        let _ = note.set_attribute("id", &id);
+        note.set_text_content(Some(&concat(&[name, " ", reason])));
+        let _ = field.after_with_node_1(&note);
+        let _ = field.set_attribute("aria-invalid", "true");
+        let _ = field.set_attribute("data-oncekey-invalid", "");
+        let _ = field.set_attribute("aria-describedby", &id);
+        first.get_or_insert(field);
+    }
+    first
+}

@@ -1,0 +1,201 @@
+//! # The kit's JavaScript face
+//!
+//! `attachForm(form, options)` and `autoAttach(options)`, and the `FormKit` class they return,
+//! with their TypeScript declarations. The options object is read here: the kit's own names
+//! (`name`, `clearOnSuccess`, `successMessage`, `resume`), and the rest read as a submitter's
+//! options, with the same errors that name the option.
+
+use crate::core::text::concat;
+use crate::prelude::*;
+use alloc::rc::Rc;
+use js_sys::{Array, Function, Object, Reflect};
+use wasm_bindgen::prelude::*;
+use wasm_bindgen::JsCast;
+use web_sys::HtmlFormElement;
+
+use super::view::body_js;
+use super::{FormKit, FormOptions, Resume, SuccessMessage};
+use crate::web::{Error, Options};
+
+#[wasm_bindgen(typescript_custom_section)]
+const TS_FORM_KIT: &'static str = r#"
+/** Options of the form kit: the submitter's, and its own. */
+export interface FormKitOptions extends Partial<Omit<SubmitterOptions, "resume">> {
+  /** The submission's name; default: the form's `data-oncekey` attribute, or its id. */
+  name?: string;
+  /** Clear the form after a success; default true. */
+  clearOnSuccess?: boolean;
+  /** "Ticket #{id} created", with `{field}` from the answer, or a function of the answer. */
+  successMessage?: string | ((body: unknown) => string);
+  /** After a reload: resend at once ("auto", the default) or wait for "Try again" ("manual"). */
+  resume?: "auto" | "manual";
+}
+"#;
+
+#[wasm_bindgen]
+extern "C" {
+    /// The options object, as TypeScript names it.
+    #[wasm_bindgen(typescript_type = "FormKitOptions")]
+    pub type FormKitOptions;
+}
+
+/// What the kit adds to a submitter's options.
+const KIT_OPTIONS: [&str; 4] = ["name", "clearOnSuccess", "successMessage", "resume"];
+
+fn get(object: &JsValue, name: &str) -> JsValue {
+    Reflect::get(object, &JsValue::from_str(name)).unwrap_or(JsValue::UNDEFINED)
+}
+
+/// Wires `form` to a submitter: locks it while the outcome is unknown, restores it after a
+/// reload, says what is happening, offers "Try again". URL and method default to the form's.
+#[wasm_bindgen(js_name = attachForm)]
+pub fn attach_form(
+    #[wasm_bindgen(unchecked_param_type = "HTMLFormElement")] form: JsValue,
+    options: Option<FormKitOptions>,
+) -> Result<FormKit, Error> {
+    // By its tag, not `instanceof`: a form of another frame is a form too.
+    let is_form = get(&form, "tagName")
+        .as_string()
+        .is_some_and(|tag| tag.eq_ignore_ascii_case("form"));
+    if !is_form {
+        return Err(Error::option("attachForm needs a <form> element"));
+    }
+    let form: HtmlFormElement = form.unchecked_into();
+    let options = options.map_or(JsValue::UNDEFINED, JsValue::from);
+    FormKit::attach(&form, read_options(&form, &options)?)
+}
+
+/// `attachForm` for every `<form data-oncekey="NAME">` on the page, with the same options.
+#[wasm_bindgen(js_name = autoAttach, unchecked_return_type = "FormKit[]")]
+pub fn auto_attach(options: Option<FormKitOptions>) -> Result<Array, Error> {
+    let document = web_sys::window()
+        .and_then(|w| w.document())
+        .ok_or_else(|| Error::option("autoAttach needs a page (window.document)"))?;
+    let forms = document
+        .query_selector_all("form[data-oncekey]")
+        .map_err(|_| Error::option("autoAttach cannot search the page"))?;
+    let options = options.map_or(JsValue::UNDEFINED, JsValue::from);
+    // An array of the kits as they are made (a Vec of exported structs costs the package 2 KB of
+    // conversion code).
+    let kits = Array::new();
+    for i in 0..forms.length() {
+        if let Some(form) = forms.get(i) {
+            // The selector only matches forms.
+            let form: HtmlFormElement = form.unchecked_into();
+            kits.push(&FormKit::attach(&form, read_options(&form, &options)?)?.into());
+        }
+    }
+    Ok(kits)
+}
+
+impl FormOptions {
+    /// The options as `attachForm` reads them from JavaScript (`undefined` is none): the kit's
+    /// own, and the rest as a submitter's (see [`Options::from_js`]), with `form`'s URL where
+    /// none is given. Errors name the option.
+    pub fn from_js(value: &JsValue, form: &HtmlFormElement) -> Result<FormOptions, Error> {
+        read_options(form, value)
+    }
+}
+
+fn read_options(form: &HtmlFormElement, value: &JsValue) -> Result<FormOptions, Error> {
+    let value = if value.is_undefined() || value.is_null() {
+        JsValue::from(Object::new())
+    } else if value.is_object() && !value.is_function() {
+        value.clone()
+    } else {
+        return Err(Error::option("form kit options must be an object"));
+    };
+    let copy = Object::assign(&Object::new(), value.unchecked_ref());
+    for name in KIT_OPTIONS {
+        let _ = Reflect::delete_property(&copy, &JsValue::from_str(name));
+    }
+    if get(&copy, "url").is_undefined() {
+        let _ = Reflect::set(&copy, &"url".into(), &form.action().into());
+    }
+    let method_given = !get(&copy, "method").is_undefined();
+    let submitter = Options::from_js(&copy)?;
+    let name = match get(&value, "name") {
+        v if v.is_undefined() => None,
+        v => Some(
+            v.as_string()
+                .ok_or_else(|| Error::option("options.name must be a string"))?,
+        ),
+    };
+    let resume = match get(&value, "resume") {
+        v if v.is_undefined() => Resume::Auto,
+        v => match v.as_string().as_deref() {
+            Some("auto") => Resume::Auto,
+            Some("manual") => Resume::Manual,
+            _ => {
+                return Err(Error::option(concat(&[
+                    "options.resume must be \"auto\" or \"manual\", not ",
+                    &shown(&v),
+                ])))
+            }
+        },
+    };
+    let clear_on_success = match get(&value, "clearOnSuccess") {
+        v if v.is_undefined() => true,
+        v => v
+            .as_bool()
+            .ok_or_else(|| Error::option("options.clearOnSuccess must be true or false"))?,
+    };
+    let success_message = match get(&value, "successMessage") {
+        v if v.is_undefined() => SuccessMessage::Default,
+        v if v.is_function() => {
+            let f: Function = v.unchecked_into();
+            // A throw, or anything but a string, says "Sent.".
+            SuccessMessage::With(Rc::new(move |s| {
+                f.call1(&JsValue::NULL, &body_js(s)).ok()?.as_string()
+            }))
+        }
+        v => SuccessMessage::Template(v.as_string().ok_or_else(|| {
+            Error::option(
+                "options.successMessage must be a string such as \"Ticket #{id} created\" or a function",
+            )
+        })?),
+    };
+    Ok(FormOptions {
+        name,
+        method: method_given.then(|| submitter.method.clone()),
+        submitter,
+        clear_on_success,
+        success_message,
+        resume,
+    })
+}
+
+/// A value as an error message shows it: its JSON, or its type.
+fn shown(v: &JsValue) -> String {
+    match js_sys::JSON::stringify(v) {
+        Ok(s) if s.is_string() => s.into(),
+        _ => v.js_typeof().as_string().unwrap_or_default(),
+    }
+}
+
+#[wasm_bindgen]
+impl FormKit {
+    /// Undoes everything the kit did; a pending submission stays stored.
+    #[wasm_bindgen(js_name = detach)]
+    pub fn js_detach(&self) {
+        self.detach();
+    }
+
+    /// "Try again", as the button does.
+    #[wasm_bindgen(js_name = tryAgain)]
+    pub fn js_try_again(&self) {
+        self.try_again();
+    }
+
+    /// The submitter behind the form.
+    #[wasm_bindgen(getter = submitter)]
+    pub fn js_submitter(&self) -> crate::js::Submitter {
+        self.submitter().clone().into()
+    }
+
+    /// "Discard", as the button does.
+    #[wasm_bindgen(js_name = discard)]
+    pub fn js_discard(&self) {
+        self.discard();
+    }
+}

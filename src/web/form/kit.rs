@@ -1,0 +1,327 @@
+//! # The kit's behaviour
+//!
+//! One [`Kit`] per attached form: what each submit, change of state and settlement does to the
+//! page. Its state is a few cells, each borrowed only for a moment and never across a call out
+//! of the kit (events it dispatches, focus, a page's listener, the submitter), so that a page's
+//! listener may call the kit again.
+
+use ::core::cell::{Cell, RefCell};
+
+use crate::core::body::Value;
+use crate::core::text::{concat, decimal, quoted};
+use crate::core::State;
+use crate::prelude::*;
+use alloc::rc::Rc;
+use js_sys::Object;
+use wasm_bindgen::closure::Closure;
+use wasm_bindgen::JsCast;
+use web_sys::{Element, Event, HtmlElement, HtmlFormElement};
+
+use super::answer::clear_field_errors;
+use super::fields::{read_fields, restore_fields, secret_field_names};
+use super::view::{set, status_of, RELOADED};
+use super::{FormLock, FormOptions, Resume, SuccessMessage};
+use crate::web::{Error, ErrorCode, Listener, Settling, Submitter, Update};
+
+/// A form wired to a submitter.
+pub(super) struct Kit {
+    pub(super) form: HtmlFormElement,
+    pub(super) submitter: Submitter,
+    pub(super) status: HtmlElement,
+    /// The kit made the status element (and removes it on detach).
+    pub(super) status_made: bool,
+    /// The secret fields' names, read when the form is attached.
+    pub(super) secret_names: Vec<String>,
+    pub(super) clear_on_success: bool,
+    pub(super) success: SuccessMessage,
+    /// Held while the outcome is unknown.
+    pub(super) lock: RefCell<Option<FormLock>>,
+    /// "Try again" and "Discard", while unsure.
+    pub(super) controls: RefCell<Option<Element>>,
+    /// Waiting for the person to fill the secret fields again after a reload.
+    pub(super) asking_secrets: Cell<bool>,
+    /// Counts submissions begun and discards, so that a late settlement of a discarded one is
+    /// ignored.
+    pub(super) round: Cell<u32>,
+    /// A submission or a "Try again" of this kit awaits its settlement.
+    pub(super) in_flight: Cell<bool>,
+    /// The listeners; `None` once detached. They hold the kit (a cycle that `detach` breaks), so
+    /// the kit lives as long as the form is wired, whoever keeps a `FormKit`.
+    pub(super) wiring: RefCell<Option<Wiring>>,
+}
+
+pub(super) struct Wiring {
+    pub(super) on_submit: Closure<dyn FnMut(Event)>,
+    pub(super) on_try: Closure<dyn FnMut(Event)>,
+    pub(super) on_discard: Closure<dyn FnMut(Event)>,
+    pub(super) _listener: Listener,
+}
+
+impl Kit {
+    pub(super) fn attach(form: &HtmlFormElement, o: FormOptions) -> Result<Rc<Kit>, Error> {
+        let mut options = o.submitter;
+        if options.url.is_empty() {
+            options.url = form.action();
+        }
+        options.method = match o.method {
+            Some(method) => method,
+            None => {
+                let method = form
+                    .get_attribute("method")
+                    .unwrap_or_else(|| "POST".into());
+                if method.eq_ignore_ascii_case("get") || method.eq_ignore_ascii_case("dialog") {
+                    return Err(Error::option(concat(&[
+                        "the form's method is ",
+                        &quoted(&method),
+                        "; oncekey sends a body, so use method=\"post\"",
+                    ])));
+                }
+                method
+            }
+        };
+        // The kit decides when to resend what it found: it may need secrets first.
+        options.resume = false;
+        let name = match o.name {
+            Some(name) => name,
+            None => form
+                .get_attribute("data-oncekey")
+                .filter(|n| !n.is_empty())
+                .or_else(|| Some(form.id()).filter(|n| !n.is_empty()))
+                .ok_or_else(|| {
+                    Error::option(
+                        "options.name is required when the form has no data-oncekey attribute or id",
+                    )
+                })?,
+        };
+        let submitter = Submitter::new(&name, options)?;
+        let (status, status_made) = status_of(form)?;
+        let kit = Rc::new(Kit {
+            form: form.clone(),
+            submitter,
+            status,
+            status_made,
+            secret_names: secret_field_names(form),
+            clear_on_success: o.clear_on_success,
+            success: o.success_message,
+            lock: RefCell::new(None),
+            controls: RefCell::new(None),
+            asking_secrets: Cell::new(false),
+            round: Cell::new(0),
+            in_flight: Cell::new(false),
+            wiring: RefCell::new(None),
+        });
+        Kit::wire(&kit);
+        let _ = form.set_attribute("data-oncekey-state", kit.submitter.state().as_str());
+        Kit::take_up_pending(&kit, o.resume);
+        Ok(kit)
+    }
+
+    fn wire(kit: &Rc<Kit>) {
+        let k = kit.clone();
+        let on_submit = Closure::<dyn FnMut(Event)>::new(move |event: Event| {
+            event.prevent_default();
+            Kit::on_submit(&k);
+        });
+        let k = kit.clone();
+        let on_try = Closure::<dyn FnMut(Event)>::new(move |_: Event| Kit::resend(&k));
+        let k = kit.clone();
+        let on_discard = Closure::<dyn FnMut(Event)>::new(move |_: Event| k.discard());
+        let k = kit.clone();
+        let listener = kit
+            .submitter
+            .on_change(move |update: &Update| Kit::on_change(&k, update));
+        let _ = kit
+            .form
+            .add_event_listener_with_callback("submit", on_submit.as_ref().unchecked_ref());
+        *kit.wiring.borrow_mut() = Some(Wiring {
+            on_submit,
+            on_try,
+            on_discard,
+            _listener: listener,
+        });
+    }
+
+    pub(super) fn detach(&self) {
+        let Some(wiring) = self.wiring.borrow_mut().take() else {
+            return;
+        };
+        let _ = self.form.remove_event_listener_with_callback(
+            "submit",
+            wiring.on_submit.as_ref().unchecked_ref(),
+        );
+        // A settlement still to come finds the kit gone.
+        self.round.set(self.round.get().wrapping_add(1));
+        self.in_flight.set(false);
+        self.asking_secrets.set(false);
+        self.remove_controls();
+        self.unlock();
+        for attr in ["data-oncekey-state", "data-oncekey-outcome", "aria-busy"] {
+            let _ = self.form.remove_attribute(attr);
+        }
+        clear_field_errors(&self.form);
+        if self.status_made {
+            self.status.remove();
+        } else {
+            self.status.set_text_content(None);
+        }
+        drop(wiring);
+    }
+
+    /// A submission found in storage: fields back, form locked, then resend (or wait).
+    fn take_up_pending(kit: &Rc<Kit>, resume: Resume) {
+        let Some(pending) = kit.submitter.pending() else {
+            return;
+        };
+        if let Value::Object(fields) = pending.body() {
+            restore_fields(&kit.form, fields);
+        }
+        if !kit.secret_names.is_empty() {
+            kit.ask_for_secrets();
+        } else if resume == Resume::Auto {
+            Kit::resend(kit);
+        } else {
+            kit.show_unsure(RELOADED);
+            let detail = Object::new();
+            set(&detail, "key", &pending.key().as_str().into());
+            set(&detail, "attempts", &pending.attempts().into());
+            kit.announce(State::Unsure, &detail);
+        }
+    }
+
+    fn on_submit(kit: &Rc<Kit>) {
+        if kit.asking_secrets.replace(false) {
+            match read_fields(&kit.form, &kit.secret_names) {
+                Ok(read) => {
+                    if let Err(e) = kit.submitter.set_secrets(read.secrets) {
+                        return kit.say(e.message());
+                    }
+                }
+                Err(message) => return kit.say(&message),
+            }
+            return Kit::resend(kit);
+        }
+        match kit.submitter.state() {
+            // The person pressed Enter or the form's button while unsure: that is Try again.
+            State::Unsure => Kit::resend(kit),
+            // Double submit: the attempt under way answers for both.
+            State::Sending | State::Waiting => {}
+            _ => Kit::begin(kit),
+        }
+    }
+
+    fn begin(kit: &Rc<Kit>) {
+        if kit.in_flight.get() {
+            return;
+        }
+        clear_field_errors(&kit.form);
+        let _ = kit.form.remove_attribute("data-oncekey-outcome");
+        // Read before locking: disabled fields are not submitted.
+        let read = match read_fields(&kit.form, &kit.secret_names) {
+            Ok(read) => read,
+            Err(message) => return kit.say(&message),
+        };
+        if let Err(e) = kit.submitter.set_secrets(read.secrets) {
+            return kit.say(e.message());
+        }
+        // Locked in the submit's own task, before the driver's first step.
+        kit.hold(false);
+        // Begun now: key and body are stored before the submit event is over.
+        Kit::settle_later(kit, kit.submitter.submit(Value::Object(read.body)));
+    }
+
+    /// Try again: the same key and body (and the secrets held in memory).
+    pub(super) fn resend(kit: &Rc<Kit>) {
+        if kit.in_flight.get() || kit.wiring.borrow().is_none() {
+            return;
+        }
+        kit.remove_controls();
+        kit.hold(false);
+        Kit::settle_later(kit, kit.submitter.try_again());
+    }
+
+    pub(super) fn discard(&self) {
+        self.submitter.discard();
+        // Shown now, whether or not an attempt was under way.
+        self.discarded();
+    }
+
+    /// Shows the settlement of `work` when it comes, unless the kit moved on meanwhile.
+    fn settle_later(kit: &Rc<Kit>, work: Settling) {
+        let round = kit.round.get().wrapping_add(1);
+        kit.round.set(round);
+        kit.in_flight.set(true);
+        let kit = kit.clone();
+        wasm_bindgen_futures::spawn_local(async move {
+            let result = work.await;
+            // Discarded or detached meanwhile: that was shown already.
+            if kit.round.get() != round {
+                return;
+            }
+            kit.in_flight.set(false);
+            match result {
+                Ok(settlement) => kit.settled(&settlement),
+                Err(e) if e.code() == ErrorCode::Discarded => kit.discarded(),
+                Err(e) => {
+                    // Refused at once (nothing was sent): the form is the person's again,
+                    // unless another submission is pending.
+                    if !kit.submitter.state().is_pending() {
+                        kit.unlock();
+                    }
+                    kit.say(e.message());
+                }
+            }
+        });
+    }
+
+    fn on_change(kit: &Rc<Kit>, update: &Update) {
+        // Storage degraded to memory, or an unreadable record removed: the form still works,
+        // once; the submitter has said why on the console.
+        if update.warning.is_some() {
+            return;
+        }
+        let state = update.state;
+        match state {
+            State::Sending => {
+                kit.hold(false);
+                if update.attempts > 1 {
+                    kit.say(&concat(&[
+                        "Sending again (attempt ",
+                        &decimal(update.attempts.into()),
+                        "), with the same key…",
+                    ]));
+                } else {
+                    kit.say("Sending…");
+                }
+            }
+            State::Waiting => {
+                kit.hold(false);
+                // Tenths of a second, in integers: float formatting would cost the package.
+                let now = js_sys::Date::now() as u64;
+                let tenths = update
+                    .next_attempt_at
+                    .map_or(0, |at| at.as_millis().saturating_sub(now).div_ceil(100));
+                kit.say(&concat(&[
+                    "No answer yet. Trying again in ",
+                    &decimal(tenths / 10),
+                    ".",
+                    &decimal(tenths % 10),
+                    " s; it will not be counted twice.",
+                ]));
+            }
+            // Discarded through the submitter itself, with nothing of the kit's awaiting it.
+            State::Idle if !kit.in_flight.get() => return kit.discarded(),
+            // Unsure and the outcomes are shown when the submission settles, with its answer;
+            // a restored record by take_up_pending.
+            _ => return,
+        }
+        let detail = Object::new();
+        if let Some(key) = &update.key {
+            set(&detail, "key", &key.as_str().into());
+        }
+        set(&detail, "attempts", &update.attempts.into());
+        if let Some(at) = update.next_attempt_at {
+            set(&detail, "nextAttemptAt", &(at.as_millis() as f64).into());
+        }
+        kit.announce(state, &detail);
+    }
+}

@@ -1,0 +1,131 @@
+//! # The global scope
+//!
+//! `fetch`, the timers, `crypto` and `navigator.locks`, bound to the global scope itself (gloo's
+//! way), not to `window`, so that the driver runs in a worker too. web-sys gives the types
+//! (`Crypto`, `RequestInit`, `Response`); `navigator.locks` is a binding of our own because
+//! web-sys has `LockManager` only behind `--cfg=web_sys_unstable_apis`, which a plain build
+//! does not set.
+
+use js_sys::{Function, Promise, Reflect};
+use wasm_bindgen::prelude::*;
+use wasm_bindgen_futures::JsFuture;
+
+#[wasm_bindgen]
+extern "C" {
+    #[wasm_bindgen(catch, js_name = fetch)]
+    pub(crate) fn fetch(url: &str, init: &web_sys::RequestInit) -> Result<Promise, JsValue>;
+
+    #[wasm_bindgen(js_name = setTimeout)]
+    fn set_timeout(handler: &Function, ms: i32) -> JsValue;
+
+    #[wasm_bindgen(js_name = clearTimeout)]
+    fn clear_timeout(id: &JsValue);
+
+    #[wasm_bindgen(thread_local_v2, js_name = crypto)]
+    static CRYPTO: Option<web_sys::Crypto>;
+
+    /// `navigator.locks`, the Web Locks API.
+    type LockManager;
+
+    #[wasm_bindgen(method, catch)]
+    fn request(this: &LockManager, name: &str, callback: &Function) -> Result<Promise, JsValue>;
+}
+
+/// 16 bytes from the platform CSPRNG (`crypto.getRandomValues`), for a key.
+pub(crate) fn random_bytes() -> Result<[u8; 16], JsValue> {
+    let mut bytes = [0u8; 16];
+    CRYPTO.with(|crypto| match crypto {
+        Some(crypto) => crypto
+            .get_random_values_with_u8_array(&mut bytes)
+            .map(|_| ()),
+        None => Err(JsValue::from_str(
+            "this context has no crypto.getRandomValues",
+        )),
+    })?;
+    Ok(bytes)
+}
+
+/// A timer: `f` runs once after `ms` milliseconds unless the timer is dropped first.
+pub(crate) struct Timer {
+    id: JsValue,
+    _f: Closure<dyn FnMut()>,
+}
+
+impl ::core::fmt::Debug for Timer {
+    fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
+        f.write_str("Timer")
+    }
+}
+
+impl Timer {
+    pub(crate) fn new(ms: u32, f: impl FnOnce() + 'static) -> Timer {
+        let f = Closure::once(f);
+        let id = set_timeout(f.as_ref().unchecked_ref(), ms.min(i32::MAX as u32) as i32);
+        Timer { id, _f: f }
+    }
+}
+
+impl Drop for Timer {
+    fn drop(&mut self) {
+        clear_timeout(&self.id);
+    }
+}
+
+fn locks() -> Option<LockManager> {
+    let navigator = Reflect::get(&js_sys::global(), &"navigator".into()).ok()?;
+    if !navigator.is_object() {
+        return None;
+    }
+    let locks = Reflect::get(&navigator, &"locks".into()).ok()?;
+    let request = Reflect::get(&locks, &"request".into()).ok()?;
+    request.is_function().then(|| locks.unchecked_into())
+}
+
+/// Holds the Web Lock `name` until dropped, once it was granted: waits for another tab or
+/// submitter that holds it. `None` where the browser has no Web Locks or refuses one (an opaque
+/// origin, say): then the attempt goes on without, and the server's idempotency still holds.
+pub(crate) async fn lock(name: &str) -> Option<LockGuard> {
+    let locks = locks()?;
+    let mut release = None;
+    let held = Promise::new(&mut |resolve, _| release = Some(resolve));
+    let mut grant = None;
+    let granted = Promise::new(&mut |resolve, _| grant = Some(resolve));
+    let (release, grant) = (release?, grant?);
+    let refused = grant.clone();
+    let callback: Closure<dyn FnMut(JsValue) -> JsValue> = Closure::once(move |_lock: JsValue| {
+        let _ = grant.call1(&JsValue::NULL, &JsValue::TRUE);
+        JsValue::from(held)
+    });
+    let request = locks
+        .request(name, callback.as_ref().unchecked_ref())
+        .ok()?;
+    // Refused before it was granted: `granted` resolves with false (a no-op once granted).
+    let on_refused: Closure<dyn FnMut(JsValue)> = Closure::once(move |_e: JsValue| {
+        let _ = refused.call1(&JsValue::NULL, &JsValue::FALSE);
+    });
+    let _ = request.catch(&on_refused);
+    let ok = JsFuture::from(granted).await.ok()? == JsValue::TRUE;
+    ok.then_some(LockGuard {
+        release,
+        _closures: (callback, on_refused),
+    })
+}
+
+/// The lock's callback (granted: it returns the promise that holds the lock) and its refusal's.
+type LockClosures = (
+    Closure<dyn FnMut(JsValue) -> JsValue>,
+    Closure<dyn FnMut(JsValue)>,
+);
+
+/// A held Web Lock, released when dropped.
+pub(crate) struct LockGuard {
+    release: Function,
+    /// Called once each at most, and kept until then.
+    _closures: LockClosures,
+}
+
+impl Drop for LockGuard {
+    fn drop(&mut self) {
+        let _ = self.release.call0(&JsValue::NULL);
+    }
+}

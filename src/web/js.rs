@@ -1,0 +1,363 @@
+//! # The JavaScript face
+//!
+//! What the npm package exports besides `init`: the `Submitter` class, a thin wasm-bindgen
+//! wrapper of the Rust [`Submitter`](super::Submitter). Options come in through
+//! [`Options::from_js`], bodies become the core's canonical JSON, and settlements, changes and
+//! pending submissions go out as plain objects through serde-wasm-bindgen. Errors are
+//! `OncekeyError`s with their `code` ([`Error`]). The TypeScript declarations are wasm-bindgen's,
+//! from these exports, with the types they name in the custom section below.
+
+use js_sys::{Function, Promise, JSON};
+use serde::Serialize;
+use wasm_bindgen::prelude::*;
+
+use super::driver::{Settlement, Settling, Submitter as Driven, Update};
+use super::error::{describe, Error, ErrorCode};
+use super::options::Options;
+use crate::core::body::{self, Value};
+
+#[wasm_bindgen(typescript_custom_section)]
+const TS_TYPES: &'static str = r#"
+/** The contract's outcomes (CONTRACT.md section 2). */
+export type Outcome = "succeeded" | "refused" | "conflict" | "misconfigured" | "unsure";
+
+/** Where a submission is (CONTRACT.md section 3). */
+export type SubmitterState = "idle" | "sending" | "waiting" | Outcome;
+
+/** Retries: attempts per round, and times in milliseconds. */
+export interface RetryOptions {
+  /** Attempts per round (the first and each "Try again"), default 8. */
+  attempts?: number;
+  /** Backoff base in ms, default 500: delay = random(0, min(cap, base * 2^n)). */
+  base?: number;
+  /** Longest wait between attempts in ms (also for Retry-After), default 30000. */
+  cap?: number;
+  /** Time budget of a round in ms, default 900000 (15 minutes); then `unsure`. */
+  budget?: number;
+}
+
+export interface SubmitterOptions {
+  /** Where to send. */
+  url: string;
+  /** Default "POST". */
+  method?: string;
+  /** Added to every attempt; never stored (they may carry credentials). */
+  headers?: Record<string, string>;
+  /**
+   * Called before every attempt; the headers it returns go on that attempt only and are never
+   * stored (a fresh token, a per-request trace id). A throw is reported and the attempt goes on.
+   */
+  attemptHeaders?: (attempt: { attempt: number; key: string }) => Record<string, string>;
+  /** Default "Idempotency-Key". */
+  keyHeader?: string;
+  /** "bare" (default) or "sf-string" (a quoted structured-field string). */
+  keyFormat?: "bare" | "sf-string";
+  /** Per attempt, default 30000; a timed-out attempt is retried with the same key. */
+  timeoutMs?: number;
+  retry?: RetryOptions;
+  /** Where key and body are kept until a definite answer; default "session". */
+  storage?: "session" | "local" | "memory";
+  /** fetch's credentials; default "same-origin". */
+  credentials?: "omit" | "same-origin" | "include";
+  /** "json" (default) or "form" (application/x-www-form-urlencoded from a flat object). */
+  encoding?: "json" | "form";
+  /** Resend a pending submission found at start-up at once, instead of waiting `unsure`. */
+  resume?: boolean;
+}
+
+/** How a submission ended, or why its retries stopped (`unsure`). */
+export interface SubmitResult {
+  outcome: Outcome;
+  /** The last HTTP status, or null when no answer ever came. */
+  status: number | null;
+  /** The idempotency key it was sent with. */
+  key: string;
+  /** The answer's JSON parsed, or its text; null when empty. */
+  body: unknown;
+  /** The server replayed a stored answer (Idempotent-Replayed). */
+  replayed: boolean;
+  /** Attempts made, all rounds. */
+  attempts: number;
+  /** For `unsure`: why retries stopped. */
+  gaveUp: string | null;
+}
+
+/** The pending submission, as stored. */
+export interface PendingSubmission {
+  key: string;
+  body: unknown;
+  attempts: number;
+  /** When the first attempt was made, ms since the epoch. */
+  startedAt: number;
+}
+
+/** An event: a change of state, or a warning (with the state unchanged). */
+export interface SubmitterChange {
+  state: SubmitterState;
+  key: string | null;
+  attempts: number;
+  /** In `waiting`: when the next attempt is due, ms since the epoch. */
+  nextAttemptAt: number | null;
+  /** Storage degraded to memory, or an unreadable record was removed. */
+  warning: string | null;
+}
+"#;
+
+/// One named submission: one key per intended submission, kept in storage across retries and
+/// reloads until a definite answer. Make it after `await init()`.
+#[wasm_bindgen(js_name = Submitter)]
+#[derive(Debug, Clone)]
+pub struct JsSubmitter {
+    inner: Driven,
+}
+
+/// The serializer of everything that goes out: `None` is `null`, as the declarations say.
+fn out(value: &impl Serialize) -> JsValue {
+    let s = serde_wasm_bindgen::Serializer::new().serialize_missing_as_null(true);
+    value.serialize(&s).unwrap_or(JsValue::NULL)
+}
+
+/// An answer's body as JavaScript gets it: its JSON parsed, or its text; null when empty.
+fn parse_body(text: &str) -> JsValue {
+    if text.is_empty() {
+        return JsValue::NULL;
+    }
+    JSON::parse(text).unwrap_or_else(|_| JsValue::from_str(text))
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct SubmitResult<'a> {
+    outcome: &'static str,
+    status: Option<u16>,
+    key: &'a str,
+    #[serde(with = "serde_wasm_bindgen::preserve")]
+    body: JsValue,
+    replayed: bool,
+    attempts: u32,
+    gave_up: Option<&'static str>,
+}
+
+fn result(s: &Settlement) -> JsValue {
+    out(&SubmitResult {
+        outcome: s.outcome().as_str(),
+        status: s.status(),
+        key: s.key().as_str(),
+        body: parse_body(s.text()),
+        replayed: s.replayed(),
+        attempts: s.attempts(),
+        gave_up: s.gave_up().map(|g| g.as_str()),
+    })
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Change<'a> {
+    state: &'static str,
+    key: Option<&'a str>,
+    attempts: u32,
+    next_attempt_at: Option<f64>,
+    warning: Option<&'a str>,
+}
+
+fn change(u: &Update) -> JsValue {
+    out(&Change {
+        state: u.state.as_str(),
+        key: u.key.as_ref().map(|k| k.as_str()),
+        attempts: u.attempts,
+        next_attempt_at: u.next_attempt_at.map(|t| t.as_millis() as f64),
+        warning: u.warning.as_deref(),
+    })
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct PendingOut<'a> {
+    key: &'a str,
+    #[serde(with = "serde_wasm_bindgen::preserve")]
+    body: JsValue,
+    attempts: u32,
+    started_at: f64,
+}
+
+/// The settlement as a promise, resolved straight from the driver (no task to poll it).
+fn settle(settling: Settling) -> Promise {
+    let mut settling = Some(settling);
+    Promise::new(&mut |resolve, reject| {
+        if let Some(settling) = settling.take() {
+            settling.then(move |settled| {
+                let _ = match settled {
+                    Ok(s) => resolve.call1(&JsValue::UNDEFINED, &result(&s)),
+                    Err(e) => reject.call1(&JsValue::UNDEFINED, &e.into()),
+                };
+            });
+        }
+    })
+}
+
+/// `body` as JSON text, refusing what JSON cannot carry (a cycle, a BigInt, a function, a
+/// symbol, NaN or Infinity) instead of letting `JSON.stringify` drop or mangle it.
+pub(crate) fn to_json(body: &JsValue) -> Result<String, Error> {
+    let text = REPLACER
+        .with(|replacer| JSON::stringify_with_replacer(body, replacer.as_ref().unchecked_ref()))
+        .map_err(|e| Error::body("the body cannot be sent as JSON: ".to_owned() + &describe(&e)))?;
+    text.as_string()
+        .ok_or_else(|| Error::body("the body cannot be sent as JSON: it is undefined"))
+}
+
+/// `JSON.stringify`'s replacer that throws an `OncekeyError` (code `body`) for what JSON
+/// cannot carry; made once, as every submission calls it.
+type Replacer = Closure<dyn FnMut(JsValue, JsValue) -> Result<JsValue, JsValue>>;
+
+thread_local! {
+    static REPLACER: Replacer = Closure::new(|key: JsValue, value: JsValue| {
+        let what = if value.is_function() {
+            "a function"
+        } else if value.is_bigint() {
+            "a BigInt"
+        } else if value.is_symbol() {
+            "a symbol"
+        } else if value.as_f64().is_some_and(|n| !n.is_finite()) {
+            "NaN or Infinity"
+        } else {
+            return Ok(value);
+        };
+        let at = match key.as_string() {
+            Some(k) if !k.is_empty() => " at ".to_owned() + &crate::core::text::quoted(&k),
+            _ => String::new(),
+        };
+        Err(Error::body("the body has ".to_owned() + what + &at + ", which JSON cannot carry").into())
+    });
+}
+
+#[wasm_bindgen(js_class = Submitter)]
+impl JsSubmitter {
+    /// Throws an error naming a wrong option; never throws for storage problems (warnings).
+    #[wasm_bindgen(constructor)]
+    pub fn new(
+        #[wasm_bindgen(unchecked_param_type = "string")] name: JsValue,
+        #[wasm_bindgen(unchecked_param_type = "SubmitterOptions")] options: JsValue,
+    ) -> Result<JsSubmitter, JsValue> {
+        let name = match name.as_string() {
+            Some(name) if !name.is_empty() => name,
+            _ => {
+                return Err(Error::option("the submitter's name must be a non-empty string").into())
+            }
+        };
+        let options = Options::from_js(&options)?;
+        Ok(JsSubmitter {
+            inner: Driven::new(&name, options)?,
+        })
+    }
+
+    /// The name it was made with.
+    #[wasm_bindgen(getter)]
+    pub fn name(&self) -> String {
+        self.inner.name().to_owned()
+    }
+
+    /// Sends `body` once: resolves when the outcome is definite, or `unsure` when retries
+    /// stopped. The same body while one is pending joins it. Rejects, with nothing stored or
+    /// sent, for a body JSON cannot carry (code "body") or when another body is pending
+    /// ("pending").
+    #[wasm_bindgen(unchecked_return_type = "Promise<SubmitResult>")]
+    pub fn submit(
+        &self,
+        #[wasm_bindgen(unchecked_param_type = "unknown")] body: JsValue,
+    ) -> Promise {
+        match to_json(&body) {
+            Ok(text) => settle(self.inner.driver().submit(&text)),
+            Err(e) => Promise::reject(&e.into()),
+        }
+    }
+
+    /// Resends the pending submission: same key, same body ("state" when nothing is pending).
+    #[wasm_bindgen(js_name = tryAgain, unchecked_return_type = "Promise<SubmitResult>")]
+    pub fn try_again(&self) -> Promise {
+        settle(self.inner.try_again())
+    }
+
+    /// Drops an unconfirmed submission: the record is removed, an attempt under way is aborted,
+    /// waiting calls reject ("discarded"), and the next submission gets a new key.
+    pub fn discard(&self) {
+        self.inner.discard();
+    }
+
+    /// The pending submission, or null.
+    #[wasm_bindgen(unchecked_return_type = "PendingSubmission | null")]
+    pub fn pending(&self) -> JsValue {
+        match self.inner.pending() {
+            None => JsValue::NULL,
+            Some(p) => out(&PendingOut {
+                key: p.key().as_str(),
+                body: parse_body(p.body_text()),
+                attempts: p.attempts(),
+                started_at: p.started_at().as_millis() as f64,
+            }),
+        }
+    }
+
+    /// The current state.
+    #[wasm_bindgen(getter, unchecked_return_type = "SubmitterState")]
+    pub fn state(&self) -> JsValue {
+        JsValue::from_str(self.inner.state().as_str())
+    }
+
+    /// Where records are kept: the storage asked for, or "memory" once it could not be used.
+    #[wasm_bindgen(getter, unchecked_return_type = "\"session\" | \"local\" | \"memory\"")]
+    pub fn storage(&self) -> JsValue {
+        JsValue::from_str(self.inner.storage().as_str())
+    }
+
+    /// Calls `listener` at once with the current state (and any warning from the constructor),
+    /// then on every change. Returns a function that stops it.
+    #[wasm_bindgen(js_name = onChange, unchecked_return_type = "() => void")]
+    pub fn on_change(
+        &self,
+        #[wasm_bindgen(unchecked_param_type = "(change: SubmitterChange) => void")]
+        listener: JsValue,
+    ) -> Result<JsValue, JsValue> {
+        let Some(f) = listener.dyn_ref::<Function>().cloned() else {
+            return Err(Error::option("onChange needs a function").into());
+        };
+        let listening = self.inner.on_change(move |u| {
+            // A throw is reported, and the other listeners still hear.
+            if let Err(e) = f.call1(&JsValue::UNDEFINED, &change(u)) {
+                web_sys::console::error_2(&"oncekey: an onChange listener threw".into(), &e);
+            }
+        });
+        let mut listening = Some(listening);
+        let stop = Closure::<dyn FnMut()>::new(move || drop(listening.take()));
+        Ok(stop.into_js_value())
+    }
+
+    /// Fields that are never stored (a password, a card number), merged into the JSON object
+    /// body of every attempt from now on, in memory only; dropped when the submission settles
+    /// or is discarded. After a reload, ask for them again and set them before `tryAgain()`.
+    #[wasm_bindgen(js_name = setSecrets)]
+    pub fn set_secrets(
+        &self,
+        #[wasm_bindgen(unchecked_param_type = "Record<string, unknown>")] fields: JsValue,
+    ) -> Result<(), JsValue> {
+        let text = to_json(&fields)?;
+        match body::parse(&text) {
+            Ok(Value::Object(fields)) => Ok(self.inner.set_secrets(fields)?),
+            Ok(_) => Err(Error::body("secret fields must be an object of names to values").into()),
+            Err(e) => Err(Error::new(ErrorCode::Body, e.message()).into()),
+        }
+    }
+}
+
+impl JsSubmitter {
+    /// The Rust submitter it wraps.
+    pub fn submitter(&self) -> &Driven {
+        &self.inner
+    }
+}
+
+/// The same submitter, for JavaScript (a Rust frontend or the form kit handing it to a page).
+impl From<Driven> for JsSubmitter {
+    fn from(inner: Driven) -> JsSubmitter {
+        JsSubmitter { inner }
+    }
+}

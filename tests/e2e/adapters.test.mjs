@@ -1,0 +1,212 @@
+// The adapters' shared part (adapters/store.js) against a stand-in Submitter with the package's
+// public API, to see what a framework does to it: strict mode's subscribe, unsubscribe,
+// subscribe; many components of one name; a submit before init() is done; an unmount. (The real
+// Submitter, the real server and real React and Vue are the frameworks browser test's.)
+import assert from 'node:assert/strict'
+import { beforeEach, test } from 'node:test'
+
+import { entryFor, ready } from '../../adapters/store.js'
+
+// The store works in a page only.
+globalThis.document ??= {}
+
+let made
+let inits
+// Behaves as the package's Submitter does for these calls: onChange calls the listener at once,
+// submit of the same body joins, a settled submission has no pending body.
+class FakeSubmitter {
+  listeners = new Set()
+  state = 'idle'
+  key = null
+  body = null
+  waiters = []
+  storage = 'session'
+  constructor(name, options) {
+    this.name = name
+    this.options = options
+    this.calls = []
+    made.push(this)
+    if (options.found) Object.assign(this, { state: options.resume ? 'sending' : 'unsure', key: 'k-found', body: options.found })
+  }
+  onChange(listener) {
+    const entry = (c) => listener(c)
+    this.listeners.add(entry)
+    listener(this.change())
+    return () => this.listeners.delete(entry)
+  }
+  change() {
+    return { state: this.state, key: this.key, attempts: this.key ? 1 : 0, nextAttemptAt: null, warning: null }
+  }
+  emit() {
+    for (const l of this.listeners) l(this.change())
+  }
+  pending() {
+    return this.body === null ? null : { key: this.key, body: structuredClone(this.body), attempts: 1, startedAt: 0 }
+  }
+  submit(body) {
+    this.calls.push(['submit', body])
+    if (this.body !== null && JSON.stringify(body) !== JSON.stringify(this.body)) {
+      return Promise.reject(Object.assign(new Error('another body is pending'), { name: 'OncekeyError', code: 'pending' }))
+    }
+    if (this.body === null) {
+      Object.assign(this, { state: 'sending', key: `k${made.length}-${this.calls.length}`, body })
+      this.emit()
+    }
+    return new Promise((resolve) => this.waiters.push(resolve))
+  }
+  tryAgain() {
+    this.calls.push(['tryAgain'])
+    return new Promise((resolve) => this.waiters.push(resolve))
+  }
+  discard() {
+    this.calls.push(['discard'])
+  }
+  setSecrets(fields) {
+    this.calls.push(['setSecrets', fields])
+  }
+  // The server answered.
+  settle(outcome = 'succeeded') {
+    const key = this.key
+    Object.assign(this, { state: outcome, body: null })
+    this.emit()
+    for (const w of this.waiters.splice(0)) w({ outcome, key, status: 201, body: { id: 7 }, replayed: false, attempts: 1, gaveUp: null })
+  }
+}
+
+const PKG = {
+  init: async () => {
+    inits += 1
+  },
+  Submitter: FakeSubmitter,
+}
+const tick = () => new Promise((r) => setTimeout(r, 0))
+
+let names = 0
+const fresh = () => `form-${++names}`
+
+beforeEach(() => {
+  made = []
+  inits = 0
+  delete globalThis[Symbol.for('oncekey.adapters.entries')]
+  delete globalThis[Symbol.for('oncekey.adapters.init')]
+})
+
+test("strict mode's subscribe, unsubscribe, subscribe makes one Submitter and leaves one listener", async () => {
+  const name = fresh()
+  const entry = entryFor(name, { url: '/x' }, PKG)
+  const seen = []
+  const off = entry.subscribe(() => seen.push(entry.read().state))
+  off()
+  const offAgain = entry.subscribe(() => seen.push(entry.read().state))
+  await tick()
+  assert.equal(made.length, 1, 'one Submitter')
+  assert.equal(made[0].listeners.size, 1, 'one onChange listener')
+  assert.equal(entry.read().ready, true)
+  offAgain()
+  assert.equal(made[0].listeners.size, 0, 'the last unmount removed the listener')
+})
+
+test('components of one name share one Submitter; init() runs once for all names', async () => {
+  const name = fresh()
+  const a = entryFor(name, { url: '/x' }, PKG)
+  const b = entryFor(name, { url: '/other' }, PKG)
+  assert.equal(a, b)
+  a.subscribe(() => {})
+  b.subscribe(() => {})
+  entryFor(fresh(), { url: '/y' }, PKG).subscribe(() => {})
+  await tick()
+  assert.equal(made.length, 2)
+  assert.equal(made[0].options.url, '/x', 'the first options are used')
+  assert.equal(inits, 1, 'init() once per page')
+  assert.equal(made[0].listeners.size, 1, 'one listener for the name, however many components')
+  await ready(PKG.init)
+  assert.equal(inits, 1)
+})
+
+test('a submit before init() is done is held, then sent once; the settlement is in the snapshot', async () => {
+  const entry = entryFor(fresh(), { url: '/x' }, PKG)
+  entry.subscribe(() => {})
+  entry.setSecrets({ password: 'p' })
+  const first = entry.submit({ subject: 'a' })
+  const second = entry.submit({ subject: 'a' })
+  await tick()
+  const s = made[0]
+  assert.deepEqual(s.calls.map((c) => c[0]), ['setSecrets', 'submit', 'submit'], 'secrets first, then the submits')
+  const sending = entry.read()
+  assert.equal(sending.state, 'sending')
+  assert.equal(sending.locked, true)
+  assert.deepEqual(sending.pending, { subject: 'a' })
+  s.emit()
+  assert.equal(entry.read().pending, sending.pending, 'the same pending object while the key is the same')
+  s.settle()
+  const [r1, r2] = await Promise.all([first, second])
+  assert.equal(r1.key, r2.key)
+  const done = entry.read()
+  assert.equal(done.state, 'succeeded')
+  assert.equal(done.locked, false)
+  assert.equal(done.pending, null)
+  assert.deepEqual(done.settlement.body, { id: 7 })
+})
+
+test('a refused call is in the snapshot, and its promise rejects handled', async () => {
+  const entry = entryFor(fresh(), { url: '/x' }, PKG)
+  entry.subscribe(() => {})
+  await tick()
+  entry.submit({ subject: 'a' })
+  const other = entry.submit({ subject: 'b' })
+  await assert.rejects(other, { code: 'pending' })
+  assert.equal(entry.read().error.code, 'pending')
+})
+
+test('a pending submission resumed at start-up is joined, so its settlement is heard', async () => {
+  const entry = entryFor(fresh(), { url: '/x', resume: true, found: { subject: 'found' } }, PKG)
+  entry.subscribe(() => {})
+  await tick()
+  const s = made[0]
+  assert.deepEqual(s.calls, [['tryAgain']], 'joined once')
+  assert.deepEqual(entry.read().pending, { subject: 'found' })
+  assert.equal(entry.read().locked, true)
+  s.settle()
+  await tick()
+  assert.equal(entry.read().settlement.outcome, 'succeeded')
+})
+
+test('a pending submission not resumed waits unsure, locked, with its body', async () => {
+  const entry = entryFor(fresh(), { url: '/x', found: { subject: 'found' } }, PKG)
+  entry.subscribe(() => {})
+  await tick()
+  assert.deepEqual(made[0].calls, [], 'nothing sent')
+  const s = entry.read()
+  assert.equal(s.state, 'unsure')
+  assert.equal(s.locked, true)
+  assert.deepEqual(s.pending, { subject: 'found' })
+})
+
+test("attemptHeaders is called through the latest render's options", async () => {
+  const entry = entryFor(fresh(), { url: '/x', attemptHeaders: () => ({ 'X-N': '1' }) }, PKG)
+  entry.subscribe(() => {})
+  await tick()
+  entry.update({ url: '/x', attemptHeaders: () => ({ 'X-N': '2' }) })
+  assert.deepEqual(made[0].options.attemptHeaders({ attempt: 1, key: 'k' }), { 'X-N': '2' })
+})
+
+test('init() failing is in the snapshot and rejects calls; a later call asks again', async () => {
+  let fail = true
+  const pkg = {
+    init: async () => {
+      if (fail) throw new Error('no wasm')
+    },
+    Submitter: FakeSubmitter,
+  }
+  const entry = entryFor(fresh(), { url: '/x' }, pkg)
+  entry.subscribe(() => {})
+  await assert.rejects(entry.submit({ subject: 'a' }), /no wasm/)
+  assert.equal(entry.read().error.message, 'no wasm')
+  fail = false
+  const sent = entry.submit({ subject: 'a' })
+  await tick()
+  assert.equal(made.length, 1)
+  assert.equal(entry.read().error, null)
+  made[0].settle()
+  assert.equal((await sent).outcome, 'succeeded')
+})

@@ -1,0 +1,689 @@
+//! The form kit in headless Chromium, against the reference server with faults on.
+//!
+//! Run by `scripts/test-web.sh` (`--test web_form`), which starts `oncekey-server --faults` and
+//! passes its address in `ONCEKEY_TEST_SERVER` at compile time. Each test builds its own form in
+//! the page, with its own tenant (the server counts per `X-Tenant`) and submission name, and
+//! checks what a person would see: the fields locked or not, `aria-busy`, the status text, the
+//! buttons, where the focus is, and how many tickets the server made. Faults reach the server
+//! through `attemptHeaders` (`X-Fault` on the attempts a test plans), which also records each
+//! attempt's key. A reload is a second kit, on a new form of the same name, that finds the record.
+#![cfg(target_arch = "wasm32")]
+
+use std::cell::RefCell;
+use std::collections::VecDeque;
+use std::rc::Rc;
+use std::time::Duration;
+
+use oncekey::{FormKit, FormOptions, Options, Resume, RetryPolicy, SuccessMessage};
+use wasm_bindgen::prelude::*;
+use wasm_bindgen::JsCast;
+use wasm_bindgen_futures::JsFuture;
+use wasm_bindgen_test::{wasm_bindgen_test as test, wasm_bindgen_test_configure};
+use web_sys::{Element, HtmlElement, HtmlFormElement, HtmlInputElement};
+
+wasm_bindgen_test_configure!(run_in_browser);
+
+#[wasm_bindgen(
+    inline_js = "export function sleep(ms) { return new Promise((r) => setTimeout(r, ms)); }"
+)]
+extern "C" {
+    fn sleep(ms: u32) -> js_sys::Promise;
+}
+
+fn server() -> &'static str {
+    // Read at compile time, so that `cargo clippy` builds the tests without a server.
+    match option_env!("ONCEKEY_TEST_SERVER") {
+        Some(url) => url,
+        None => {
+            panic!("ONCEKEY_TEST_SERVER is not set: run the browser tests with scripts/test-web.sh")
+        }
+    }
+}
+
+fn document() -> web_sys::Document {
+    web_sys::window().unwrap().document().unwrap()
+}
+
+fn session() -> web_sys::Storage {
+    web_sys::window()
+        .unwrap()
+        .session_storage()
+        .unwrap()
+        .unwrap()
+}
+
+/// A name unique to this run, for a tenant or a submission.
+fn unique(what: &str) -> String {
+    let n = (js_sys::Math::random() * 2f64.powi(48)) as u64;
+    format!("{what}-{n:012x}")
+}
+
+const FIELDS: &str = r#"
+  <label>Subject <input name="subject"></label>
+  <label>Email <input name="email" type="email"></label>
+  <label>Message <textarea name="body"></textarea></label>
+  <button type="submit">Send</button>
+  <p role="status"></p>"#;
+
+const SECRETS: &str = r#"
+  <label>Password <input type="password" name="password"></label>
+  <label>Card <input name="card" autocomplete="cc-number"></label>
+  <label>PIN <input name="pin" data-oncekey-secret></label>"#;
+
+/// One test's tenant, submission name, planned faults and the keys its attempts carried.
+struct Case {
+    tenant: String,
+    name: String,
+    faults: Rc<RefCell<VecDeque<&'static str>>>,
+    keys: Rc<RefCell<Vec<String>>>,
+}
+
+impl Case {
+    fn new(what: &str) -> Case {
+        Case {
+            tenant: unique(what),
+            name: unique(what),
+            faults: Rc::default(),
+            keys: Rc::default(),
+        }
+    }
+
+    /// The next attempts' faults, one each.
+    fn plan(&self, faults: &[&'static str]) {
+        self.faults.borrow_mut().extend(faults.iter().copied());
+    }
+
+    /// A form of this case's name in the page, with `extra` controls before the button.
+    fn form(&self, extra: &str) -> HtmlFormElement {
+        let form: HtmlFormElement = document().create_element("form").unwrap().unchecked_into();
+        form.set_attribute("data-oncekey", &self.name).unwrap();
+        form.set_attribute("method", "post").unwrap();
+        // The server judges the fields (a refusal is one of the tests), not the browser.
+        form.set_attribute("novalidate", "").unwrap();
+        form.set_inner_html(&(extra.to_owned() + FIELDS));
+        document().body().unwrap().append_child(&form).unwrap();
+        form
+    }
+
+    /// The kit's options: this tenant, quick retries, faults as planned.
+    fn options(&self, attempts: u32) -> FormOptions {
+        let mut submitter = Options::new(&format!("{}/api/tickets", server()));
+        submitter.headers = vec![("X-Tenant".into(), self.tenant.clone())];
+        submitter.retry = RetryPolicy {
+            attempts,
+            base: Duration::from_millis(20),
+            // Above the 1 s Retry-After of the server's 503s, which a shorter cap would not wait.
+            cap: Duration::from_millis(2000),
+            budget: Duration::from_secs(20),
+        };
+        let (faults, keys) = (self.faults.clone(), self.keys.clone());
+        submitter.attempt_headers = Some(Rc::new(move |_attempt, key| {
+            keys.borrow_mut().push(key.as_str().to_owned());
+            match faults.borrow_mut().pop_front() {
+                Some(fault) => vec![("X-Fault".to_owned(), fault.to_owned())],
+                None => Vec::new(),
+            }
+        }));
+        FormOptions {
+            submitter,
+            ..FormOptions::default()
+        }
+    }
+
+    fn attach(&self, form: &HtmlFormElement, attempts: u32) -> FormKit {
+        FormKit::attach(form, self.options(attempts)).expect("valid options")
+    }
+
+    fn keys(&self) -> Vec<String> {
+        self.keys.borrow().clone()
+    }
+
+    fn stored(&self) -> Option<String> {
+        session()
+            .get_item(&format!("oncekey:{}", self.name))
+            .unwrap()
+    }
+
+    /// The server's counts for this tenant.
+    async fn stats(&self) -> JsValue {
+        let init = web_sys::RequestInit::new();
+        let headers = web_sys::Headers::new().unwrap();
+        headers.set("X-Tenant", &self.tenant).unwrap();
+        init.set_headers(&headers);
+        let url = format!("{}/api/stats", server());
+        let request = web_sys::Request::new_with_str_and_init(&url, &init).unwrap();
+        let window = web_sys::window().unwrap();
+        let response: web_sys::Response = JsFuture::from(window.fetch_with_request(&request))
+            .await
+            .unwrap()
+            .unchecked_into();
+        JsFuture::from(response.json().unwrap()).await.unwrap()
+    }
+
+    async fn count(&self, what: &str) -> f64 {
+        let stats = self.stats().await;
+        js_sys::Reflect::get(&stats, &what.into())
+            .unwrap()
+            .as_f64()
+            .unwrap()
+    }
+}
+
+fn field(form: &HtmlFormElement, name: &str) -> HtmlInputElement {
+    form.query_selector(&format!("[name={name}]"))
+        .unwrap()
+        .unwrap()
+        .unchecked_into()
+}
+
+/// Sets a field's value (a text area's too: `value` is on both).
+fn fill(form: &HtmlFormElement, name: &str, value: &str) {
+    let el = form
+        .query_selector(&format!("[name={name}]"))
+        .unwrap()
+        .unwrap();
+    js_sys::Reflect::set(&el, &"value".into(), &value.into()).unwrap();
+}
+
+fn fill_ticket(form: &HtmlFormElement, subject: &str) {
+    fill(form, "subject", subject);
+    fill(form, "email", "ana@example.com");
+    fill(form, "body", "Third floor.");
+}
+
+fn disabled(form: &HtmlFormElement, selector: &str) -> bool {
+    let el = form.query_selector(selector).unwrap().unwrap();
+    js_sys::Reflect::get(&el, &"disabled".into())
+        .unwrap()
+        .as_bool()
+        .unwrap()
+}
+
+fn busy(form: &HtmlFormElement) -> Option<String> {
+    form.get_attribute("aria-busy")
+}
+
+fn state(form: &HtmlFormElement) -> String {
+    form.get_attribute("data-oncekey-state").unwrap_or_default()
+}
+
+fn status(form: &HtmlFormElement) -> Element {
+    form.query_selector("[role=status]").unwrap().unwrap()
+}
+
+fn status_text(form: &HtmlFormElement) -> String {
+    status(form).text_content().unwrap_or_default()
+}
+
+fn button(form: &HtmlFormElement, text: &str) -> Option<HtmlElement> {
+    let buttons = form.query_selector_all("button").unwrap();
+    (0..buttons.length())
+        .filter_map(|i| buttons.get(i))
+        .map(|n| n.unchecked_into::<HtmlElement>())
+        .find(|b| b.text_content().as_deref() == Some(text))
+}
+
+fn focused() -> Option<Element> {
+    document().active_element()
+}
+
+/// The state of every `oncekey:change` the form dispatches from now on.
+fn changes(form: &HtmlFormElement) -> Rc<RefCell<Vec<String>>> {
+    let seen: Rc<RefCell<Vec<String>>> = Rc::default();
+    let sink = seen.clone();
+    let f = Closure::<dyn FnMut(web_sys::CustomEvent)>::new(move |e: web_sys::CustomEvent| {
+        let state = js_sys::Reflect::get(&e.detail(), &"state".into()).unwrap();
+        sink.borrow_mut().push(state.as_string().unwrap());
+    });
+    form.add_event_listener_with_callback("oncekey:change", f.as_ref().unchecked_ref())
+        .unwrap();
+    f.forget();
+    seen
+}
+
+/// Waits until the form is in `want` (at most 15 s).
+async fn settled(form: &HtmlFormElement, want: &str) {
+    for _ in 0..750 {
+        if state(form) == want {
+            return;
+        }
+        JsFuture::from(sleep(20)).await.unwrap();
+    }
+    panic!(
+        "the form never reached {want}: it is {}, saying {:?}",
+        state(form),
+        status_text(form)
+    );
+}
+
+/// Leaves a submission of `case` pending and unsure (its one attempt lost to the "offline"
+/// fault), with `secrets` among the fields; returns the kit, detached as a reload would, and the
+/// pending key. The form is removed from the page, as a reload removes it.
+async fn leave_unsure(case: &Case, secrets: &str) -> String {
+    let form = case.form(secrets);
+    let kit = case.attach(&form, 1);
+    fill_ticket(&form, "Reloaded");
+    if !secrets.is_empty() {
+        fill(&form, "password", "hunter2-very-secret");
+        fill(&form, "card", "4242424242424242");
+        fill(&form, "pin", "9876");
+    }
+    case.plan(&["offline"]);
+    form.request_submit().unwrap();
+    settled(&form, "unsure").await;
+    let key = kit
+        .submitter()
+        .pending()
+        .expect("pending")
+        .key()
+        .as_str()
+        .to_owned();
+    kit.detach();
+    form.remove();
+    key
+}
+
+#[test]
+async fn a_submit_locks_the_form_at_once_says_so_and_makes_one_ticket() {
+    let case = Case::new("lock");
+    let form = case.form("");
+    let _kit = case.attach(&form, 8);
+    let seen = changes(&form);
+    fill_ticket(&form, "Printer on fire");
+    case.plan(&["delay=300"]);
+    form.request_submit().unwrap();
+    // Locked in the submit's own task.
+    assert_eq!(busy(&form).as_deref(), Some("true"));
+    assert!(disabled(&form, "[name=subject]") && disabled(&form, "textarea"));
+    assert!(disabled(&form, "button[type=submit]"));
+    JsFuture::from(sleep(100)).await.unwrap();
+    assert_eq!(state(&form), "sending");
+    assert_eq!(status_text(&form), "Sending…");
+    assert!(
+        case.stored().is_some(),
+        "stored while the outcome is unknown"
+    );
+
+    settled(&form, "succeeded").await;
+    let tickets = case.count("tickets").await;
+    assert_eq!(tickets, 1.0);
+    assert!(
+        status_text(&form).starts_with("Created #"),
+        "{}",
+        status_text(&form)
+    );
+    assert_eq!(busy(&form), None);
+    assert!(!disabled(&form, "[name=subject]") && !disabled(&form, "button[type=submit]"));
+    assert_eq!(
+        field(&form, "subject").value(),
+        "",
+        "cleared after a success"
+    );
+    assert_eq!(focused(), Some(status(&form)), "the focus is on the status");
+    assert_eq!(
+        *seen.borrow(),
+        ["sending", "succeeded"],
+        "one event per change of state"
+    );
+    assert_eq!(case.stored(), None);
+    form.remove();
+}
+
+#[test]
+async fn a_lost_reply_is_resent_with_the_same_key_and_makes_one_ticket() {
+    let case = Case::new("lost");
+    let form = case.form("");
+    let _kit = case.attach(&form, 8);
+    fill_ticket(&form, "Lost reply");
+    case.plan(&["drop-reply"]);
+    form.request_submit().unwrap();
+    settled(&form, "succeeded").await;
+    let keys = case.keys();
+    assert!(keys.iter().all(|k| *k == keys[0]), "one key: {keys:?}");
+    assert_eq!(case.count("tickets").await, 1.0);
+    // The resend (the kit's, or Chromium's own of a POST whose connection closed before any
+    // answer byte) carried the same key and was answered by a replay.
+    assert_eq!(case.count("replays").await, 1.0);
+    form.remove();
+}
+
+#[test]
+async fn secret_fields_never_reach_session_storage() {
+    let case = Case::new("secret");
+    let form = case.form(SECRETS);
+    let _kit = case.attach(&form, 8);
+    fill_ticket(&form, "Change my password");
+    fill(&form, "password", "hunter2-very-secret");
+    fill(&form, "card", "4242424242424242");
+    fill(&form, "pin", "9876");
+    case.plan(&["delay=500"]);
+    form.request_submit().unwrap();
+    JsFuture::from(sleep(100)).await.unwrap();
+    let stored = case.stored().expect("stored before the answer");
+    assert!(stored.contains("Change my password"), "{stored}");
+    let storage = session();
+    for i in 0..storage.length().unwrap() {
+        let name = storage.key(i).unwrap().unwrap();
+        let value = storage.get_item(&name).unwrap().unwrap_or_default();
+        for secret in ["hunter2", "4242424242424242", "9876"] {
+            assert!(
+                !value.contains(secret),
+                "{secret} is in sessionStorage[{name}]"
+            );
+        }
+    }
+    settled(&form, "succeeded").await;
+    assert_eq!(case.count("tickets").await, 1.0);
+    form.remove();
+}
+
+#[test]
+async fn after_a_reload_the_fields_come_back_locked_and_try_again_sends_the_same_key() {
+    let case = Case::new("reload");
+    let key = leave_unsure(&case, "").await;
+    // The reload: a new form of the same name, empty, and a new kit.
+    let form = case.form("");
+    let options = FormOptions {
+        resume: Resume::Manual,
+        ..case.options(8)
+    };
+    let _kit = FormKit::attach(&form, options).unwrap();
+    assert_eq!(field(&form, "subject").value(), "Reloaded");
+    assert_eq!(busy(&form).as_deref(), Some("true"));
+    assert!(disabled(&form, "[name=subject]") && disabled(&form, "textarea"));
+    assert_eq!(state(&form), "unsure");
+    assert!(
+        status_text(&form).contains("before the page reloaded"),
+        "{}",
+        status_text(&form)
+    );
+    button(&form, "Try again")
+        .expect("Try again is offered")
+        .click();
+    settled(&form, "succeeded").await;
+    assert_eq!(
+        case.keys().last(),
+        Some(&key),
+        "the same key after the reload"
+    );
+    assert_eq!(case.count("tickets").await, 1.0);
+    assert!(button(&form, "Try again").is_none());
+    form.remove();
+}
+
+#[test]
+async fn after_a_reload_the_kit_resends_by_itself_and_keeps_the_form_locked_meanwhile() {
+    let case = Case::new("resume");
+    let key = leave_unsure(&case, "").await;
+    let form = case.form("");
+    case.plan(&["delay=300"]);
+    let _kit = case.attach(&form, 8);
+    assert_eq!(field(&form, "subject").value(), "Reloaded");
+    assert_eq!(busy(&form).as_deref(), Some("true"));
+    assert!(disabled(&form, "[name=subject]"));
+    settled(&form, "succeeded").await;
+    assert_eq!(case.keys().last(), Some(&key));
+    assert_eq!(case.count("tickets").await, 1.0);
+    form.remove();
+}
+
+#[test]
+async fn after_a_reload_the_kit_asks_for_the_secrets_then_resends_with_the_same_key() {
+    let case = Case::new("ask");
+    let key = leave_unsure(&case, SECRETS).await;
+    let form = case.form(SECRETS);
+    let _kit = case.attach(&form, 8);
+    // Only the secret fields are open, and the status names them.
+    assert!(!disabled(&form, "[name=password]") && !disabled(&form, "[name=pin]"));
+    assert!(disabled(&form, "[name=subject]"));
+    assert_eq!(field(&form, "subject").value(), "Reloaded");
+    assert_eq!(
+        field(&form, "password").value(),
+        "",
+        "secrets were not kept"
+    );
+    let text = status_text(&form);
+    assert!(
+        text.contains("Password, Card and PIN were not kept"),
+        "{text}"
+    );
+    assert_eq!(focused(), Some(field(&form, "password").unchecked_into()));
+    assert!(
+        case.keys().len() == 1,
+        "nothing sent before the secrets are back"
+    );
+    fill(&form, "password", "hunter2-very-secret");
+    fill(&form, "card", "4242424242424242");
+    fill(&form, "pin", "9876");
+    form.request_submit().unwrap();
+    settled(&form, "succeeded").await;
+    assert_eq!(case.keys(), [key.clone(), key], "resent with the same key");
+    assert_eq!(case.count("tickets").await, 1.0);
+    form.remove();
+}
+
+#[test]
+async fn unsure_offers_try_again_and_the_form_s_own_button_means_it_too() {
+    let case = Case::new("unsure");
+    let form = case.form("");
+    let _kit = case.attach(&form, 2);
+    fill_ticket(&form, "Unsure");
+    case.plan(&["fail-before", "fail-before"]);
+    form.request_submit().unwrap();
+    settled(&form, "unsure").await;
+    assert!(status_text(&form).starts_with("We could not confirm"));
+    assert_eq!(busy(&form).as_deref(), Some("true"));
+    assert!(
+        disabled(&form, "[name=subject]"),
+        "still locked while unsure"
+    );
+    assert!(
+        !disabled(&form, "button[type=submit]"),
+        "the submit button means Try again"
+    );
+    assert!(button(&form, "Try again").is_some() && button(&form, "Discard").is_some());
+    assert_eq!(case.count("tickets").await, 0.0);
+    form.request_submit().unwrap();
+    settled(&form, "succeeded").await;
+    let keys = case.keys();
+    assert_eq!(keys.len(), 3);
+    assert!(keys.iter().all(|k| *k == keys[0]), "one key: {keys:?}");
+    assert_eq!(case.count("tickets").await, 1.0);
+    form.remove();
+}
+
+#[test]
+async fn discard_unlocks_the_form_forgets_the_record_and_the_next_send_has_a_new_key() {
+    let case = Case::new("discard");
+    let form = case.form("");
+    let _kit = case.attach(&form, 1);
+    fill_ticket(&form, "Discard me");
+    case.plan(&["offline"]);
+    form.request_submit().unwrap();
+    settled(&form, "unsure").await;
+    assert!(case.stored().is_some());
+    button(&form, "Discard")
+        .expect("Discard is offered")
+        .click();
+    assert_eq!(state(&form), "idle");
+    assert!(status_text(&form).starts_with("Discarded."));
+    assert_eq!(busy(&form), None);
+    assert!(!disabled(&form, "[name=subject]"));
+    assert!(button(&form, "Try again").is_none() && button(&form, "Discard").is_none());
+    assert_eq!(case.stored(), None, "the record is gone");
+    assert_eq!(
+        field(&form, "subject").value(),
+        "Discard me",
+        "the fields are kept"
+    );
+    form.request_submit().unwrap();
+    settled(&form, "succeeded").await;
+    let keys = case.keys();
+    assert_eq!(keys.len(), 2);
+    assert_ne!(keys[0], keys[1], "a new key after a discard");
+    assert_eq!(case.count("tickets").await, 1.0);
+    form.remove();
+}
+
+#[test]
+async fn a_refusal_marks_the_invalid_field_and_moves_the_focus_to_it() {
+    let case = Case::new("refused");
+    let form = case.form("");
+    let _kit = case.attach(&form, 8);
+    fill_ticket(&form, "Bad email");
+    fill(&form, "email", "not-an-email");
+    form.request_submit().unwrap();
+    settled(&form, "refused").await;
+    let email = field(&form, "email");
+    assert_eq!(email.get_attribute("aria-invalid").as_deref(), Some("true"));
+    let note = form
+        .query_selector(".oncekey-field-error")
+        .unwrap()
+        .expect("a note");
+    assert!(note.text_content().unwrap().contains("email"));
+    assert_eq!(email.get_attribute("aria-describedby"), Some(note.id()));
+    assert_eq!(focused(), Some(email.clone().unchecked_into()));
+    assert!(status_text(&form).starts_with("Not accepted: "));
+    assert!(!email.disabled() && field(&form, "subject").value() == "Bad email");
+    fill(&form, "email", "ana@example.com");
+    form.request_submit().unwrap();
+    settled(&form, "succeeded").await;
+    assert!(form
+        .query_selector(".oncekey-field-error")
+        .unwrap()
+        .is_none());
+    let keys = case.keys();
+    assert_ne!(
+        keys[0], keys[1],
+        "the corrected request is a new submission"
+    );
+    assert_eq!(case.count("tickets").await, 1.0);
+    form.remove();
+}
+
+#[test]
+async fn a_status_text_holding_html_is_shown_as_text() {
+    let case = Case::new("html");
+    let form = case.form("");
+    let options = FormOptions {
+        success_message: SuccessMessage::Template("Created {subject}".into()),
+        ..case.options(8)
+    };
+    let _kit = FormKit::attach(&form, options).unwrap();
+    let subject = "<img id=injected src=x onerror=alert(1)><b>bold</b>";
+    fill_ticket(&form, subject);
+    form.request_submit().unwrap();
+    settled(&form, "succeeded").await;
+    assert_eq!(status_text(&form), format!("Created {subject}"));
+    assert_eq!(
+        status(&form).child_element_count(),
+        0,
+        "no element was made from it"
+    );
+    assert!(document().get_element_by_id("injected").is_none());
+    form.remove();
+}
+
+#[test]
+async fn a_kit_nobody_keeps_stays_wired_until_detached() {
+    let case = Case::new("kept");
+    let form = case.form("");
+    // What a page does that drops attachForm's result: the wrapper is freed.
+    drop(case.attach(&form, 8));
+    // After the kit's own listener: was the native post stopped? (Stopped here either way, so
+    // that a failure does not navigate the test page away.)
+    let native = Rc::new(std::cell::Cell::new(false));
+    let seen = native.clone();
+    let guard = Closure::<dyn FnMut(web_sys::Event)>::new(move |e: web_sys::Event| {
+        seen.set(!e.default_prevented());
+        e.prevent_default();
+    });
+    let document = document();
+    document
+        .add_event_listener_with_callback("submit", guard.as_ref().unchecked_ref())
+        .unwrap();
+    fill_ticket(&form, "Nobody keeps me");
+    form.request_submit().unwrap();
+    assert!(
+        !native.get(),
+        "the form would have been posted natively, without a key"
+    );
+    settled(&form, "succeeded").await;
+    document
+        .remove_event_listener_with_callback("submit", guard.as_ref().unchecked_ref())
+        .unwrap();
+    assert_eq!(case.count("tickets").await, 1.0);
+    assert_eq!(case.count("missing_keys").await, 0.0);
+    form.remove();
+}
+
+#[test]
+async fn detach_undoes_what_the_kit_did_and_keeps_the_pending_record() {
+    let case = Case::new("detach");
+    let form = case.form("");
+    form.query_selector("[role=status]")
+        .unwrap()
+        .unwrap()
+        .remove();
+    let kit = case.attach(&form, 1);
+    assert!(
+        form.query_selector("p.oncekey-status[role=status]")
+            .unwrap()
+            .is_some(),
+        "made"
+    );
+    fill_ticket(&form, "Detached");
+    case.plan(&["offline"]);
+    form.request_submit().unwrap();
+    settled(&form, "unsure").await;
+    kit.detach();
+    for attr in ["data-oncekey-state", "data-oncekey-outcome", "aria-busy"] {
+        assert_eq!(form.get_attribute(attr), None, "{attr}");
+    }
+    assert!(!disabled(&form, "[name=subject]") && button(&form, "Try again").is_none());
+    assert!(form.query_selector("[role=status]").unwrap().is_none());
+    assert!(case.stored().is_some(), "a pending submission stays stored");
+    form.remove();
+}
+
+#[test]
+async fn wrong_options_are_errors_that_name_the_option() {
+    let case = Case::new("options");
+    let form = case.form("");
+    let js = |text: &str| js_sys::JSON::parse(text).unwrap();
+    // As attachForm reads them, then attaches.
+    let error = |value: JsValue| {
+        FormOptions::from_js(&value, &form)
+            .and_then(|options| FormKit::attach(&form, options))
+            .unwrap_err()
+    };
+    for (options, says) in [
+        (r#"{"clearOnSuccess":1}"#, "options.clearOnSuccess"),
+        (
+            r#"{"resume":true}"#,
+            "options.resume must be \"auto\" or \"manual\"",
+        ),
+        (r#"{"successMessage":5}"#, "options.successMessage"),
+        (r#"{"name":7}"#, "options.name"),
+        (r#"{"timeout":5}"#, "options.timeout is not an option"),
+        (r#"{"retry":{"attempts":0}}"#, "options.retry.attempts"),
+    ] {
+        let e = error(js(options));
+        assert!(e.message().contains(says), "{options}: {}", e.message());
+    }
+    assert!(error(JsValue::from(5))
+        .message()
+        .contains("must be an object"));
+    form.set_attribute("method", "get").unwrap();
+    let e = error(js("{}"));
+    assert!(e.message().contains("method=\"post\""), "{}", e.message());
+    form.remove_attribute("data-oncekey").unwrap();
+    form.set_attribute("method", "post").unwrap();
+    let e = FormKit::attach(&form, case.options(8)).unwrap_err();
+    assert!(
+        e.message().contains("options.name is required"),
+        "{}",
+        e.message()
+    );
+    form.remove();
+}
