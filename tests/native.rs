@@ -633,6 +633,9 @@ async fn a_dead_clients_lease_runs_out_and_another_takes_its_submission_over() {
         attempts: 1,
         round_started_at: oncekey::Timestamp::from_millis(now_ms()),
         round_attempts: 1,
+        key_lifetime: oncekey::core::DEFAULT_KEY_LIFETIME,
+        offline: Duration::ZERO,
+        offline_since: None,
     };
     let lease = oncekey::Lease {
         owner: "dead-process".into(),

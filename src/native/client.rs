@@ -210,6 +210,14 @@ impl Client {
         self.run(name, Job::TryAgain).await
     }
 
+    /// "Send as new" for one stored submission that is [`Outcome::Expired`](crate::Outcome::Expired)
+    /// (or unsure), once you have checked that the server did not carry it out: the stored
+    /// request is sent again, deliberately, under a new key (the old record is replaced in the
+    /// same write). Refused while it is being sent.
+    pub async fn send_as_new(&self, name: &str) -> Result<Settlement> {
+        self.run(name, Job::SendAsNew).await
+    }
+
     /// Every stored submission, readable or not.
     pub async fn pending(&self) -> Result<Vec<Pending>> {
         let listed = self.store_call(|s| s.list()).await?;

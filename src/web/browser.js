@@ -279,8 +279,8 @@ class Store {
 // ## The submitter
 
 // The core's states and outcomes, in the order of its enums (machine.rs).
-const STATES = ['idle', 'sending', 'waiting', 'unsure', 'succeeded', 'refused', 'conflict', 'misconfigured'];
-const OUTCOMES = ['succeeded', 'refused', 'conflict', 'misconfigured', 'unsure'];
+const STATES = ['idle', 'sending', 'waiting', 'unsure', 'succeeded', 'refused', 'conflict', 'misconfigured', 'expired'];
+const OUTCOMES = ['succeeded', 'refused', 'conflict', 'misconfigured', 'unsure', 'expired'];
 
 // The backoff's jitter spreads retries out; it guards no secret, so Math.random does (keys come
 // from crypto.getRandomValues).

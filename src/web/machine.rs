@@ -62,6 +62,7 @@ fn state_index(state: State) -> u8 {
         State::Refused => 5,
         State::Conflict => 6,
         State::Misconfigured => 7,
+        State::Expired => 8,
     }
 }
 
@@ -73,6 +74,7 @@ fn outcome_index(outcome: Outcome) -> &'static str {
         Outcome::Conflict => "2",
         Outcome::Misconfigured => "3",
         Outcome::Unsure => "4",
+        Outcome::Expired => "5",
     }
 }
 
@@ -94,6 +96,7 @@ impl Machine {
             base: millis(base),
             cap: millis(cap),
             budget: millis(budget),
+            ..RetryPolicy::default()
         };
         policy
             .validate()
@@ -150,7 +153,9 @@ impl Machine {
         match self.core.begin(at(now), request, NewKey::Random(key)) {
             Ok(Begun::Started) => "S".to_owned(),
             Ok(_) => "J".to_owned(),
-            Err(e @ BeginError::PendingMismatch { .. }) => "p".to_owned() + &e.message(),
+            Err(e @ (BeginError::PendingMismatch { .. } | BeginError::Expired { .. })) => {
+                "p".to_owned() + &e.message()
+            }
             Err(BeginError::Body(b)) => "bthe body cannot be sent: ".to_owned() + &b.message(),
         }
     }

@@ -186,6 +186,7 @@ pub fn fast() -> RetryPolicy {
         base: Duration::from_millis(20),
         cap: Duration::from_secs(3),
         budget: Duration::from_secs(60),
+        ..RetryPolicy::default()
     }
 }
 
