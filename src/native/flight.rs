@@ -319,7 +319,8 @@ fn set_up(
             // With its round spent before the restart a resume stays unsure, unsent: "Try
             // again" starts a new round.
             sub.restore(t, record, !again).map_err(unreadable)?;
-            if again {
+            // Past its key's lifetime, the restore settled it expired, for the caller to hear.
+            if again && sub.state() != State::Expired {
                 sub.try_again(t).map_err(unreadable)?;
             }
         }
