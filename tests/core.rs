@@ -888,6 +888,19 @@ fn a_try_again_offline_waits_for_the_connection() {
     let sent = d.sent.len();
     assert_eq!(s.state(), State::Waiting);
     assert_eq!(d.stored.as_ref().unwrap().round_attempts, 0);
+
+    // Reloaded an hour later, online: its round never sent, so it begins now, with no spell
+    // offline to carry (it would otherwise be an hour of budget for nothing).
+    let mut d2 = Driver::default();
+    let mut s2 = Submission::new("new-ticket", three());
+    let later = T0 + secs(3600);
+    s2.restore(later, d.stored.clone().unwrap(), true).unwrap();
+    d2.drain(&mut s2);
+    let r = d2.stored.unwrap();
+    assert_eq!((r.offline, r.offline_since), (secs(0), None));
+    assert_eq!(r.budget_start(later), later);
+    assert_eq!(d2.sent.len(), 1);
+
     s.handle_online(T0 + secs(60), true);
     d.drain(&mut s);
     assert_eq!(d.sent.len(), sent + 1);

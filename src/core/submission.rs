@@ -518,6 +518,8 @@ impl Submission {
             // Never sent in this round (a record enqueued in an outbox): its round, and its
             // budget, begin now, not while it waited in a queue.
             record.round_started_at = now;
+            record.offline = Duration::ZERO;
+            record.offline_since = None;
             if record.attempts == 0 {
                 record.started_at = now;
             }
