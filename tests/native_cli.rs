@@ -259,6 +259,7 @@ fn an_expired_record_exits_9_and_is_sent_as_new_only_when_asked() {
     assert_eq!(rt.block_on(server.tickets(&tenant)), 0, "nothing was sent");
     let listed = text(&oncekey(&["list", "--store", store]).stdout);
     assert!(listed.contains(key.as_str()), "kept: {listed}");
+    assert!(listed.contains("EXPIRED"), "says so: {listed}");
 
     // Checked (no ticket exists): sent as new, deliberately.
     let out = oncekey(&["send-as-new", "--store", store, "--name", "old"]);

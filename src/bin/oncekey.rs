@@ -484,10 +484,11 @@ The answer's body goes to stdout; a one-line summary to stderr.";
             .pending()
             .await
             .map_err(|e| (e.to_string(), FAILED))?;
+        let now = oncekey::Timestamp::from_millis(now_ms());
         for p in pending {
             match &p.record {
                 Ok(r) => println!(
-                    "{}\t{}\t{} {}\t{} attempts\t{}",
+                    "{}\t{}\t{} {}\t{} attempts\t{}{}",
                     p.name,
                     r.key,
                     r.request.method,
@@ -496,6 +497,11 @@ The answer's body goes to stdout; a one-line summary to stderr.";
                     match &p.lease {
                         Some(l) => format!("leased by {}", l.owner),
                         None => "not leased".to_owned(),
+                    },
+                    if r.is_expired(now) {
+                        "\tEXPIRED: key past its lifetime; check, then send-as-new or discard"
+                    } else {
+                        ""
                     }
                 ),
                 Err(e) => println!("{}\tUNREADABLE: {e}", p.name),
