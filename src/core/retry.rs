@@ -78,7 +78,7 @@ impl Default for RetryPolicy {
             base: Duration::from_millis(500),
             cap: Duration::from_secs(30),
             budget: Duration::from_secs(15 * 60),
-            key_lifetime: Duration::from_secs(24 * 60 * 60),
+            key_lifetime: super::record::DEFAULT_KEY_LIFETIME,
         }
     }
 }
