@@ -39,6 +39,7 @@ mod app {
                     base: Duration::from_millis(20),
                     cap: Duration::from_secs(1),
                     budget: Duration::from_secs(120),
+                    ..RetryPolicy::default()
                 })
                 .build()
                 .expect("client");

@@ -162,6 +162,9 @@ mod app {
                 attempts: 1,
                 round_started_at: now,
                 round_attempts: 1,
+                key_lifetime: oncekey::core::DEFAULT_KEY_LIFETIME,
+                offline: std::time::Duration::ZERO,
+                offline_since: None,
             };
             store.claim(&name, &dead, now).unwrap();
             store.save(&name, &record.to_json(), &dead).unwrap();

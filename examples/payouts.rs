@@ -95,6 +95,9 @@ mod app {
                     Outcome::Succeeded => ("paid", s.to_string()),
                     // Left due: the next run resumes it with the same key.
                     Outcome::Unsure => ("due", s.to_string()),
+                    // Past the payment API's key lifetime: a person checks the payout at the
+                    // provider, then sends it as new (`Client::send_as_new`) or discards it.
+                    Outcome::Expired => ("check", s.to_string()),
                     Outcome::Refused | Outcome::Conflict | Outcome::Misconfigured => {
                         ("failed", s.to_string())
                     }

@@ -169,7 +169,8 @@ fn unsure_after_the_attempts_then_try_again_resends_the_same_key() {
         let a = d.last_sent().clone();
         s.handle_failure(now, a.id, Failure::Timeout, 12345);
         d.drain(&mut s);
-        if let Some(t) = s.poll_timeout() {
+        // Unsure, the timer is the key's deadline, a day away: not this test's.
+        if let Some(t) = s.poll_timeout().filter(|_| s.state() == State::Waiting) {
             now = t;
             s.handle_timeout(now);
             d.drain(&mut s);
@@ -265,6 +266,9 @@ fn a_record_never_sent_starts_its_budget_when_first_sent() {
         attempts: 0,
         round_started_at: T0,
         round_attempts: 0,
+        key_lifetime: DEFAULT_KEY_LIFETIME,
+        offline: std::time::Duration::ZERO,
+        offline_since: None,
     };
     let later = T0 + secs(3600);
     let mut d = Driver::default();
@@ -471,4 +475,434 @@ fn many_lossy_submissions_make_one_ticket_each() {
     bodies.sort();
     bodies.dedup();
     assert_eq!(bodies.len(), 200, "no ticket twice");
+}
+
+// The key's lifetime (CONTRACT.md section 2): no attempt past it, less the margin.
+
+const DAY: u64 = 24 * 3600;
+
+/// A submission of three attempts a round, left unsure at about `T0 + 1 s` with its key.
+fn unsure(d: &mut Driver, policy: RetryPolicy) -> (Submission, Key) {
+    let mut s = Submission::new("new-ticket", policy);
+    s.begin(T0, request(TICKET), bytes(1)).unwrap();
+    d.drain(&mut s);
+    for _ in 0..3 {
+        let a = d.last_sent().clone();
+        s.handle_failure(T0, a.id, Failure::Network, 0);
+        d.drain(&mut s);
+        if s.state() == State::Waiting {
+            s.handle_timeout(T0);
+            d.drain(&mut s);
+        }
+    }
+    assert_eq!(s.state(), State::Unsure);
+    let key = d.last_sent().key.clone();
+    (s, key)
+}
+
+fn three() -> RetryPolicy {
+    RetryPolicy {
+        attempts: 3,
+        ..RetryPolicy::default()
+    }
+}
+
+#[test]
+fn a_try_again_a_day_later_settles_expired_without_sending() {
+    let mut d = Driver::default();
+    let mut server = Server::default();
+    let (mut s, key) = unsure(&mut d, three());
+    server.handle(d.last_sent()); // the ticket was made; nobody can know
+    let sent = d.sent.len();
+
+    s.try_again(T0 + secs(DAY)).unwrap();
+    d.drain(&mut s);
+    assert_eq!(
+        d.sent.len(),
+        sent,
+        "nothing is sent with a key past its lifetime"
+    );
+    assert_eq!(s.state(), State::Expired);
+    let settled = d.settled.last().unwrap();
+    assert_eq!((settled.outcome, &settled.key), (Outcome::Expired, &key));
+    assert!(!settled.outcome.is_definite());
+    assert_eq!(d.stored.as_ref().map(|r| &r.key), Some(&key), "kept");
+    assert_eq!(d.forgets, 0);
+    assert_eq!(server.tickets.len(), 1);
+
+    // Nothing goes on with it: not "Try again", not the same body begun again.
+    assert_eq!(
+        s.try_again(T0 + secs(DAY + 1)),
+        Err(StateError::Expired(key.clone()))
+    );
+    let again = s.begin(T0 + secs(DAY + 1), request(TICKET), bytes(2));
+    assert!(
+        matches!(&again, Err(BeginError::Expired { key: k }) if *k == key),
+        "{again:?}"
+    );
+    assert!(again.unwrap_err().to_string().contains("check"));
+    d.drain(&mut s);
+    assert_eq!(d.sent.len(), sent);
+    let last = d.changes.last().unwrap();
+    assert_eq!((last.state, last.waiting_for), (State::Expired, None));
+}
+
+#[test]
+fn the_margin_is_kept_before_the_lifetime_ends() {
+    // 24 h less 5 minutes: a Try again one millisecond before sends, at the deadline it does not.
+    let deadline = T0 + secs(DAY - 5 * 60);
+    for (at, sends) in [
+        (deadline + std::time::Duration::from_millis(0), false),
+        (Timestamp::from_millis(deadline.as_millis() - 1), true),
+    ] {
+        let mut d = Driver::default();
+        let (mut s, key) = unsure(&mut d, three());
+        assert_eq!(d.stored.as_ref().unwrap().key_deadline(), deadline);
+        let sent = d.sent.len();
+        s.try_again(at).unwrap();
+        d.drain(&mut s);
+        assert_eq!(d.sent.len() > sent, sends, "at {at:?}");
+        if sends {
+            assert_eq!(d.last_sent().key, key);
+        } else {
+            assert_eq!(s.state(), State::Expired);
+        }
+    }
+}
+
+#[test]
+fn a_restore_past_the_lifetime_settles_expired_unsent() {
+    for resume in [true, false] {
+        let mut d = Driver::default();
+        let (_, key) = unsure(&mut d, three());
+        let stored = d.stored.clone().unwrap();
+        let sent = d.sent.len();
+
+        let mut s = Submission::new("new-ticket", RetryPolicy::default());
+        s.restore(T0 + secs(DAY), stored.clone(), resume).unwrap();
+        d.drain(&mut s);
+        assert_eq!(d.sent.len(), sent, "resume {resume}: nothing sent");
+        assert_eq!(s.state(), State::Expired);
+        assert_eq!(d.settled.last().unwrap().outcome, Outcome::Expired);
+        assert_eq!(s.pending().unwrap().key, key, "kept, with its key");
+
+        // The same record an hour earlier is unsure (its round is spent), and a Try again
+        // sends it with its key.
+        let mut s = Submission::new("new-ticket", RetryPolicy::default());
+        s.restore(T0 + secs(DAY - 3600), stored, resume).unwrap();
+        s.try_again(T0 + secs(DAY - 3600)).unwrap();
+        d.drain(&mut s);
+        assert_eq!(d.sent.len(), sent + 1);
+        assert_eq!(d.last_sent().key, key);
+    }
+}
+
+#[test]
+fn the_record_keeps_its_lifetime_and_a_shorter_policy_wins() {
+    // Sent to a server that keeps keys 30 minutes (Qonto): 27 minutes usable.
+    let qonto = RetryPolicy {
+        key_lifetime: secs(30 * 60),
+        budget: secs(10 * 60),
+        ..three()
+    };
+    let mut d = Driver::default();
+    let (_, _) = unsure(&mut d, qonto);
+    let stored = d.stored.clone().unwrap();
+    assert_eq!(stored.key_lifetime, secs(30 * 60));
+    let text = stored.to_json();
+    assert!(text.contains(r#""keyLifetimeMs":1800000"#), "{text}");
+    let read = Record::from_json(&text).unwrap();
+
+    // Restored by a process with the default policy: the record's 30 minutes still hold.
+    let mut s = Submission::new("new-ticket", RetryPolicy::default());
+    s.restore(T0 + secs(28 * 60), read.clone(), true).unwrap();
+    d.drain(&mut s);
+    assert_eq!(s.state(), State::Expired);
+
+    // A record sent under 24 h, restored where the policy now says 30 minutes: 30 minutes.
+    let mut d = Driver::default();
+    let (_, _) = unsure(&mut d, three());
+    let mut s = Submission::new("new-ticket", qonto);
+    s.restore(T0 + secs(28 * 60), d.stored.clone().unwrap(), true)
+        .unwrap();
+    d.drain(&mut s);
+    assert_eq!(s.state(), State::Expired);
+}
+
+#[test]
+fn the_lifetime_is_checked_before_every_attempt() {
+    // Ten minutes of lifetime (one of margin): a retry due past 9 minutes is never sent.
+    let short = RetryPolicy {
+        key_lifetime: secs(600),
+        budget: secs(300),
+        ..three()
+    };
+    // 1. A retry that would fall past the deadline expires at once.
+    let mut d = Driver::default();
+    let (mut s, key) = unsure(&mut d, short);
+    let now = T0 + secs(9 * 60 - 20);
+    s.try_again(now).unwrap();
+    d.drain(&mut s);
+    assert_eq!(d.last_sent().key, key, "still inside: sent");
+    let sent = d.sent.len();
+    let busy = Answer::from_response(409, [("Retry-After", "30")], "", "Idempotency-Key");
+    s.handle_answer(now, d.last_sent().id, &busy, 0);
+    d.drain(&mut s);
+    assert_eq!(s.state(), State::Expired);
+    assert_eq!(d.sent.len(), sent);
+
+    // 2. Waiting for a retry when the deadline comes: the timer is the deadline, and it expires.
+    let mut d = Driver::default();
+    let (mut s, _) = unsure(&mut d, short);
+    let now = T0 + secs(9 * 60 - 1);
+    s.try_again(now).unwrap();
+    d.drain(&mut s);
+    s.handle_failure(now, d.last_sent().id, Failure::Network, u32::MAX);
+    d.drain(&mut s);
+    let sent = d.sent.len();
+    if s.state() == State::Waiting {
+        let t = s.poll_timeout().unwrap();
+        assert!(t <= T0 + secs(9 * 60));
+        s.handle_timeout(T0 + secs(9 * 60));
+        d.drain(&mut s);
+    }
+    assert_eq!(s.state(), State::Expired);
+    assert_eq!(d.sent.len(), sent);
+
+    // 3. Unsure and left alone: it turns expired at the deadline, which is its timer.
+    let mut d = Driver::default();
+    let (mut s, _) = unsure(&mut d, short);
+    assert_eq!(s.poll_timeout(), Some(T0 + secs(9 * 60)));
+    s.handle_timeout(T0 + secs(9 * 60));
+    d.drain(&mut s);
+    assert_eq!(s.state(), State::Expired);
+    assert_eq!(d.settled.last().unwrap().outcome, Outcome::Expired);
+}
+
+#[test]
+fn send_as_new_makes_a_new_key_for_the_same_body() {
+    let mut d = Driver::default();
+    let mut server = Server::default();
+    let (mut s, old) = unsure(&mut d, three());
+    s.try_again(T0 + secs(DAY)).unwrap();
+    d.drain(&mut s);
+    assert_eq!(s.state(), State::Expired);
+    let sent = d.sent.len();
+
+    // Given the old key back, it refuses: a deliberate new key is the point.
+    let now = T0 + secs(DAY + 60);
+    assert_eq!(
+        s.send_as_new(now, NewKey::Given(old.clone())),
+        Err(StateError::SameKey(old.clone()))
+    );
+    s.send_as_new(now, bytes(9)).unwrap();
+    d.drain(&mut s);
+    let a = d.last_sent().clone();
+    assert_eq!(d.sent.len(), sent + 1);
+    assert_ne!(a.key, old, "a new key");
+    assert_eq!(a.request.body, TICKET, "the same body");
+    assert_eq!(a.number, 1, "counted afresh");
+    let stored = d.stored.as_ref().unwrap();
+    assert_eq!(
+        (&stored.key, stored.started_at),
+        (&a.key, now),
+        "the record is replaced"
+    );
+    assert_eq!(d.sent_unstored, 0);
+    // While it is being sent, it is not sent as new again.
+    assert_eq!(
+        s.send_as_new(now, bytes(10)),
+        Err(StateError::StillSending(a.key.clone()))
+    );
+    let answer = server.handle(&a);
+    s.handle_answer(now, a.id, &answer, 0);
+    d.drain(&mut s);
+    assert_eq!(s.state(), State::Succeeded);
+    assert_eq!(d.settled.last().unwrap().key, a.key);
+    assert!(
+        d.sent[sent..].iter().all(|x| x.key != old),
+        "the old key is never sent again"
+    );
+    assert_eq!(
+        Submission::new("x", RetryPolicy::default()).send_as_new(now, bytes(1)),
+        Err(StateError::NothingPending)
+    );
+}
+
+// Offline (CONTRACT.md section 2): no attempt, nothing of the limit or the budget spent.
+
+#[test]
+fn offline_spends_nothing_and_back_online_sends_at_once_with_the_same_key() {
+    let mut d = Driver::default();
+    let mut s = started(&mut d);
+    let a = d.last_sent().clone();
+    s.handle_online(T0 + secs(1), false);
+    s.handle_failure(T0 + secs(1), a.id, Failure::Network, u32::MAX);
+    d.drain(&mut s);
+    assert_eq!(s.state(), State::Waiting);
+    let c = d.changes.last().unwrap();
+    assert_eq!(c.waiting_for, Some(WaitingFor::Online), "{c:?}");
+    assert_eq!(c.next_attempt_at, None);
+    let stored = d.stored.as_ref().unwrap();
+    assert_eq!(
+        stored.round_attempts, 0,
+        "the failed attempt was given back"
+    );
+    assert_eq!(
+        stored.offline_since,
+        Some(T0 + secs(1)),
+        "the spell is stored"
+    );
+
+    // An hour offline, timers firing: nothing is sent, the round does not end.
+    let mut now = T0 + secs(1);
+    for _ in 0..60 {
+        now = now + secs(60);
+        s.handle_timeout(now);
+        d.drain(&mut s);
+    }
+    assert_eq!((d.sent.len(), s.state()), (1, State::Waiting));
+    assert!(d.settled.is_empty());
+
+    s.handle_online(now, true);
+    d.drain(&mut s);
+    assert_eq!(d.sent.len(), 2, "sent at once");
+    assert_eq!(d.last_sent().key, a.key);
+    let stored = d.stored.as_ref().unwrap();
+    assert_eq!(stored.round_attempts, 1);
+    assert_eq!(
+        stored.offline,
+        secs(3600),
+        "an hour offline, kept out of the budget"
+    );
+    // A 503 now is retried: the hour offline did not spend the 15 minutes.
+    s.handle_answer(now, d.last_sent().id, &Answer::status(503), 0);
+    d.drain(&mut s);
+    assert_eq!(s.state(), State::Waiting);
+    assert_eq!(
+        d.changes.last().unwrap().waiting_for,
+        Some(WaitingFor::Timer(s.poll_timeout().unwrap()))
+    );
+}
+
+#[test]
+fn begun_offline_it_is_stored_and_sent_when_back_online() {
+    let mut d = Driver::default();
+    let mut s = Submission::new("new-ticket", RetryPolicy::default());
+    s.handle_online(T0, false);
+    assert!(!s.is_online());
+    assert_eq!(
+        s.begin(T0, request(TICKET), bytes(1)).unwrap(),
+        Begun::Started
+    );
+    d.drain(&mut s);
+    assert!(d.sent.is_empty());
+    assert!(d.stored.is_some(), "stored before anything is sent");
+    assert_eq!(s.poll_timeout(), None, "never sent: no deadline, no timer");
+    // Two days offline: the key was never sent, so it has not started to age.
+    let back = T0 + secs(2 * DAY);
+    s.handle_online(back, true);
+    d.drain(&mut s);
+    assert_eq!(d.sent.len(), 1);
+    assert_eq!(d.stored.as_ref().unwrap().started_at, back);
+    assert_eq!(d.sent_unstored, 0);
+}
+
+#[test]
+fn offline_time_stays_out_of_the_budget_across_a_reload() {
+    let mut d = Driver::default();
+    let mut s = started(&mut d);
+    s.handle_failure(T0, d.last_sent().id, Failure::Network, 0);
+    d.drain(&mut s);
+    s.handle_online(T0 + secs(10), false);
+    d.drain(&mut s);
+    let stored = d.stored.clone().unwrap();
+
+    // Reloaded 20 minutes later, still offline: it waits, it does not give up.
+    let mut s = Submission::new("new-ticket", RetryPolicy::default());
+    s.handle_online(T0 + secs(20 * 60), false);
+    s.restore(T0 + secs(20 * 60), stored, true).unwrap();
+    d.drain(&mut s);
+    assert_eq!(s.state(), State::Waiting);
+    assert_eq!(
+        d.changes.last().unwrap().waiting_for,
+        Some(WaitingFor::Online)
+    );
+    assert_eq!(d.sent.len(), 1);
+
+    // Online 30 minutes in: sent at once; its round has spent 10 s of its 15 minutes.
+    let now = T0 + secs(30 * 60);
+    s.handle_online(now, true);
+    d.drain(&mut s);
+    assert_eq!(d.sent.len(), 2);
+    let r = d.stored.clone().unwrap();
+    assert_eq!(r.offline, secs(30 * 60 - 10));
+    assert_eq!(r.budget_start(now), T0 + secs(30 * 60 - 10));
+    s.handle_failure(now, d.last_sent().id, Failure::Network, 0);
+    d.drain(&mut s);
+    assert_eq!(s.state(), State::Waiting, "not BudgetSpent");
+
+    // The same record restored online (the reload came back online): the spell ended then.
+    let mut d2 = Driver::default();
+    let mut s2 = Submission::new("new-ticket", RetryPolicy::default());
+    let mut offline = r.clone();
+    offline.offline = std::time::Duration::ZERO;
+    offline.offline_since = Some(T0 + secs(10));
+    s2.restore(T0 + secs(20 * 60), offline, true).unwrap();
+    d2.drain(&mut s2);
+    assert_eq!(d2.sent.len(), 1, "resumed, its budget not spent");
+    assert_eq!(d2.stored.unwrap().offline, secs(20 * 60 - 10));
+}
+
+#[test]
+fn retry_after_still_holds_when_back_online() {
+    let mut d = Driver::default();
+    let mut s = started(&mut d);
+    let busy = Answer::from_response(409, [("Retry-After", "20")], "", "Idempotency-Key");
+    s.handle_answer(T0, d.last_sent().id, &busy, 0);
+    s.handle_online(T0 + secs(1), false);
+    d.drain(&mut s);
+    assert_eq!(
+        d.changes.last().unwrap().waiting_for,
+        Some(WaitingFor::Online)
+    );
+    s.handle_online(T0 + secs(5), true);
+    d.drain(&mut s);
+    assert_eq!(d.sent.len(), 1, "the server asked for 20 s");
+    assert_eq!(
+        d.changes.last().unwrap().waiting_for,
+        Some(WaitingFor::Timer(T0 + secs(20)))
+    );
+    s.handle_timeout(T0 + secs(20));
+    d.drain(&mut s);
+    assert_eq!(d.sent.len(), 2);
+}
+
+#[test]
+fn a_try_again_offline_waits_for_the_connection() {
+    let mut d = Driver::default();
+    let (mut s, key) = unsure(&mut d, three());
+    s.handle_online(T0 + secs(5), false);
+    s.try_again(T0 + secs(6)).unwrap();
+    d.drain(&mut s);
+    let sent = d.sent.len();
+    assert_eq!(s.state(), State::Waiting);
+    assert_eq!(d.stored.as_ref().unwrap().round_attempts, 0);
+
+    // Reloaded an hour later, online: its round never sent, so it begins now, with no spell
+    // offline to carry (it would otherwise be an hour of budget for nothing).
+    let mut d2 = Driver::default();
+    let mut s2 = Submission::new("new-ticket", three());
+    let later = T0 + secs(3600);
+    s2.restore(later, d.stored.clone().unwrap(), true).unwrap();
+    d2.drain(&mut s2);
+    let r = d2.stored.unwrap();
+    assert_eq!((r.offline, r.offline_since), (secs(0), None));
+    assert_eq!(r.budget_start(later), later);
+    assert_eq!(d2.sent.len(), 1);
+
+    s.handle_online(T0 + secs(60), true);
+    d.drain(&mut s);
+    assert_eq!(d.sent.len(), sent + 1);
+    assert_eq!(d.last_sent().key, key);
 }

@@ -1,5 +1,6 @@
-//! Property tests of the core: random sequences of answers, failures, timers, restores, discards
-//! and "Try again", with the contract's promises checked after every step.
+//! Property tests of the core: random sequences of answers, failures, timers, restores, discards,
+//! "Try again", offline spells, hours passing and "send as new", with the contract's promises
+//! checked after every step.
 #![cfg(not(all(target_arch = "wasm32", any(target_os = "unknown", target_os = "none"))))]
 
 mod core_support;
@@ -27,6 +28,12 @@ enum Step {
     Restore(bool),
     TryAgain,
     Discard,
+    /// The platform goes offline (`false`) or back online (`true`).
+    Online(bool),
+    /// Minutes pass: enough of them take the key past its lifetime.
+    Minutes(u8),
+    /// "Send as new" (a new key).
+    SendAsNew,
 }
 
 const BODIES: [&str; 4] = [
@@ -50,6 +57,9 @@ fn step() -> impl Strategy<Value = Step> {
         1 => any::<bool>().prop_map(Step::Restore),
         1 => Just(Step::TryAgain),
         1 => Just(Step::Discard),
+        2 => any::<bool>().prop_map(Step::Online),
+        1 => (0u8..90).prop_map(Step::Minutes),
+        1 => Just(Step::SendAsNew),
     ]
 }
 
@@ -59,6 +69,8 @@ fn policy() -> RetryPolicy {
         base: Duration::from_millis(200),
         cap: Duration::from_secs(30),
         budget: Duration::from_secs(120),
+        // An hour, so that random walks reach its end.
+        key_lifetime: Duration::from_secs(3600),
     }
 }
 
@@ -77,6 +89,7 @@ proptest! {
         let mut used_keys: HashSet<Key> = HashSet::new();
         // The attempt a request is out for (cleared by its answer, a discard or a reload).
         let mut outstanding: Option<Attempt> = None;
+        let mut online = true;
 
         for step in steps {
             jitter = jitter.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
@@ -117,6 +130,7 @@ proptest! {
                     // The page is gone, and with it any request it had out.
                     outstanding = None;
                     s = Submission::new("form", policy());
+                    s.handle_online(now, online);
                     if let Some(r) = d.stored.clone() {
                         s.restore(now, r.clone(), resume).unwrap();
                         prop_assert_eq!(&s.pending().unwrap().key, &r.key);
@@ -130,13 +144,37 @@ proptest! {
                     outstanding = None;
                     s.discard();
                 }
+                Step::Online(on) => {
+                    online = on;
+                    s.handle_online(now, on);
+                }
+                Step::Minutes(m) => now = now + Duration::from_secs(u64::from(m) * 60),
+                Step::SendAsNew => {
+                    if s.send_as_new(now, bytes(fresh.wrapping_add(100))).is_ok() {
+                        fresh = fresh.wrapping_add(1);
+                        pending_key = None;
+                        outstanding = None;
+                    }
+                }
             }
             d.drain(&mut s);
+
+            let new_sends = &d.sent[sent_before..];
+            // Nothing is sent while offline, nor with a key past its lifetime less the margin.
+            prop_assert!(new_sends.is_empty() || online, "sent while offline");
+            if let (Some(_), Some(r)) = (new_sends.first(), &d.stored) {
+                prop_assert!(now <= r.key_deadline(), "sent at {:?} past {:?}", now, r.key_deadline());
+                // Attempts given back offline: the round never exceeds its limit.
+                prop_assert!(r.round_attempts <= policy().attempts);
+            }
+            // An expired submission stays stored, with its key, and says so.
+            if s.state() == State::Expired {
+                prop_assert_eq!(d.stored.as_ref().map(|r| &r.key), pending_key.as_ref());
+            }
 
             // Key and body are stored before every send.
             prop_assert_eq!(d.sent_unstored, 0);
             // At most one attempt is ever out.
-            let new_sends = &d.sent[sent_before..];
             prop_assert!(new_sends.len() <= 1, "two sends in one step");
             if let Some(a) = new_sends.first() {
                 prop_assert!(outstanding.is_none(), "a second attempt while one is out");
@@ -164,8 +202,9 @@ proptest! {
             if let (Some(r), Some(k)) = (&d.stored, &pending_key) {
                 prop_assert_eq!(&r.key, k);
             }
-            // No delay is shorter than Retry-After or longer than the cap.
-            if let Some(at) = s.poll_timeout() {
+            // No delay is shorter than Retry-After or longer than the cap (unsure, or offline,
+            // the timer is the key's deadline instead).
+            if let Some(at) = s.poll_timeout().filter(|_| s.state() == State::Waiting && online) {
                 let delay = at.saturating_since(now);
                 prop_assert!(delay <= policy().cap, "delay {:?} over the cap", delay);
                 if let Some(ra) = retry_after {

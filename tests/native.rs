@@ -633,6 +633,9 @@ async fn a_dead_clients_lease_runs_out_and_another_takes_its_submission_over() {
         attempts: 1,
         round_started_at: oncekey::Timestamp::from_millis(now_ms()),
         round_attempts: 1,
+        key_lifetime: oncekey::core::DEFAULT_KEY_LIFETIME,
+        offline: Duration::ZERO,
+        offline_since: None,
     };
     let lease = oncekey::Lease {
         owner: "dead-process".into(),
@@ -803,4 +806,134 @@ async fn a_client_needs_a_store_and_a_working_policy() {
         .await
         .unwrap_err();
     assert!(e.is_request(), "{e}");
+}
+
+#[tokio::test]
+async fn a_record_restored_past_its_key_lifetime_is_not_sent_and_settles_expired() {
+    let server = Server::start();
+    let tenant = tenant("expired");
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("pending.db");
+    // Left a day and a minute ago (24 h is the default lifetime; 5 minutes of margin).
+    let store = SqliteStore::open(&path).unwrap();
+    let key = left_behind(
+        &store,
+        &server.tickets_url(),
+        &tenant,
+        "old",
+        Duration::from_secs(24 * 3600 + 60),
+    );
+    // And one left 23 h 50 min ago: inside the lifetime and its margin, it is resumed.
+    let young = left_behind(
+        &store,
+        &server.tickets_url(),
+        &tenant,
+        "young",
+        Duration::from_secs(23 * 3600 + 50 * 60),
+    );
+    drop(store);
+
+    // The restart: a new client on the same file.
+    let plan = Plan::new();
+    let client = Client::builder()
+        .store(SqliteStore::open(&path).unwrap())
+        .retry(fast())
+        .header_provider(plan.provider())
+        .build()
+        .unwrap();
+    let resumed = client.resume_pending().await.unwrap();
+    let by = |n: &str| {
+        resumed
+            .iter()
+            .find(|r| r.name == n)
+            .map(|r| r.result.as_ref().unwrap())
+            .unwrap()
+    };
+    let old = by("old");
+    assert_eq!(old.outcome(), Outcome::Expired, "{old}");
+    assert_eq!(old.key(), &key);
+    assert_eq!(old.status(), None);
+    assert_eq!(
+        plan.attempts("old"),
+        0,
+        "nothing is sent with a key past its lifetime"
+    );
+    // The young one went out (unsure: its round's budget was spent before the restart; its
+    // Try again sends it, with its key).
+    let y = client.try_again("young").await.unwrap();
+    assert_eq!((y.outcome(), y.key()), (Outcome::Succeeded, &young), "{y}");
+    assert_eq!(
+        server.tickets(&tenant).await,
+        1,
+        "the server saw only the young one"
+    );
+
+    // Still stored, with its key: neither resume, Try again nor the same send goes on with it.
+    let pending = client.pending().await.unwrap();
+    assert_eq!(pending.len(), 1);
+    assert_eq!(pending[0].record.as_ref().unwrap().key, key);
+    let again = client.try_again("old").await.unwrap();
+    assert_eq!(again.outcome(), Outcome::Expired);
+    let resent = client
+        .submission("old")
+        .post(&server.tickets_url())
+        .header("X-Tenant", &tenant)
+        .json(&ticket("old"))
+        .unwrap()
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resent.outcome(), Outcome::Expired, "{resent}");
+    assert_eq!(plan.attempts("old"), 0);
+    assert_eq!(server.tickets(&tenant).await, 1);
+
+    // Checked (no ticket "old" exists): sent as new, deliberately, under a new key.
+    assert!(!server.subjects(&tenant).await.contains(&"old".to_owned()));
+    let new = client.send_as_new("old").await.unwrap();
+    assert_eq!(new.outcome(), Outcome::Succeeded, "{new}");
+    assert_ne!(new.key(), &key, "a new key");
+    assert_eq!(plan.keys("old"), vec![new.key().clone()]);
+    assert_eq!(server.tickets(&tenant).await, 2);
+    assert!(client.pending().await.unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn the_key_lifetime_is_the_clients_and_a_shorter_one_ends_a_submission_early() {
+    // A server that keeps keys 2 s: usable for 1.8 s. Every attempt fails before the work, the
+    // round ends unsure; past the lifetime, a Try again sends nothing and settles expired.
+    let server = Server::start();
+    let tenant = tenant("lifetime");
+    let plan = Plan::new();
+    plan.always("short", "fail-before");
+    let client = Client::builder()
+        .store(MemoryStore::new())
+        .retry(RetryPolicy {
+            attempts: 2,
+            // The server's fail-before asks for a second (Retry-After: 1).
+            budget: Duration::from_millis(1500),
+            ..fast()
+        })
+        .key_lifetime(Duration::from_secs(2))
+        .header_provider(plan.provider())
+        .build()
+        .unwrap();
+    let s = send(&client, &server, &tenant, "short").await.unwrap();
+    assert_eq!(s.outcome(), Outcome::Unsure, "{s}");
+    assert_eq!(plan.attempts("short"), 2, "{s}");
+    tokio::time::sleep(Duration::from_millis(1900)).await;
+    let s = client.try_again("short").await.unwrap();
+    assert_eq!(s.outcome(), Outcome::Expired, "{s}");
+    assert_eq!(plan.attempts("short"), 2, "nothing more was sent");
+    assert_eq!(server.tickets(&tenant).await, 0);
+
+    // A budget the lifetime cannot hold is a setup error that names both.
+    let e = Client::builder()
+        .store(MemoryStore::new())
+        .key_lifetime(Duration::from_secs(60))
+        .build()
+        .unwrap_err();
+    assert!(
+        e.is_builder() && e.to_string().contains("key lifetime"),
+        "{e}"
+    );
 }

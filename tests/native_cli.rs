@@ -229,3 +229,47 @@ fn an_unreadable_record_is_moved_aside_and_listed_as_quarantined() {
     assert_eq!(out.status.code(), Some(0));
     assert!(text(&out.stderr).contains("nothing pending"));
 }
+
+#[test]
+fn an_expired_record_exits_9_and_is_sent_as_new_only_when_asked() {
+    let server = Server::start();
+    let tenant = tenant("cli-expired");
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("pending.db");
+    let store = oncekey::SqliteStore::open(&path).unwrap();
+    let url = server.tickets_url();
+    let key = left_behind(
+        &store,
+        &url,
+        &tenant,
+        "old",
+        std::time::Duration::from_secs(25 * 3600),
+    );
+    drop(store);
+    let store = path.to_str().unwrap();
+
+    let out = oncekey(&["resume", "--store", store]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(9), "{stderr}");
+    assert!(
+        stderr.contains("expired") && stderr.contains("send-as-new"),
+        "{stderr}"
+    );
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    assert_eq!(rt.block_on(server.tickets(&tenant)), 0, "nothing was sent");
+    let listed = text(&oncekey(&["list", "--store", store]).stdout);
+    assert!(listed.contains(key.as_str()), "kept: {listed}");
+    assert!(listed.contains("EXPIRED"), "says so: {listed}");
+
+    // Checked (no ticket exists): sent as new, deliberately.
+    let out = oncekey(&["send-as-new", "--store", store, "--name", "old"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(rt.block_on(server.tickets(&tenant)), 1);
+    assert!(!text(&oncekey(&["list", "--store", store]).stdout).contains("old"));
+
+    let help = text(&oncekey(&["resume", "--help"]).stdout);
+    assert!(
+        help.contains("9  expired") && help.contains("--key-lifetime"),
+        "{help}"
+    );
+}

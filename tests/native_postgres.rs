@@ -309,6 +309,7 @@ async fn an_unsure_submission_is_set_aside_from_polls_but_try_again_takes_it_at_
             base: Duration::from_millis(10),
             cap: Duration::from_millis(20),
             budget: Duration::from_secs(30),
+            ..oncekey::RetryPolicy::default()
         })
         .timeout(Duration::from_millis(300))
         .lease(Duration::from_millis(300))

@@ -541,6 +541,7 @@ pub fn main(args: WorkerArgs) -> Result<(), String> {
         base: Duration::from_millis(50),
         cap: Duration::from_secs(2),
         budget: Duration::from_secs(120),
+        ..RetryPolicy::default()
     };
     let (rate, seed) = (args.fault_rate, args.fault_seed);
     let faults_log = Mutex::new(faults_log);

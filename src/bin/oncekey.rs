@@ -21,6 +21,10 @@ Outcomes and exit codes:
                     run `oncekey resume` (or the same send again) to go on; never send it under a new name.
   7  busy           another process holds the lease on this submission and is sending it.
   8  mismatch       another request is pending under this name; resume or discard it first.
+  9  expired        the key is past its lifetime (--key-lifetime, less min(10 %, 5 min)) without a
+                    definite answer: it may or may not have been done, and nothing more is sent
+                    with it. The record is KEPT: check with the server, then `oncekey send-as-new`
+                    (a deliberate new key) or `oncekey discard`.
   1  any other failure (store, usage, unreadable record), with a message on stderr.
 
 The answer's body goes to stdout; a one-line summary to stderr.";
@@ -59,6 +63,10 @@ The answer's body goes to stdout; a one-line summary to stderr.";
         List(List),
         /// Deliberately drop a stored submission; the next send under its name gets a new key.
         Discard(Discard),
+        /// Send a stored expired (or unsure) submission again under a new key, deliberately,
+        /// once you have checked that the server did not carry it out.
+        #[command(after_help = AFTER_HELP)]
+        SendAsNew(SendAsNew),
     }
 
     #[derive(Args, Debug)]
@@ -96,6 +104,11 @@ The answer's body goes to stdout; a one-line summary to stderr.";
         /// Time budget of a round, counted from its first attempt across restarts.
         #[arg(long, default_value = "15m", value_parser = duration)]
         budget: Duration,
+        /// How long the server keeps a key (Stripe, Checkout.com 24h; Svix 12h; Qonto 30m;
+        /// Adyen 31d): no attempt is sent later than this after the first, less min(10 %, 5m);
+        /// the submission is then expired (exit 9).
+        #[arg(long, default_value = "24h", value_parser = duration)]
+        key_lifetime: Duration,
     }
 
     #[derive(Args, Debug)]
@@ -172,6 +185,15 @@ The answer's body goes to stdout; a one-line summary to stderr.";
     }
 
     #[derive(Args, Debug)]
+    struct SendAsNew {
+        #[command(flatten)]
+        options: Options,
+        /// The submission's name.
+        #[arg(long)]
+        name: String,
+    }
+
+    #[derive(Args, Debug)]
     struct Discard {
         #[command(flatten)]
         store: StoreArg,
@@ -192,7 +214,12 @@ The answer's body goes to stdout; a one-line summary to stderr.";
             "s" | "" => Duration::from_secs(n),
             "m" => Duration::from_secs(n * 60),
             "h" => Duration::from_secs(n * 3600),
-            _ => return Err(format!("{s:?} is not a duration like 500ms, 30s or 15m")),
+            "d" => Duration::from_secs(n * 86_400),
+            _ => {
+                return Err(format!(
+                    "{s:?} is not a duration like 500ms, 30s, 15m, 24h or 31d"
+                ))
+            }
         })
     }
 
@@ -235,6 +262,7 @@ The answer's body goes to stdout; a one-line summary to stderr.";
                 base: o.base,
                 cap: o.cap,
                 budget: o.budget,
+                key_lifetime: o.key_lifetime,
             });
         for spec in &o.secret_headers {
             let (name, var) = spec
@@ -263,6 +291,7 @@ The answer's body goes to stdout; a one-line summary to stderr.";
             Outcome::Conflict => 4,
             Outcome::Misconfigured => 5,
             Outcome::Unsure => 6,
+            Outcome::Expired => 9,
         }
     }
 
@@ -284,6 +313,7 @@ The answer's body goes to stdout; a one-line summary to stderr.";
             Outcome::Conflict => Some("the server holds this key for another body: a bug, not retried"),
             Outcome::Misconfigured => Some("the server says the idempotency key is missing or malformed: check the setup"),
             Outcome::Unsure => Some("no definite answer: the record is kept; run `oncekey resume` to go on with the same key"),
+            Outcome::Expired => Some("the key is past its lifetime: it may or may not have been done, and nothing more is sent with it; check with the server, then `oncekey send-as-new` or `oncekey discard`"),
         };
         if let Some(advice) = advice {
             eprintln!("oncekey: {advice}");
@@ -399,14 +429,15 @@ The answer's body goes to stdout; a one-line summary to stderr.";
         let client = client(&args.options).map_err(|e| (e, FAILED))?;
         let failed = |e: oncekey::Error| (e.to_string(), FAILED);
         let mut worst = 0u8;
-        // Submissions this worker settled unsure stay stored; it does not wait for them.
+        // Submissions this worker settled unsure or expired stay stored; it does not wait for
+        // them.
         let mut unsure: HashSet<String> = HashSet::new();
         loop {
             let resumed = client.resume_due(args.batch).await.map_err(failed)?;
             let found = !resumed.is_empty();
             for r in resumed {
                 let c = report_result(&r.name, &r.result);
-                if c == code(Outcome::Unsure) {
+                if c == code(Outcome::Unsure) || c == code(Outcome::Expired) {
                     unsure.insert(r.name.clone());
                 } else {
                     unsure.remove(&r.name);
@@ -453,10 +484,11 @@ The answer's body goes to stdout; a one-line summary to stderr.";
             .pending()
             .await
             .map_err(|e| (e.to_string(), FAILED))?;
+        let now = oncekey::Timestamp::from_millis(now_ms());
         for p in pending {
             match &p.record {
                 Ok(r) => println!(
-                    "{}\t{}\t{} {}\t{} attempts\t{}",
+                    "{}\t{}\t{} {}\t{} attempts\t{}{}",
                     p.name,
                     r.key,
                     r.request.method,
@@ -465,12 +497,27 @@ The answer's body goes to stdout; a one-line summary to stderr.";
                     match &p.lease {
                         Some(l) => format!("leased by {}", l.owner),
                         None => "not leased".to_owned(),
+                    },
+                    if r.is_expired(now) {
+                        "\tEXPIRED: key past its lifetime; check, then send-as-new or discard"
+                    } else {
+                        ""
                     }
                 ),
                 Err(e) => println!("{}\tUNREADABLE: {e}", p.name),
             }
         }
         Ok(0)
+    }
+
+    async fn send_as_new(args: SendAsNew) -> Result<u8, (String, u8)> {
+        let client = client(&args.options).map_err(|e| (e, FAILED))?;
+        let result = client.send_as_new(&args.name).await;
+        if let Ok(s) = &result {
+            use std::io::Write;
+            let _ = std::io::stdout().lock().write_all(s.body());
+        }
+        Ok(report_result(&args.name, &result))
     }
 
     async fn discard(args: Discard) -> Result<u8, (String, u8)> {
@@ -526,6 +573,7 @@ The answer's body goes to stdout; a one-line summary to stderr.";
                 Command::Work(a) => work(a).await,
                 Command::List(a) => list(a).await,
                 Command::Discard(a) => discard(a).await,
+                Command::SendAsNew(a) => send_as_new(a).await,
             }
         });
         match result {

@@ -37,10 +37,16 @@ pub enum Outcome {
     /// Retries stopped (attempts, budget, or the server said stop) before a definite answer.
     /// The submission stays stored, with its key, for "Try again" or a deliberate discard.
     Unsure,
+    /// The key is past its lifetime (less the safety margin, see [`retry`](super::retry)) with no
+    /// definite answer: it may or may not have been done, and nothing more is sent with it. The
+    /// submission stays stored until the caller checks and chooses "send as new" (a deliberate
+    /// new key, [`Submission::send_as_new`](super::Submission::send_as_new)) or a discard.
+    Expired,
 }
 
 impl Outcome {
-    /// The contract's word for it: `succeeded`, `refused`, `conflict`, `misconfigured`, `unsure`.
+    /// The contract's word for it: `succeeded`, `refused`, `conflict`, `misconfigured`,
+    /// `unsure`, `expired`.
     pub fn as_str(self) -> &'static str {
         match self {
             Outcome::Succeeded => "succeeded",
@@ -48,12 +54,20 @@ impl Outcome {
             Outcome::Conflict => "conflict",
             Outcome::Misconfigured => "misconfigured",
             Outcome::Unsure => "unsure",
+            Outcome::Expired => "expired",
         }
     }
 
     /// Whether the outcome is definite: the server's answer settles it and the key is spent.
+    /// [`Outcome::Unsure`] and [`Outcome::Expired`] are not: nobody knows whether it was done.
     pub fn is_definite(self) -> bool {
-        self != Outcome::Unsure
+        !self.keeps_record()
+    }
+
+    /// Whether the submission stays stored, with its key, after this outcome: unsure (for "Try
+    /// again") and expired (for "send as new"), until then or a discard.
+    pub fn keeps_record(self) -> bool {
+        matches!(self, Outcome::Unsure | Outcome::Expired)
     }
 }
 

@@ -10,9 +10,11 @@
 //! - [`key`]: one key per intended submission, made from random bytes or derived from an id.
 //! - [`body`]: "same body" compares meaning (canonical JSON), and form encoding.
 //! - [`answer`]: what an answer means: the table of CONTRACT.md section 2, the one classifier.
-//! - [`retry`]: backoff with full jitter, `Retry-After`, the attempt limit and the time budget.
+//! - [`retry`]: backoff with full jitter, `Retry-After`, the attempt limit, the time budget
+//!   (time offline not spent from it), and the key's lifetime with its safety margin.
 //! - [`record`]: the versioned stored form of a pending submission, and the request it carries.
-//! - [`submission`]: the states of CONTRACT.md section 3.
+//! - [`submission`]: the states of CONTRACT.md section 3: no attempt past the key's lifetime
+//!   (`expired`, "send as new"), none while offline (waiting for the connection).
 //! - [`time`]: the wall-clock [`Timestamp`] drivers hand in, and HTTP-dates.
 //! - `text`: the few text helpers the core writes with, and why it avoids `fmt`.
 
@@ -41,11 +43,13 @@ pub mod time;
 pub use answer::{classify, Answer, Failure, Outcome, RetryAfter, Verdict};
 pub use body::BodyError;
 pub use key::{Key, KeyError, KeyFormat, DEFAULT_KEY_HEADER};
-pub use record::{Encoding, Record, RecordError, Request, RequestError, RECORD_VERSION};
-pub use retry::{GiveUp, Next, PolicyError, RetryPolicy};
+pub use record::{
+    Encoding, Record, RecordError, Request, RequestError, DEFAULT_KEY_LIFETIME, RECORD_VERSION,
+};
+pub use retry::{key_deadline, key_margin, GiveUp, Next, PolicyError, RetryPolicy, KEY_MARGIN_CAP};
 pub use submission::{
     Action, Attempt, AttemptId, BeginError, Begun, Change, NewKey, Settled, State, StateError,
-    Submission,
+    Submission, WaitingFor,
 };
 pub use time::Timestamp;
 

@@ -7,13 +7,26 @@
 //! { "v": 1, "name": "new-ticket", "key": "8e03...", "method": "POST", "url": "/api/tickets",
 //!   "headers": [["X-Tenant", "acme"]], "body": "{\"subject\":\"Printer\"}", "encoding": "json",
 //!   "startedAt": 1796126400000, "attempts": 2, "roundStartedAt": 1796126400000,
-//!   "roundAttempts": 2 }
+//!   "roundAttempts": 2, "keyLifetimeMs": 86400000, "offlineMs": 0 }
 //! ```
 //!
 //! `body` is the JSON text exactly as first sent, so every retry sends the same bytes; with
 //! `encoding: "form"` it is sent form-encoded. `startedAt` and `attempts` count from the first
-//! attempt ever; `roundStartedAt` and `roundAttempts` from the last "Try again", and the time
-//! budget counts from there.
+//! attempt ever, and the key's lifetime (`keyLifetimeMs`) from `startedAt`; `roundStartedAt` and
+//! `roundAttempts` from the last "Try again", and the time budget counts from there, less the
+//! time spent offline in the round (`offlineMs`, and `offlineSince` while offline).
+//!
+//! # Version 1, still
+//!
+//! `keyLifetimeMs`, `offlineMs` and `offlineSince` were added to version 1 without a new
+//! version, on purpose. Readers look fields up by name and ignore the ones they do not know, so
+//! both directions work: this build reads a record written before them (its key lifetime is the
+//! default 24 h, [`DEFAULT_KEY_LIFETIME`], and nothing of its round was offline), and an earlier
+//! build reads a record written by this one (it ignores the new fields and goes on as it always
+//! did). A version 2 would make every earlier build set aside, as unreadable, a record it could
+//! have sent: a tab still running the previous module, or one process of a fleet sharing a store
+//! in the middle of a rolling deploy. A new version is for a field whose absence cannot be given
+//! a safe meaning.
 //!
 //! One codec for both targets: [`Record::to_json`] and [`Record::from_json`], written by hand on
 //! the core's own JSON reader, so that the browser package carries no serde format (serde_json's
@@ -26,6 +39,8 @@ use ::core::fmt;
 
 use serde::{Deserialize, Serialize};
 
+use ::core::time::Duration;
+
 use super::body::{self, BodyError, Fields, Value};
 use super::key::Key;
 use super::text::{concat, decimal, quoted};
@@ -33,6 +48,9 @@ use super::time::Timestamp;
 
 /// The record version this build reads and writes.
 pub const RECORD_VERSION: u32 = 1;
+
+/// The key lifetime of a record written before records kept one: the default 24 h.
+pub const DEFAULT_KEY_LIFETIME: Duration = Duration::from_secs(24 * 60 * 60);
 
 /// How the body is sent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
@@ -197,6 +215,37 @@ pub struct Record {
     pub round_started_at: Timestamp,
     /// Attempts made in the current round.
     pub round_attempts: u32,
+    /// How long the server keeps the key, from `started_at` (see
+    /// [`key_deadline`](super::retry::key_deadline)).
+    pub key_lifetime: Duration,
+    /// Time spent offline in the current round, before `offline_since`: not spent from the
+    /// budget.
+    pub offline: Duration,
+    /// Offline since then, when the platform was offline as this was written.
+    pub offline_since: Option<Timestamp>,
+}
+
+impl Record {
+    /// The last moment an attempt may be sent with this record's key.
+    pub fn key_deadline(&self) -> Timestamp {
+        super::retry::key_deadline(self.started_at, self.key_lifetime)
+    }
+
+    /// Whether no attempt may be sent with this key at `now`: it was sent (a key never sent
+    /// cannot have been seen, so its lifetime starts with its first attempt) and `now` is past
+    /// [`Record::key_deadline`].
+    pub fn is_expired(&self, now: Timestamp) -> bool {
+        self.attempts > 0 && now >= self.key_deadline()
+    }
+
+    /// When the round's time budget counts from at `now`: its start moved on by the time
+    /// spent offline in it.
+    pub fn budget_start(&self, now: Timestamp) -> Timestamp {
+        let offline_now = self
+            .offline_since
+            .map_or(Duration::ZERO, |t| now.saturating_since(t));
+        self.round_started_at + self.offline + offline_now
+    }
 }
 
 /// Why a stored record cannot be used. The driver removes it and reports a warning.
@@ -226,6 +275,9 @@ struct Read {
     attempts: Option<u32>,
     round_started_at: Option<u64>,
     round_attempts: Option<u32>,
+    key_lifetime: Option<u64>,
+    offline: Option<u64>,
+    offline_since: Option<u64>,
 }
 
 impl Read {
@@ -270,6 +322,13 @@ impl Read {
                 .map(Timestamp::from_millis)
                 .unwrap_or(started_at),
             round_attempts: w.round_attempts.unwrap_or(0),
+            key_lifetime: match w.key_lifetime {
+                None => DEFAULT_KEY_LIFETIME,
+                Some(0) => return Err(RecordError("its \"keyLifetimeMs\" is 0".into())),
+                Some(ms) => Duration::from_millis(ms),
+            },
+            offline: Duration::from_millis(w.offline.unwrap_or(0)),
+            offline_since: w.offline_since.map(Timestamp::from_millis),
         })
     }
 }
@@ -292,6 +351,11 @@ impl Record {
             Encoding::Json => "json",
             Encoding::Form => "form",
         };
+        let millis = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+        let offline_since = match self.offline_since {
+            Some(t) => concat(&[",\"offlineSince\":", &decimal(t.as_millis())]),
+            None => String::new(),
+        };
         concat(&[
             "{\"attempts\":",
             &decimal(self.attempts.into()),
@@ -303,10 +367,15 @@ impl Record {
             &headers,
             "],\"key\":",
             &text(self.key.as_str()),
+            ",\"keyLifetimeMs\":",
+            &decimal(millis(self.key_lifetime)),
             ",\"method\":",
             &text(&r.method),
             ",\"name\":",
             &text(&self.name),
+            ",\"offlineMs\":",
+            &decimal(millis(self.offline)),
+            &offline_since,
             ",\"roundAttempts\":",
             &decimal(self.round_attempts.into()),
             ",\"roundStartedAt\":",
@@ -402,18 +471,22 @@ impl Record {
         {
             *slot = string(&m, field)?;
         }
-        let mut wholes = [None; 4];
+        let mut wholes = [None; 7];
         let limits = [
             ("startedAt", u64::MAX),
             ("attempts", U32),
             ("roundStartedAt", u64::MAX),
             ("roundAttempts", U32),
+            ("keyLifetimeMs", u64::MAX),
+            ("offlineMs", u64::MAX),
+            ("offlineSince", u64::MAX),
         ];
         for (slot, (field, max)) in wholes.iter_mut().zip(limits) {
             *slot = whole(&m, field, max)?;
         }
         let [name, key, method, url, body] = texts;
-        let [started_at, attempts, round_started_at, round_attempts] = wholes;
+        let [started_at, attempts, round_started_at, round_attempts, key_lifetime, offline, offline_since] =
+            wholes;
         Read {
             v: v.map(|v| v as u32),
             name,
@@ -427,6 +500,9 @@ impl Record {
             attempts: attempts.map(|a| a as u32),
             round_started_at,
             round_attempts: round_attempts.map(|a| a as u32),
+            key_lifetime,
+            offline,
+            offline_since,
         }
         .check()
     }
@@ -453,6 +529,9 @@ mod tests {
             attempts: 2,
             round_started_at: Timestamp::from_millis(1_796_126_400_000),
             round_attempts: 2,
+            key_lifetime: DEFAULT_KEY_LIFETIME,
+            offline: Duration::ZERO,
+            offline_since: None,
         }
     }
 
@@ -470,9 +549,51 @@ mod tests {
             assert!(text.contains(part), "{part} in {text}");
         }
         assert_eq!(Record::from_json(&text).unwrap(), record());
-        // Written by earlier versions through serde, with the fields in declaration order.
+        // Written by earlier versions through serde, with the fields in declaration order, and
+        // before records kept a key lifetime: the default 24 h.
         let earlier = r#"{"v":1,"name":"new-ticket","key":"8e03978e-40d5-43e8-bc93-6894a57f9324","method":"POST","url":"/api/tickets","headers":[["X-Tenant","acme"]],"body":"{\"subject\":\"Printer\"}","encoding":"json","startedAt":1796126400000,"attempts":2,"roundStartedAt":1796126400000,"roundAttempts":2}"#;
         assert_eq!(Record::from_json(earlier).unwrap(), record());
+        assert_eq!(
+            Record::from_json(earlier).unwrap().key_lifetime,
+            Duration::from_secs(86_400)
+        );
+    }
+
+    #[test]
+    fn the_lifetime_and_offline_time_are_kept() {
+        let mut r = record();
+        r.key_lifetime = Duration::from_secs(30 * 60);
+        r.offline = Duration::from_millis(1234);
+        r.offline_since = Some(Timestamp::from_millis(1_796_126_500_000));
+        let text = r.to_json();
+        for part in [
+            r#""keyLifetimeMs":1800000"#,
+            r#""offlineMs":1234"#,
+            r#""offlineSince":1796126500000"#,
+            r#""v":1"#,
+        ] {
+            assert!(text.contains(part), "{part} in {text}");
+        }
+        assert_eq!(
+            body::canonical_json(&text).unwrap(),
+            text,
+            "canonical order"
+        );
+        assert_eq!(Record::from_json(&text).unwrap(), r);
+        assert_eq!(
+            r.key_deadline(),
+            r.started_at + Duration::from_secs(27 * 60)
+        );
+        // The budget counts from the round's start moved on by the time offline, the current
+        // spell included.
+        let now = Timestamp::from_millis(1_796_126_510_000);
+        assert_eq!(
+            r.budget_start(now),
+            r.round_started_at + Duration::from_millis(1234) + Duration::from_secs(10)
+        );
+        let zero = text.replace(r#""keyLifetimeMs":1800000"#, r#""keyLifetimeMs":0"#);
+        let err = Record::from_json(&zero).unwrap_err().to_string();
+        assert!(err.contains("keyLifetimeMs"), "{err}");
     }
 
     /// Unreadable records and what their error must say.

@@ -12,7 +12,28 @@
 //! - `cap` 30 s: a person watching a locked form should not wait longer than that between tries.
 //! - `attempts` 8: with the cap, the full jittered schedule spends about a minute on average.
 //! - `budget` 15 minutes: long enough to ride out a tunnel, a train or a server deploy, and far
-//!   inside the usual 24 h for which servers keep keys, so a retry never outlives its key.
+//!   inside the usual 24 h for which servers keep keys (about 1 % of the usable lifetime).
+//! - `key_lifetime` 24 h: the time a typical server keeps a key (Stripe, Checkout.com, our
+//!   reference server). Set it to your server's: Qonto keeps keys 30 minutes, Svix 12 hours,
+//!   Adyen at least 31 days.
+//!
+//! # The key's lifetime
+//!
+//! A server forgets a key after its lifetime; an attempt sent with a forgotten key may do the
+//! work a second time. So no attempt is ever sent later than [`key_deadline`]: the
+//! submission's first attempt (`startedAt`, kept in the record across reloads, restarts and "Try
+//! again") plus the lifetime, less a safety margin of [`key_margin`] = min(10 % of the lifetime,
+//! 5 minutes). The margin covers the clocks of client and server disagreeing, the attempt's own
+//! time in transit and at the server before it looks the key up, and servers that sweep expired
+//! keys early: 5 minutes for 24 h, 3 minutes for Qonto's 30 minutes. A submission that reaches
+//! the deadline without a definite answer is [`Outcome::Expired`](super::Outcome::Expired).
+//!
+//! # Offline
+//!
+//! Time the platform spends offline is not spent from the budget: the round's budget counts from
+//! `roundStartedAt` moved on by the time spent offline in the round (see
+//! [`Submission::handle_online`](super::Submission::handle_online)). The key's lifetime does not
+//! stop while offline: the server's clock runs on.
 
 use ::core::time::Duration;
 
@@ -28,8 +49,26 @@ pub struct RetryPolicy {
     pub base: Duration,
     /// No delay is longer than this.
     pub cap: Duration,
-    /// No attempt starts later than this after the round's first attempt.
+    /// No attempt starts later than this after the round's first attempt, time offline not
+    /// counted.
     pub budget: Duration,
+    /// How long the server keeps a key, counted from the submission's first attempt: no attempt
+    /// is sent after it, less [`key_margin`] (`keyLifetimeMs` in the browser).
+    pub key_lifetime: Duration,
+}
+
+/// The longest safety margin kept before a key's lifetime ends.
+pub const KEY_MARGIN_CAP: Duration = Duration::from_secs(5 * 60);
+
+/// The safety margin kept before a key's `lifetime` ends: min(10 % of it, 5 minutes).
+pub fn key_margin(lifetime: Duration) -> Duration {
+    (lifetime / 10).min(KEY_MARGIN_CAP)
+}
+
+/// The last moment an attempt may be sent with a key first sent at `started_at` and kept by the
+/// server for `lifetime`: `started_at + lifetime - key_margin(lifetime)`.
+pub fn key_deadline(started_at: Timestamp, lifetime: Duration) -> Timestamp {
+    started_at + (lifetime - key_margin(lifetime))
 }
 
 impl Default for RetryPolicy {
@@ -39,6 +78,7 @@ impl Default for RetryPolicy {
             base: Duration::from_millis(500),
             cap: Duration::from_secs(30),
             budget: Duration::from_secs(15 * 60),
+            key_lifetime: super::record::DEFAULT_KEY_LIFETIME,
         }
     }
 }
@@ -90,7 +130,8 @@ pub enum Next {
 
 impl RetryPolicy {
     /// Checks that the policy can work: at least one attempt, a non-zero base, a cap not below
-    /// the base, a non-zero budget.
+    /// the base, a non-zero budget, and a key lifetime whose usable part (less [`key_margin`])
+    /// holds the budget: a round that outlives its key could never be finished.
     pub fn validate(&self) -> Result<(), PolicyError> {
         if self.attempts == 0 {
             return Err(PolicyError("retry.attempts must be at least 1"));
@@ -103,6 +144,14 @@ impl RetryPolicy {
         }
         if self.budget.is_zero() {
             return Err(PolicyError("retry.budget must be more than 0"));
+        }
+        if self.key_lifetime.is_zero() {
+            return Err(PolicyError("the key lifetime must be more than 0"));
+        }
+        if self.budget > self.key_lifetime - key_margin(self.key_lifetime) {
+            return Err(PolicyError(
+                "retry.budget must fit in the key lifetime less its safety margin (min(10 %, 5 min)); shorten the budget or set the server's real key lifetime",
+            ));
         }
         Ok(())
     }
@@ -124,8 +173,9 @@ impl RetryPolicy {
         Duration::from_millis(ms)
     }
 
-    /// After attempt `attempts` of a round that began at `round_started_at` came back without a
-    /// definite answer at `now`: when to send the next one, or why not to.
+    /// After attempt `attempts` of a round that began at `round_started_at` (moved on by the time
+    /// spent offline) came back without a definite answer at `now`: when to send the next one,
+    /// or why not to. The key's lifetime is the submission's to check.
     pub fn next(
         &self,
         now: Timestamp,
@@ -231,5 +281,43 @@ mod tests {
             .to_string()
             .contains("retry.cap"));
         assert!(RetryPolicy::default().validate().is_ok());
+        let outlived = RetryPolicy {
+            key_lifetime: Duration::from_secs(10 * 60),
+            ..RetryPolicy::default()
+        };
+        let err = outlived.validate().unwrap_err().to_string();
+        assert!(
+            err.contains("retry.budget") && err.contains("key lifetime"),
+            "{err}"
+        );
+        let no_lifetime = RetryPolicy {
+            key_lifetime: Duration::ZERO,
+            ..RetryPolicy::default()
+        };
+        assert!(no_lifetime.validate().is_err());
+    }
+
+    #[test]
+    fn the_margin_is_a_tenth_up_to_five_minutes() {
+        let min = |m: u64| Duration::from_secs(m * 60);
+        assert_eq!(key_margin(min(24 * 60)), min(5));
+        assert_eq!(key_margin(min(30)), min(3));
+        assert_eq!(key_margin(min(50)), min(5));
+        assert_eq!(
+            key_margin(Duration::from_millis(1000)),
+            Duration::from_millis(100)
+        );
+        let t0 = Timestamp::from_millis(1_000_000);
+        assert_eq!(key_deadline(t0, min(30)), t0 + min(27));
+    }
+
+    #[test]
+    fn the_default_budget_sits_well_inside_the_default_lifetime() {
+        // A whole round, Try again included, must not come near the key's end: the default
+        // budget is under 2 % of the usable lifetime, and so are the attempts at the cap.
+        let p = RetryPolicy::default();
+        let usable = p.key_lifetime - key_margin(p.key_lifetime);
+        assert!(p.budget * 50 <= usable, "{:?} vs {usable:?}", p.budget);
+        assert!(p.cap * p.attempts * 50 <= usable);
     }
 }

@@ -9,6 +9,9 @@
 //!                    v  |
 //!                  waiting --budget spent--> unsure --try again--> sending
 //!                                              \--discard--> idle (new key next time)
+//!
+//! sending | waiting | unsure --key past its lifetime--> expired --send as new--> sending (new key)
+//!                                                          \--discard--> idle
 //! ```
 //!
 //! The driver feeds events in ([`Submission::begin`], [`Submission::handle_answer`],
@@ -24,8 +27,32 @@
 //! again while pending goes on with the pending key: it joins an attempt under way, and counts as
 //! "Try again" when unsure. Another body is refused ([`BeginError::PendingMismatch`]) and nothing
 //! changes. At most one attempt is outstanding; an answer to any other attempt is ignored.
+//!
+//! # The key's lifetime
+//!
+//! Before **every** attempt (the first, a retry, the first after a restore, a "Try again") the
+//! submission checks its key against the record's deadline ([`Record::key_deadline`]: its first
+//! attempt plus the key lifetime, less the safety margin of [`retry`](super::retry)). Past it,
+//! nothing is sent: the submission settles [`Outcome::Expired`] and stays stored, in
+//! [`State::Expired`], until the caller has checked whether it was done and calls
+//! [`Submission::send_as_new`] (the same request under a deliberate new key) or
+//! [`Submission::discard`]. A retry that would fall past the deadline expires at once, and a
+//! waiting or unsure submission expires when its deadline comes ([`Submission::poll_timeout`]
+//! names it). A restored record keeps the lifetime it was sent under, or the policy's when that is
+//! shorter.
+//!
+//! # Offline
+//!
+//! [`Submission::handle_online`] is the platform's word on the connection (`navigator.onLine`
+//! and its events, or a native health check). While offline no attempt is sent: a submission
+//! that would send waits in [`State::Waiting`] with [`WaitingFor::Online`], an attempt that fails
+//! meanwhile gives its attempt back, and the time offline is not spent from the round's budget
+//! (it is kept in the record, so this holds across a reload). Back online, a waiting submission
+//! sends at once with the same key, unless the server's `Retry-After` still asks for later. The
+//! key's lifetime runs on while offline: the server's clock does not stop.
 
 use super::prelude::*;
+use ::core::time::Duration;
 use alloc::collections::VecDeque;
 
 use super::answer::{classify, classify_failure, Answer, Failure, Outcome, RetryAfter, Verdict};
@@ -56,6 +83,9 @@ pub enum State {
     Conflict,
     /// Definite: 400 naming the key, a setup error.
     Misconfigured,
+    /// The key is past its lifetime without a definite answer: stored, locked, nothing more is
+    /// sent with it; waiting for "send as new" or a discard.
+    Expired,
 }
 
 impl State {
@@ -70,12 +100,17 @@ impl State {
             State::Refused => "refused",
             State::Conflict => "conflict",
             State::Misconfigured => "misconfigured",
+            State::Expired => "expired",
         }
     }
 
-    /// Whether a submission is pending: its outcome is unknown and its record is stored.
+    /// Whether a submission is pending: its outcome is unknown and its record is stored
+    /// (sending, waiting, unsure, expired).
     pub fn is_pending(self) -> bool {
-        matches!(self, State::Sending | State::Waiting | State::Unsure)
+        matches!(
+            self,
+            State::Sending | State::Waiting | State::Unsure | State::Expired
+        )
     }
 
     fn of(outcome: Outcome) -> State {
@@ -85,6 +120,7 @@ impl State {
             Outcome::Conflict => State::Conflict,
             Outcome::Misconfigured => State::Misconfigured,
             Outcome::Unsure => State::Unsure,
+            Outcome::Expired => State::Expired,
         }
     }
 }
@@ -106,6 +142,15 @@ pub struct Attempt {
     pub request: Request,
 }
 
+/// Why a waiting submission waits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum WaitingFor {
+    /// A retry is due at this time.
+    Timer(Timestamp),
+    /// The platform is offline: the next attempt goes as soon as it is back online.
+    Online,
+}
+
 /// A change of state, for the caller (`onChange`, form status, logs).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Change {
@@ -115,8 +160,12 @@ pub struct Change {
     pub key: Option<Key>,
     /// Attempts made so far.
     pub attempts: u32,
-    /// When the next attempt is due (in [`State::Waiting`]).
+    /// When the next attempt is due (in [`State::Waiting`] on a timer).
     pub next_attempt_at: Option<Timestamp>,
+    /// In [`State::Waiting`]: what it waits for, a retry's time or the connection.
+    pub waiting_for: Option<WaitingFor>,
+    /// While pending: the last moment an attempt may be sent with the key.
+    pub key_deadline: Option<Timestamp>,
 }
 
 /// How a submission ended, or why its retries stopped.
@@ -166,6 +215,13 @@ pub enum Begun {
 /// Why a [`Submission::begin`] was refused. Nothing was stored or sent.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum BeginError {
+    /// The pending submission's key is past its lifetime ([`State::Expired`]): whatever the body,
+    /// nothing is sent until the caller has checked whether it was done and chosen
+    /// [`Submission::send_as_new`] or [`Submission::discard`].
+    Expired {
+        /// The expired key.
+        key: Key,
+    },
     /// Another submission is pending under this name, with another body, method, URL or given
     /// key. Resume it ("Try again") or discard it first.
     PendingMismatch {
@@ -190,6 +246,11 @@ impl BeginError {
                 key.short(),
                 "; try it again or discard it before sending a new one",
             ]),
+            BeginError::Expired { key } => concat(&[
+                "the submission pending under key ",
+                key.short(),
+                " is past its key's lifetime and may or may not have been done; check, then send it as new or discard it",
+            ]),
             BeginError::Body(e) => e.message(),
         }
     }
@@ -206,6 +267,13 @@ pub enum StateError {
     OtherName(String),
     /// The record's body is not JSON (restore).
     Unreadable(BodyError),
+    /// The pending key is past its lifetime ("Try again"): send it as new or discard it.
+    Expired(Key),
+    /// An attempt is under way or due ("send as new"): only an unsure or expired submission is
+    /// sent as new.
+    StillSending(Key),
+    /// "Send as new" was given the pending key itself.
+    SameKey(Key),
 }
 
 impl StateError {
@@ -220,6 +288,20 @@ impl StateError {
                 concat(&["the record belongs to the submission ", &quoted(n)])
             }
             StateError::Unreadable(e) => concat(&["the record cannot be resumed: ", &e.message()]),
+            StateError::Expired(k) => concat(&[
+                "the key ",
+                k.short(),
+                " is past its lifetime: nothing more is sent with it; check whether it was done, then send it as new or discard it",
+            ]),
+            StateError::StillSending(k) => concat(&[
+                "the submission under key ",
+                k.short(),
+                " is still being sent; only an unsure or expired one is sent as new",
+            ]),
+            StateError::SameKey(k) => concat(&[
+                "sending as new needs a new key, not the pending ",
+                k.short(),
+            ]),
         }
     }
 }
@@ -243,6 +325,7 @@ pub struct Submission {
     last_key: Option<Key>,
     last_attempts: u32,
     next_id: u64,
+    online: bool,
     actions: VecDeque<Action>,
 }
 
@@ -252,7 +335,22 @@ struct Pending {
     canonical: String,
     in_flight: Option<AttemptId>,
     wake_at: Option<Timestamp>,
+    /// The server's `Retry-After` floor for the next attempt: still honoured when back online.
+    not_before: Option<Timestamp>,
     last_status: Option<u16>,
+}
+
+impl Pending {
+    fn new(record: Record, canonical: String) -> Pending {
+        Pending {
+            record,
+            canonical,
+            in_flight: None,
+            wake_at: None,
+            not_before: None,
+            last_status: None,
+        }
+    }
 }
 
 impl Submission {
@@ -266,8 +364,14 @@ impl Submission {
             last_key: None,
             last_attempts: 0,
             next_id: 0,
+            online: true,
             actions: VecDeque::new(),
         }
+    }
+
+    /// Whether the platform was last said to be online (it is, until told otherwise).
+    pub fn is_online(&self) -> bool {
+        self.online
     }
 
     /// The name.
@@ -305,6 +409,11 @@ impl Submission {
     ) -> Result<Begun, BeginError> {
         let canonical = request.canonical_body().map_err(BeginError::Body)?;
         if let Some(p) = &self.pending {
+            if self.state == State::Expired {
+                return Err(BeginError::Expired {
+                    key: p.record.key.clone(),
+                });
+            }
             let differs = if p.canonical != canonical {
                 Some("body")
             } else if p.record.request.method != request.method {
@@ -335,28 +444,56 @@ impl Submission {
             NewKey::Random(bytes) => Key::from_random_bytes(bytes),
             NewKey::Given(key) => key,
         };
-        self.pending = Some(Pending {
-            record: Record {
-                name: self.name.clone(),
-                key,
-                request,
-                started_at: now,
-                attempts: 0,
-                round_started_at: now,
-                round_attempts: 0,
-            },
-            canonical,
-            in_flight: None,
-            wake_at: None,
-            last_status: None,
-        });
-        self.send_next();
+        self.start(now, request, canonical, key);
         Ok(Begun::Started)
+    }
+
+    /// "Send as new": the person (or caller) checked an expired or unsure submission and means
+    /// to send the same request again, deliberately, as a new one. Its record is replaced by one
+    /// with a new key (the lifetime and budget counting afresh) and the first attempt is sent.
+    /// Refused while an attempt is under way or due, and with the pending key itself.
+    pub fn send_as_new(&mut self, now: Timestamp, key: NewKey) -> Result<(), StateError> {
+        let Some(p) = &self.pending else {
+            return Err(StateError::NothingPending);
+        };
+        let old = p.record.key.clone();
+        if !matches!(self.state, State::Unsure | State::Expired) {
+            return Err(StateError::StillSending(old));
+        }
+        let key = match key {
+            NewKey::Random(bytes) => Key::from_random_bytes(bytes),
+            NewKey::Given(k) if k == old => return Err(StateError::SameKey(old)),
+            NewKey::Given(k) => k,
+        };
+        let p = self.pending.take().expect("checked above");
+        self.last_key = Some(old);
+        self.last_attempts = p.record.attempts;
+        self.start(now, p.record.request, p.canonical, key);
+        Ok(())
+    }
+
+    fn start(&mut self, now: Timestamp, request: Request, canonical: String, key: Key) {
+        let record = Record {
+            name: self.name.clone(),
+            key,
+            request,
+            started_at: now,
+            attempts: 0,
+            round_started_at: now,
+            round_attempts: 0,
+            key_lifetime: self.policy.key_lifetime,
+            offline: Duration::ZERO,
+            offline_since: None,
+        };
+        self.pending = Some(Pending::new(record, canonical));
+        self.send_next(now);
     }
 
     /// Takes up a record found in storage at start-up. The submission is [`State::Unsure`], or,
     /// with `resume`, sends its next attempt at once (unless its round's attempts or budget are
-    /// already spent: then it settles [`Outcome::Unsure`] with the reason).
+    /// already spent: then it settles [`Outcome::Unsure`] with the reason). A record whose key is
+    /// past its lifetime settles [`Outcome::Expired`] either way, unsent. Call
+    /// [`Submission::handle_online`] first when the platform is offline.
     pub fn restore(
         &mut self,
         now: Timestamp,
@@ -381,29 +518,38 @@ impl Submission {
             // Never sent in this round (a record enqueued in an outbox): its round, and its
             // budget, begin now, not while it waited in a queue.
             record.round_started_at = now;
+            record.offline = Duration::ZERO;
+            record.offline_since = None;
             if record.attempts == 0 {
                 record.started_at = now;
             }
         }
-        self.pending = Some(Pending {
-            record,
-            canonical,
-            in_flight: None,
-            wake_at: None,
-            last_status: None,
-        });
-        let spent = {
-            let r = &self.pending.as_ref().expect("just set").record;
-            if r.round_attempts >= self.policy.attempts {
-                Some(GiveUp::AttemptsSpent)
-            } else if now > r.round_started_at + self.policy.budget {
-                Some(GiveUp::BudgetSpent)
-            } else {
-                None
+        // Kept as it was sent, unless the caller now says the server keeps keys for less.
+        record.key_lifetime = record.key_lifetime.min(self.policy.key_lifetime);
+        // Offline when written: that spell lasted until now, or still does.
+        match (record.offline_since, self.online) {
+            (Some(since), true) => {
+                record.offline += now.saturating_since(since);
+                record.offline_since = None;
             }
+            (None, false) => record.offline_since = Some(now),
+            _ => {}
+        }
+        let expired = record.is_expired(now);
+        let spent = if record.round_attempts >= self.policy.attempts {
+            Some(GiveUp::AttemptsSpent)
+        } else if now > record.budget_start(now) + self.policy.budget {
+            Some(GiveUp::BudgetSpent)
+        } else {
+            None
         };
+        self.pending = Some(Pending::new(record, canonical));
+        if expired {
+            self.expire();
+            return Ok(());
+        }
         match (resume, spent) {
-            (true, None) => self.send_next(),
+            (true, None) => self.send_next(now),
             // Asked to resume, but its round was spent before the restart: it settles unsure
             // at once, so a caller waiting on it hears why.
             (true, Some(why)) => self.give_up(why),
@@ -435,6 +581,14 @@ impl Submission {
         if !self.take_in_flight(id) {
             return;
         }
+        if !self.online {
+            // Failed because the platform is offline: it gives its attempt back and waits.
+            if let Some(p) = &mut self.pending {
+                p.record.round_attempts = p.record.round_attempts.saturating_sub(1);
+            }
+            self.wait_online(true);
+            return;
+        }
         match classify_failure(failure) {
             Verdict::Retry { retry_after } => self.schedule(now, retry_after, jitter),
             Verdict::Definite { outcome, replayed } => self.settle(outcome, replayed),
@@ -442,14 +596,60 @@ impl Submission {
         }
     }
 
-    /// The time from [`Submission::poll_timeout`] has come: send the attempt that is due.
+    /// The time from [`Submission::poll_timeout`] has come: send the attempt that is due, or
+    /// settle [`Outcome::Expired`] when the key's deadline has passed.
     pub fn handle_timeout(&mut self, now: Timestamp) {
-        if self.state != State::Waiting {
+        let Some(p) = &self.pending else { return };
+        match self.state {
+            State::Waiting | State::Unsure if p.record.is_expired(now) => self.expire(),
+            State::Waiting if self.online => match p.wake_at {
+                Some(at) if now >= at => self.send_next(now),
+                _ => {}
+            },
+            _ => {}
+        }
+    }
+
+    /// The platform says it is offline (`false`) or back online (`true`). Offline, nothing is
+    /// sent and nothing of the attempt limit or the budget is spent; the spell is written to the
+    /// record (a [`Action::Persist`]), so a reload keeps it out of the budget too. Back online,
+    /// a waiting submission sends at once with the same key (unless the server's `Retry-After`
+    /// asks for later). Allowed in any state; idle, it only sets what the next submission finds.
+    pub fn handle_online(&mut self, now: Timestamp, online: bool) {
+        if self.online == online {
             return;
         }
-        match self.pending.as_ref().and_then(|p| p.wake_at) {
-            Some(at) if now >= at => self.send_next(),
-            _ => {}
+        self.online = online;
+        let state = self.state;
+        let Some(p) = &mut self.pending else { return };
+        if !matches!(state, State::Sending | State::Waiting | State::Unsure) {
+            return;
+        }
+        if !online {
+            p.record.offline_since = Some(now);
+            self.actions.push_back(Action::Persist(p.record.clone()));
+            if state == State::Waiting {
+                self.changed();
+            }
+            return;
+        }
+        if let Some(since) = p.record.offline_since.take() {
+            p.record.offline += now.saturating_since(since);
+        }
+        if state != State::Waiting {
+            self.actions.push_back(Action::Persist(p.record.clone()));
+            return;
+        }
+        if p.record.is_expired(now) {
+            return self.expire();
+        }
+        match p.not_before.filter(|t| *t > now) {
+            Some(t) => {
+                p.wake_at = Some(t);
+                self.actions.push_back(Action::Persist(p.record.clone()));
+                self.changed();
+            }
+            None => self.send_next(now),
         }
     }
 
@@ -457,9 +657,10 @@ impl Submission {
     /// retries (fresh attempt limit and budget). While waiting, sends at once; while sending,
     /// does nothing.
     pub fn try_again(&mut self, now: Timestamp) -> Result<(), StateError> {
-        match self.state {
-            _ if self.pending.is_none() => Err(StateError::NothingPending),
-            State::Sending => Ok(()),
+        match (&self.pending, self.state) {
+            (None, _) => Err(StateError::NothingPending),
+            (Some(p), State::Expired) => Err(StateError::Expired(p.record.key.clone())),
+            (_, State::Sending) => Ok(()),
             _ => {
                 self.new_round(now);
                 Ok(())
@@ -485,12 +686,49 @@ impl Submission {
         self.actions.pop_front()
     }
 
-    /// When to call [`Submission::handle_timeout`].
+    /// When to call [`Submission::handle_timeout`]: the retry that is due, or the key's deadline
+    /// while waiting offline or unsure (it may be days away: clamp the timer to what the platform
+    /// can arm, and call again).
     pub fn poll_timeout(&self) -> Option<Timestamp> {
+        let p = self.pending.as_ref()?;
+        // A key never sent has no deadline yet.
+        let deadline = (p.record.attempts > 0).then(|| p.record.key_deadline());
         match self.state {
-            State::Waiting => self.pending.as_ref().and_then(|p| p.wake_at),
+            State::Waiting => match p.wake_at {
+                Some(at) if self.online => Some(deadline.map_or(at, |d| at.min(d))),
+                _ => deadline,
+            },
+            State::Unsure => deadline,
             _ => None,
         }
+    }
+
+    /// The platform is offline: wait for it to be back, writing down what changed.
+    fn wait_online(&mut self, persist: bool) {
+        let Some(p) = &mut self.pending else { return };
+        p.wake_at = None;
+        if persist {
+            self.actions.push_back(Action::Persist(p.record.clone()));
+        }
+        self.state = State::Waiting;
+        self.changed();
+    }
+
+    fn expire(&mut self) {
+        let Some(p) = &mut self.pending else { return };
+        p.in_flight = None;
+        p.wake_at = None;
+        let settled = Settled {
+            outcome: Outcome::Expired,
+            status: p.last_status,
+            replayed: false,
+            key: p.record.key.clone(),
+            attempts: p.record.attempts,
+            gave_up: None,
+        };
+        self.state = State::Expired;
+        self.changed();
+        self.actions.push_back(Action::Settled(settled));
     }
 
     fn take_in_flight(&mut self, id: AttemptId) -> bool {
@@ -507,12 +745,34 @@ impl Submission {
         if let Some(p) = &mut self.pending {
             p.record.round_started_at = now;
             p.record.round_attempts = 0;
+            p.record.offline = Duration::ZERO;
+            p.record.offline_since = (!self.online).then_some(now);
+            p.not_before = None;
         }
-        self.send_next();
+        self.send_next(now);
     }
 
-    fn send_next(&mut self) {
+    /// Sends the next attempt, unless the key is past its lifetime (then it expires) or the
+    /// platform is offline (then it waits for the connection).
+    fn send_next(&mut self, now: Timestamp) {
         let Some(p) = &mut self.pending else { return };
+        if p.record.is_expired(now) {
+            return self.expire();
+        }
+        if !self.online {
+            if p.record.offline_since.is_none() {
+                p.record.offline_since = Some(now);
+            }
+            return self.wait_online(true);
+        }
+        if p.record.attempts == 0 {
+            // The key's lifetime and the budget count from the first attempt, not from a wait
+            // offline before it.
+            p.record.started_at = now;
+            p.record.round_started_at = now;
+            p.record.offline = Duration::ZERO;
+        }
+        p.not_before = None;
         self.next_id += 1;
         let id = AttemptId(self.next_id);
         p.record.attempts = p.record.attempts.saturating_add(1);
@@ -536,13 +796,16 @@ impl Submission {
         let r = &p.record;
         match self.policy.next(
             now,
-            r.round_started_at,
+            r.budget_start(now),
             r.round_attempts,
             retry_after,
             jitter,
         ) {
+            // It could never be sent: it expires now rather than at the deadline.
+            Next::At(at) if at > r.key_deadline() => self.expire(),
             Next::At(at) => {
                 p.wake_at = Some(at);
+                p.not_before = retry_after.map(|h| h.not_before(now));
                 self.state = State::Waiting;
                 self.changed();
             }
@@ -584,19 +847,35 @@ impl Submission {
     }
 
     fn changed(&mut self) {
-        let (key, attempts, next_attempt_at) = match &self.pending {
-            Some(p) => (
-                Some(p.record.key.clone()),
-                p.record.attempts,
-                p.wake_at.filter(|_| self.state == State::Waiting),
-            ),
-            None => (self.last_key.clone(), self.last_attempts, None),
+        let waiting = self.state == State::Waiting;
+        let change = match &self.pending {
+            Some(p) => {
+                let waiting_for = match p.wake_at {
+                    _ if !waiting => None,
+                    Some(at) if self.online => Some(WaitingFor::Timer(at)),
+                    _ => Some(WaitingFor::Online),
+                };
+                Change {
+                    state: self.state,
+                    key: Some(p.record.key.clone()),
+                    attempts: p.record.attempts,
+                    next_attempt_at: match waiting_for {
+                        Some(WaitingFor::Timer(at)) => Some(at),
+                        _ => None,
+                    },
+                    waiting_for,
+                    key_deadline: (p.record.attempts > 0).then(|| p.record.key_deadline()),
+                }
+            }
+            None => Change {
+                state: self.state,
+                key: self.last_key.clone(),
+                attempts: self.last_attempts,
+                next_attempt_at: None,
+                waiting_for: None,
+                key_deadline: None,
+            },
         };
-        self.actions.push_back(Action::Changed(Change {
-            state: self.state,
-            key,
-            attempts,
-            next_attempt_at,
-        }));
+        self.actions.push_back(Action::Changed(change));
     }
 }

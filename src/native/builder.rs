@@ -24,6 +24,7 @@ pub struct ClientBuilder {
     store: Option<Arc<dyn Store>>,
     http: Option<reqwest::Client>,
     policy: RetryPolicy,
+    key_lifetime: Option<Duration>,
     timeout: Duration,
     lease: Duration,
     key_header: String,
@@ -39,6 +40,7 @@ impl fmt::Debug for ClientBuilder {
         f.debug_struct("ClientBuilder")
             .field("store", &self.store)
             .field("policy", &self.policy)
+            .field("key_lifetime", &self.key_lifetime)
             .field("timeout", &self.timeout)
             .field("lease", &self.lease)
             .field("key_header", &self.key_header)
@@ -53,6 +55,7 @@ impl Default for ClientBuilder {
             store: None,
             http: None,
             policy: RetryPolicy::default(),
+            key_lifetime: None,
             timeout: Duration::from_secs(30),
             lease: Duration::from_secs(30),
             key_header: DEFAULT_KEY_HEADER.to_owned(),
@@ -82,6 +85,17 @@ impl ClientBuilder {
     /// Retry timing and limits (the core's [`RetryPolicy`]).
     pub fn retry(mut self, policy: RetryPolicy) -> ClientBuilder {
         self.policy = policy;
+        self
+    }
+
+    /// How long the server keeps an idempotency key (24 h by default, as Stripe and Checkout.com
+    /// do; Svix 12 h, Qonto 30 min, Adyen at least 31 days): no attempt is sent later than this
+    /// after the submission's first attempt, less a safety margin of min(10 %, 5 min); such a
+    /// submission settles [`Outcome::Expired`](crate::Outcome::Expired), kept in the store for
+    /// [`Client::send_as_new`] or [`Client::discard`]. It wins over the policy's `key_lifetime`
+    /// whatever the order of the calls. The round's budget must fit inside it.
+    pub fn key_lifetime(mut self, lifetime: Duration) -> ClientBuilder {
+        self.key_lifetime = Some(lifetime);
         self
     }
 
@@ -152,7 +166,11 @@ impl ClientBuilder {
         let store = self.store.ok_or_else(|| {
             Error::builder("a store is required: SqliteStore::open(path) to survive restarts, or MemoryStore::new() for tests")
         })?;
-        self.policy
+        let mut policy = self.policy;
+        if let Some(lifetime) = self.key_lifetime {
+            policy.key_lifetime = lifetime;
+        }
+        policy
             .validate()
             .map_err(|e| Error::builder(format!("the retry policy cannot work: {e}")))?;
         if self.timeout.is_zero() || self.lease.is_zero() {
@@ -197,7 +215,7 @@ impl ClientBuilder {
             inner: Arc::new(Inner {
                 http,
                 store,
-                policy: self.policy,
+                policy,
                 timeout: self.timeout,
                 lease: self.lease,
                 owner,
@@ -391,6 +409,9 @@ impl SubmissionBuilder {
             attempts: 0,
             round_started_at: t,
             round_attempts: 0,
+            key_lifetime: self.client.inner.policy.key_lifetime,
+            offline: Duration::ZERO,
+            offline_since: None,
         })
     }
 

@@ -135,7 +135,8 @@ impl Client {
 
     /// Finishes every stored submission: each one not leased by another live client is resumed
     /// with its key and body (a submission whose round is spent, by attempts or time budget,
-    /// stays unsure without being sent). Runs up to [`ClientBuilder::resume_concurrency`] at
+    /// stays unsure without being sent; one whose key is past its lifetime settles expired,
+    /// unsent). Runs up to [`ClientBuilder::resume_concurrency`] at
     /// once; one result per stored name.
     pub async fn resume_pending(&self) -> Result<Vec<Resumed>> {
         let listed = self.store_call(|s| s.list()).await?;
@@ -205,9 +206,18 @@ impl Client {
     }
 
     /// "Try again" for one stored submission (typically unsure): a new round of retries, with
-    /// a fresh attempt limit and time budget, with its key and body.
+    /// a fresh attempt limit and time budget, with its key and body. A key past its lifetime is
+    /// not sent: that settles [`Outcome::Expired`](crate::Outcome::Expired).
     pub async fn try_again(&self, name: &str) -> Result<Settlement> {
         self.run(name, Job::TryAgain).await
+    }
+
+    /// "Send as new" for one stored submission that is [`Outcome::Expired`](crate::Outcome::Expired)
+    /// (or unsure), once you have checked that the server did not carry it out: the stored
+    /// request is sent again, deliberately, under a new key (the old record is replaced in the
+    /// same write). Refused while it is being sent.
+    pub async fn send_as_new(&self, name: &str) -> Result<Settlement> {
+        self.run(name, Job::SendAsNew).await
     }
 
     /// Every stored submission, readable or not.

@@ -12,7 +12,7 @@ use super::client::{jitter, now, Client, Outgoing};
 use super::error::{Error, Result};
 use super::flight::Lead;
 use super::settlement::Settlement;
-use crate::core::{Action, Answer, Attempt, Failure, Key, Outcome, State};
+use crate::core::{Action, Answer, Attempt, Failure, Key, State};
 
 impl Client {
     /// Carries out the actions of the flight's submission until it settles.
@@ -59,8 +59,9 @@ impl Client {
                         "oncekey state"
                     ),
                     Action::Settled(settled) => {
-                        if settled.outcome == Outcome::Unsure {
-                            // Kept, and set aside from resume_due for as long as a lease lasts.
+                        if settled.outcome.keeps_record() {
+                            // Kept (unsure or expired), and set aside from resume_due for as long
+                            // as a lease lasts.
                             let due = self.lease_until(now()).until;
                             self.release(name, Some(due)).await;
                         }

@@ -18,7 +18,9 @@ use tokio::sync::{watch, Notify};
 use super::client::{now, random_key_bytes, Client};
 use super::error::{Error, Result};
 use super::settlement::Settlement;
-use crate::core::{BeginError, Begun, Key, NewKey, Record, Request, State, Submission, Timestamp};
+use crate::core::{
+    BeginError, Begun, Key, NewKey, Record, Request, State, StateError, Submission, Timestamp,
+};
 
 /// What a call asks of a name.
 pub(super) enum Job {
@@ -31,6 +33,8 @@ pub(super) enum Job {
     /// record it found.
     Claimed(String),
     TryAgain,
+    /// "Send as new": the stored request under a new key.
+    SendAsNew,
 }
 
 /// Where a flight is, as the calls that joined it see it.
@@ -144,7 +148,9 @@ impl Client {
         // The key a new submission would get, drawn before the table is locked.
         let new_key = match &job {
             Job::Send { key: Some(k), .. } => Some(NewKey::Given(k.clone())),
-            Job::Send { key: None, .. } => Some(NewKey::Random(random_key_bytes()?)),
+            Job::Send { key: None, .. } | Job::SendAsNew => {
+                Some(NewKey::Random(random_key_bytes()?))
+            }
             _ => None,
         };
         loop {
@@ -231,6 +237,10 @@ impl Client {
                     flight.wake.notify_one();
                 }
             }
+            Job::SendAsNew => {
+                let key = sub.pending().map(|r| r.key.clone()).expect("sending or waiting");
+                return Err(Error::request(StateError::StillSending(key).message()).with_name(name));
+            }
             Job::Resume | Job::Claimed(_) => {}
         }
         Ok(Meet::Join(phase))
@@ -283,6 +293,7 @@ fn begin_error(name: &str, e: BeginError) -> Error {
         BeginError::Body(e) => {
             Error::request(format!("the body cannot be sent: {e}")).with_name(name)
         }
+        e @ BeginError::Expired { .. } => Error::request(e.message()).with_name(name),
     }
 }
 
@@ -308,17 +319,32 @@ fn set_up(
             // With its round spent before the restart a resume stays unsure, unsent: "Try
             // again" starts a new round.
             sub.restore(t, record, !again).map_err(unreadable)?;
-            if again {
+            // Past its key's lifetime, the restore settled it expired, for the caller to hear.
+            if again && sub.state() != State::Expired {
                 sub.try_again(t).map_err(unreadable)?;
             }
+        }
+        Job::SendAsNew => {
+            let Some(record) = record else {
+                return Ok(None);
+            };
+            sub.restore(t, record, false).map_err(unreadable)?;
+            // Restoring an expired record settled it: the new key's attempt comes after.
+            while sub.poll_action().is_some() {}
+            let key = new_key.expect("sending as new draws its key");
+            sub.send_as_new(t, key).map_err(unreadable)?;
         }
         Job::Send { request, .. } => {
             if let Some(record) = record {
                 sub.restore(t, record, false).map_err(unreadable)?;
             }
-            let key = new_key.expect("a send draws its key");
-            sub.begin(t, request, key)
-                .map_err(|e| begin_error(name, e))?;
+            // Past its key's lifetime, the restore settled it expired: that is the answer, not
+            // a begin on top of it.
+            if sub.state() != State::Expired {
+                let key = new_key.expect("a send draws its key");
+                sub.begin(t, request, key)
+                    .map_err(|e| begin_error(name, e))?;
+            }
         }
     }
     Ok(Some(sub))

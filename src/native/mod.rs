@@ -8,6 +8,10 @@
 //!   synced to a [`Store`] before the first attempt, and removed after a definite answer. An
 //!   [`Outcome::Unsure`](crate::Outcome::Unsure) keeps it; [`Client::resume_pending`] finishes it
 //!   after a restart, with the same key.
+//! - No attempt goes out with a key past its lifetime ([`ClientBuilder::key_lifetime`], 24 h by
+//!   default, less min(10 %, 5 min)), counted from the first attempt across restarts and "Try
+//!   again": such a submission is [`Outcome::Expired`](crate::Outcome::Expired), kept until
+//!   [`Client::send_as_new`] (a deliberate new key) or [`Client::discard`].
 //! - Secrets (`Authorization`, `Cookie`, headers marked secret) are never stored; the client adds
 //!   them to every attempt ([`ClientBuilder::secret_header`], [`HeaderProvider`]).
 //! - Clients sharing a store take a lease on a submission before sending it (see [`Store`]), so

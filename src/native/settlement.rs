@@ -22,7 +22,8 @@ pub struct Settlement {
 }
 
 impl Settlement {
-    /// The outcome: succeeded, refused, conflict, misconfigured, or unsure (still stored).
+    /// The outcome: succeeded, refused, conflict, misconfigured, or unsure or expired (both
+    /// still stored).
     pub fn outcome(&self) -> Outcome {
         self.settled.outcome
     }

@@ -186,6 +186,7 @@ pub fn fast() -> RetryPolicy {
         base: Duration::from_millis(20),
         cap: Duration::from_secs(3),
         budget: Duration::from_secs(60),
+        ..RetryPolicy::default()
     }
 }
 
@@ -376,4 +377,56 @@ pub fn pg_blocking<T: Send>(f: impl FnOnce() -> T + Send) -> T {
         Ok(v) => v,
         Err(p) => std::panic::resume_unwind(p),
     })
+}
+
+/// A record as a process that died `age` ago left it in `store`: sent once, then nothing.
+pub fn left_behind(
+    store: &dyn oncekey::Store,
+    url: &str,
+    tenant: &str,
+    name: &str,
+    age: Duration,
+) -> Key {
+    let key = Key::derive(
+        &uuid::Uuid::from_u128(0x6f6e_6365_6b65_7900_8000_0000_0000_00bb),
+        name,
+    );
+    let then = oncekey::Timestamp::from_millis(now_ms() - age.as_millis() as u64);
+    let record = oncekey::core::Record {
+        name: name.into(),
+        key: key.clone(),
+        request: oncekey::Request::new(
+            "POST",
+            url,
+            &ticket(name).to_string(),
+            oncekey::Encoding::Json,
+        )
+        .unwrap()
+        .header("X-Tenant", tenant)
+        .unwrap(),
+        started_at: then,
+        attempts: 1,
+        round_started_at: then,
+        round_attempts: 1,
+        key_lifetime: oncekey::core::DEFAULT_KEY_LIFETIME,
+        offline: Duration::ZERO,
+        offline_since: None,
+    };
+    let lease = oncekey::Lease {
+        owner: "gone".into(),
+        until: oncekey::Timestamp::from_millis(now_ms() + 60_000),
+    };
+    store
+        .claim(name, &lease, oncekey::Timestamp::from_millis(now_ms()))
+        .unwrap();
+    assert!(store.save(name, &record.to_json(), &lease).unwrap());
+    store.release(name, "gone").unwrap();
+    key
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
 }
