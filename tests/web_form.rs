@@ -115,6 +115,7 @@ impl Case {
             // Above the 1 s Retry-After of the server's 503s, which a shorter cap would not wait.
             cap: Duration::from_millis(2000),
             budget: Duration::from_secs(20),
+            ..RetryPolicy::default()
         };
         let (faults, keys) = (self.faults.clone(), self.keys.clone());
         submitter.attempt_headers = Some(Rc::new(move |_attempt, key| {

@@ -535,7 +535,7 @@ impl Driver {
                 self.wait()
             }
             Ok(_) => self.wait(),
-            Err(e @ BeginError::PendingMismatch { .. }) => {
+            Err(e @ (BeginError::PendingMismatch { .. } | BeginError::Expired { .. })) => {
                 refused(Error::new(ErrorCode::Pending, e.message()))
             }
             Err(BeginError::Body(b)) => refused(Error::body(

@@ -19,7 +19,7 @@ use crate::core::body::{self, Value};
 #[wasm_bindgen(typescript_custom_section)]
 const TS_TYPES: &'static str = r#"
 /** The contract's outcomes (CONTRACT.md section 2). */
-export type Outcome = "succeeded" | "refused" | "conflict" | "misconfigured" | "unsure";
+export type Outcome = "succeeded" | "refused" | "conflict" | "misconfigured" | "unsure" | "expired";
 
 /** Where a submission is (CONTRACT.md section 3). */
 export type SubmitterState = "idle" | "sending" | "waiting" | Outcome;

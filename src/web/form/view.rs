@@ -20,6 +20,8 @@ use crate::web::{Error, Settlement};
 
 pub(super) const UNSURE: &str = "We could not confirm that this was received. Try again sends the same request, and the server will not do it twice; or discard it to write a new one.";
 pub(super) const RELOADED: &str = "This request was sent before the page reloaded, and its answer was lost. Try again sends the same request; the server will not do it twice.";
+/// Until the kit offers "Send as new" (a deliberate new key), Discard is the way out.
+pub(super) const EXPIRED: &str = "We could not confirm that this was received, and its key is now too old to send again safely. Please check whether it arrived before you send it again; Discard lets you write it anew.";
 pub(super) const DISCARDED: &str =
     "Discarded. Nothing was confirmed; sending again makes a new request.";
 
@@ -30,6 +32,10 @@ impl Kit {
         if outcome == Outcome::Unsure {
             self.show_unsure(UNSURE);
             return self.finish(State::Unsure, s);
+        }
+        if outcome == Outcome::Expired {
+            self.show_unsure(EXPIRED);
+            return self.finish(State::Expired, s);
         }
         self.unlock();
         self.remove_controls();
@@ -70,7 +76,7 @@ impl Kit {
                 self.finish(state, s);
                 focus(&self.status);
             }
-            Outcome::Unsure => {}
+            Outcome::Unsure | Outcome::Expired => {}
         }
     }
 
