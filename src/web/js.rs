@@ -111,10 +111,38 @@ pub struct JsSubmitter {
     inner: Driven,
 }
 
-/// The serializer of everything that goes out: `None` is `null`, as the declarations say.
+/// The serializer of everything that goes out: `None` is `null`, as the declarations say, and
+/// maps are plain objects.
 fn out(value: &impl Serialize) -> JsValue {
-    let s = serde_wasm_bindgen::Serializer::new().serialize_missing_as_null(true);
+    let s = serde_wasm_bindgen::Serializer::new()
+        .serialize_missing_as_null(true)
+        .serialize_maps_as_objects(true);
     value.serialize(&s).unwrap_or(JsValue::NULL)
+}
+
+/// The plain objects that go out are written as maps of their JavaScript names, not derived as
+/// structs: serde-wasm-bindgen's struct serializer keeps a hash map of JavaScript strings per
+/// field name, which costs the package 2 KB (0.8 KB gzipped) for three small objects.
+macro_rules! out_object {
+    ($name:ident { $($field:ident: $js:literal),* $(,)? }) => {
+        impl Serialize for $name<'_> {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                use serde::ser::SerializeMap;
+                let mut map = s.serialize_map(None)?;
+                $(map.serialize_entry($js, &self.$field)?;)*
+                map.end()
+            }
+        }
+    };
+}
+
+/// A JavaScript value that goes out as it is.
+struct Preserved(JsValue);
+
+impl Serialize for Preserved {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        serde_wasm_bindgen::preserve::serialize(&self.0, s)
+    }
 }
 
 /// An answer's body as JavaScript gets it: its JSON parsed, or its text; null when empty.
@@ -125,33 +153,38 @@ fn parse_body(text: &str) -> JsValue {
     JSON::parse(text).unwrap_or_else(|_| JsValue::from_str(text))
 }
 
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
 struct SubmitResult<'a> {
     outcome: &'static str,
     status: Option<u16>,
     key: &'a str,
-    #[serde(with = "serde_wasm_bindgen::preserve")]
-    body: JsValue,
+    body: Preserved,
     replayed: bool,
     attempts: u32,
     gave_up: Option<&'static str>,
 }
+
+out_object!(SubmitResult {
+    outcome: "outcome",
+    status: "status",
+    key: "key",
+    body: "body",
+    replayed: "replayed",
+    attempts: "attempts",
+    gave_up: "gaveUp",
+});
 
 fn result(s: &Settlement) -> JsValue {
     out(&SubmitResult {
         outcome: s.outcome().as_str(),
         status: s.status(),
         key: s.key().as_str(),
-        body: parse_body(s.text()),
+        body: Preserved(parse_body(s.text())),
         replayed: s.replayed(),
         attempts: s.attempts(),
         gave_up: s.gave_up().map(|g| g.as_str()),
     })
 }
 
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
 struct Change<'a> {
     state: &'static str,
     key: Option<&'a str>,
@@ -159,6 +192,14 @@ struct Change<'a> {
     next_attempt_at: Option<f64>,
     warning: Option<&'a str>,
 }
+
+out_object!(Change {
+    state: "state",
+    key: "key",
+    attempts: "attempts",
+    next_attempt_at: "nextAttemptAt",
+    warning: "warning",
+});
 
 fn change(u: &Update) -> JsValue {
     out(&Change {
@@ -170,15 +211,19 @@ fn change(u: &Update) -> JsValue {
     })
 }
 
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
 struct PendingOut<'a> {
     key: &'a str,
-    #[serde(with = "serde_wasm_bindgen::preserve")]
-    body: JsValue,
+    body: Preserved,
     attempts: u32,
     started_at: f64,
 }
+
+out_object!(PendingOut {
+    key: "key",
+    body: "body",
+    attempts: "attempts",
+    started_at: "startedAt",
+});
 
 /// The settlement as a promise, resolved straight from the driver (no task to poll it).
 fn settle(settling: Settling) -> Promise {
@@ -290,7 +335,7 @@ impl JsSubmitter {
             None => JsValue::NULL,
             Some(p) => out(&PendingOut {
                 key: p.key().as_str(),
-                body: parse_body(p.body_text()),
+                body: Preserved(parse_body(p.body_text())),
                 attempts: p.attempts(),
                 started_at: p.started_at().as_millis() as f64,
             }),
