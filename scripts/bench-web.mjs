@@ -16,8 +16,8 @@ const N = Number(process.env.BENCH_N ?? 200);
 
 const gz = (path) => gzipSync(readFileSync(new URL(`../${path}`, import.meta.url)), { level: constants.Z_BEST_COMPRESSION }).length;
 const raw = (path) => readFileSync(new URL(`../${path}`, import.meta.url)).length;
-// Every file a page downloads: the wasm, the glue, and what the glue imports (kit.js while the
-// form kit is JavaScript; snippets, if any ever come back).
+// Every file a page downloads: the wasm, the glue, and anything the glue imports (snippets, if
+// any ever come back).
 const glue = readFileSync(new URL('../pkg/oncekey.js', import.meta.url), 'utf8');
 const imported = [...glue.matchAll(/from\s*["']\.\/([^"']+)["']/g)].map((m) => `pkg/${m[1]}`);
 const snippets = readdirSync(new URL('../pkg', import.meta.url), { recursive: true })

@@ -11,9 +11,8 @@ if [ ! -f "$WASM_OPT" ] || [ ! -d tools/node_modules/terser ]; then
   npm ci --prefix tools --no-audit --no-fund --loglevel=error
 fi
 
-# Nothing of an earlier build is left behind (wasm-pack keeps old snippets, and kit.js comes and
-# goes with the Rust form kit).
-rm -rf pkg/snippets pkg/kit.js
+# Nothing of an earlier build is left behind (wasm-pack keeps old snippets).
+rm -rf pkg/snippets
 # `package` (`small-alloc`): the package is a whole program, so it brings its own small allocator
 # (src/web/alloc.rs); Rust programs that depend on the crate keep theirs.
 wasm-pack build --release --target web --out-dir pkg --out-name oncekey -- --no-default-features --features package
@@ -35,9 +34,7 @@ echo "wasm-opt -Oz --converge: $before -> $after bytes"
 # export with a 16-hex-digit hash (incompressible, and written in the .wasm and the .js alike).
 # Short names instead; a rename that finds nothing to rename fails. Then terser minifies the
 # glue: the page downloads it on every load, and its comments and long names are most of its
-# bytes. Until the Rust form kit exports attachForm and autoAttach itself, the JavaScript form kit
-# (src/web/kit.js, a client of the exported Submitter) is copied in as kit.js, re-exported by the
-# glue and listed in the package's files.
+# bytes.
 node - pkg/oncekey_bg.wasm pkg/oncekey.js <<'JS'
 const fs = require('fs');
 const { minify } = require('./tools/node_modules/terser');
@@ -141,13 +138,8 @@ const ctor = /(export class Submitter \{[\s\S]*?\n    constructor\(name, options
 if (!ctor.test(js)) fail("the glue's Submitter constructor is not where it was");
 js = js.replace(ctor, "$1        if (wasm === undefined) throw Object.assign(new Error('oncekey is not ready: await init() before making a Submitter'), { name: 'OncekeyError', code: 'state' });\n");
 const outputs = [[jsPath, js]];
-if (!/export\s*\{[^}]*\battachForm\b/.test(js) && !/export function attachForm\b/.test(js)) {
-  outputs[0][1] += "\nexport { attachForm, autoAttach } from './kit.js';\n";
-  outputs.push(['pkg/kit.js', fs.readFileSync('src/web/kit.js', 'utf8')]);
-  const manifest = JSON.parse(fs.readFileSync('pkg/package.json', 'utf8'));
-  manifest.files = [...new Set([...(manifest.files ?? []), 'kit.js'])];
-  fs.writeFileSync('pkg/package.json', JSON.stringify(manifest, null, 2) + '\n');
-}
+// The form kit is Rust: the glue exports it like the Submitter.
+if (!/export function attachForm\b/.test(js) && !/export\s*\{[^}]*\battachForm\b/.test(js)) fail('the glue does not export attachForm');
 if (fs.existsSync('pkg/snippets')) fail('the package has snippets: hand-written JavaScript in the wasm module');
 (async () => {
   for (const [path, text] of outputs) {

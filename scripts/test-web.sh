@@ -30,7 +30,7 @@ node tests/pages/pkg-test.mjs "$ONCEKEY_SERVER_URL"
 
 echo "== what npm would publish"
 # The wasm, the glue and the declarations; no snippets (no hand-written JavaScript in the wasm
-# module); and every file the glue imports (kit.js, while the form kit is JavaScript).
+# module); and every file the glue imports, should it ever import one.
 npm pack --dry-run --json ./pkg 2>/dev/null | node -e '
   const fs = require("fs");
   const files = JSON.parse(fs.readFileSync(0, "utf8"))[0].files.map((f) => f.path);
