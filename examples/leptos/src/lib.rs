@@ -164,7 +164,10 @@ impl Tickets {
 
 /// While the outcome is unknown (CONTRACT.md section 4).
 fn locked(state: State) -> bool {
-    matches!(state, State::Sending | State::Waiting | State::Unsure)
+    matches!(
+        state,
+        State::Sending | State::Waiting | State::Unsure | State::Expired
+    )
 }
 
 #[component]
@@ -299,6 +302,10 @@ fn say(t: &Tickets) -> String {
         State::Waiting => "No answer yet; trying again with the same key…".to_owned(),
         State::Unsure => {
             "The answer was lost. Try again sends the same request; the server will not do it twice."
+                .to_owned()
+        }
+        State::Expired => {
+            "The answer was lost and the key is now too old to resend safely: check whether the ticket arrived before you send it again."
                 .to_owned()
         }
         State::Succeeded => match said.and_then(|s| s.id) {
