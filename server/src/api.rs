@@ -25,7 +25,7 @@ use tokio_util::sync::CancellationToken;
 use crate::faults::{Fault, RandomFaults};
 use crate::store::{Claim, ClaimRequest, Claimed, Failure, NewTicket, Store, Stored, Tx};
 
-/// The largest request body read, in bytes.
+/// The largest request body read unless configured otherwise (`--max-body`), in bytes.
 pub const MAX_BODY: usize = 64 * 1024;
 /// The longest subject, in characters.
 pub const MAX_SUBJECT: usize = 200;
@@ -46,6 +46,8 @@ pub struct App {
     pub(crate) lease: Duration,
     pub(crate) receipt_ttl: Duration,
     pub(crate) key_check: bool,
+    pub(crate) max_body: usize,
+    pub(crate) body_read_timeout: Duration,
     pub(crate) counters: Mutex<HashMap<String, Counters>>,
     pub(crate) next_token: AtomicI64,
 }
@@ -406,26 +408,65 @@ fn check_email(email: &str) -> Result<(), String> {
     }
 }
 
-async fn read_body(headers: &HeaderMap, body: Body) -> Result<Bytes, Stored> {
+/// The request's body: `413` above the limit (`--max-body`), `408` when it does not arrive within
+/// the body read timeout (a body shorter than its `Content-Length` that never ends), `400` when it
+/// cannot be read (bad chunked encoding). The last two close the connection: what is left of the
+/// body cannot be told from the next request.
+async fn read_body(app: &App, headers: &HeaderMap, body: Body) -> Result<Bytes, Response> {
+    let limit = app.max_body;
     let too_large = || {
-        problem(
-            StatusCode::BAD_REQUEST,
-            "invalid-ticket",
-            "Invalid ticket",
-            &format!("body: is larger than {MAX_BODY} bytes"),
-            vec![param("body", format!("is larger than {MAX_BODY} bytes"))],
-        )
+        respond(&problem(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "body-too-large",
+            "Request body too large",
+            &format!("body: is larger than {limit} bytes"),
+            vec![param("body", format!("is larger than {limit} bytes"))],
+        ))
+    };
+    let closing = |status: StatusCode, slug: &str, title: &str, reason: String| {
+        let mut r = respond(&problem(
+            status,
+            slug,
+            title,
+            &format!("body: {reason}"),
+            vec![param("body", reason.clone())],
+        ));
+        r.headers_mut()
+            .insert(header::CONNECTION, HeaderValue::from_static("close"));
+        r
     };
     let declared = headers
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
-    if declared.is_some_and(|n| n > MAX_BODY as u64) {
+    if declared.is_some_and(|n| n > limit as u64) {
         return Err(too_large());
     }
-    axum::body::to_bytes(body, MAX_BODY)
-        .await
-        .map_err(|_| too_large())
+    match tokio::time::timeout(app.body_read_timeout, axum::body::to_bytes(body, limit)).await {
+        Ok(Ok(bytes)) => Ok(bytes),
+        Ok(Err(e)) => {
+            let e = e.into_inner();
+            if e.is::<http_body_util::LengthLimitError>() {
+                Err(too_large())
+            } else {
+                Err(closing(
+                    StatusCode::BAD_REQUEST,
+                    "body-unreadable",
+                    "Request body unreadable",
+                    format!("could not be read: {e}"),
+                ))
+            }
+        }
+        Err(_) => Err(closing(
+            StatusCode::REQUEST_TIMEOUT,
+            "body-timeout",
+            "Request body timeout",
+            format!(
+                "did not arrive within {}",
+                humantime::format_duration(app.body_read_timeout)
+            ),
+        )),
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -506,9 +547,9 @@ pub async fn create_ticket(
     if let Some(early) = fault_before_work(&app, &tenant, Some(key.short()), fault, &abort).await {
         return early;
     }
-    let bytes = match read_body(&headers, body).await {
+    let bytes = match read_body(&app, &headers, body).await {
         Ok(b) => b,
-        Err(problem) => return respond(&problem),
+        Err(refusal) => return refusal,
     };
     let submission = read_ticket(&tenant, &headers, &bytes);
     // The work runs in its own task, so a client that hangs up cannot cut it between claim and
@@ -698,9 +739,9 @@ async fn plain(app: Arc<App>, headers: HeaderMap, body: Body, abort: ConnectionA
     if let Some(early) = fault_before_work(&app, &tenant, None, fault, &abort).await {
         return early;
     }
-    let bytes = match read_body(&headers, body).await {
+    let bytes = match read_body(&app, &headers, body).await {
         Ok(b) => b,
-        Err(problem) => return respond(&problem),
+        Err(refusal) => return refusal,
     };
     let new = match read_ticket(&tenant, &headers, &bytes).ticket {
         Ok(t) => t,
