@@ -164,9 +164,7 @@ mod app {
                 round_attempts: 1,
             };
             store.claim(&name, &dead, now).unwrap();
-            store
-                .save(&name, &serde_json::to_string(&record).unwrap(), &dead)
-                .unwrap();
+            store.save(&name, &record.to_json(), &dead).unwrap();
         }
         let stored = peak_kib();
         let client = Client::builder()

@@ -22,15 +22,28 @@
 
 extern crate alloc;
 
-/// What the `std` prelude would give, from `alloc`, for the code that also builds without it.
-#[allow(unused_imports)]
-mod prelude {
-    pub(crate) use alloc::borrow::ToOwned;
-    pub(crate) use alloc::boxed::Box;
-    pub(crate) use alloc::string::{String, ToString};
-    pub(crate) use alloc::vec;
-    pub(crate) use alloc::vec::Vec;
+// The target predicate, stated once (as reqwest does): the browser is wasm32 without an OS
+// (`unknown`, or `none`); every other target is native. The `no_std` attribute above cannot take
+// a macro and repeats it; Cargo.toml's dependency tables and the test files' `#![cfg]` lines
+// carry it too, as Cargo and separate crates need.
+macro_rules! if_wasm {
+    ($($item:item)*) => {$(
+        #[cfg(all(target_arch = "wasm32", any(target_os = "unknown", target_os = "none")))]
+        $item
+    )*};
 }
+
+macro_rules! if_native {
+    ($($item:item)*) => {$(
+        #[cfg(not(all(target_arch = "wasm32", any(target_os = "unknown", target_os = "none"))))]
+        $item
+    )*};
+}
+
+/// The `alloc` names the `std` prelude would give, for code outside the core that also builds
+/// without `std` (the browser driver); the core has its own.
+#[allow(unused_imports)]
+use crate::core::prelude;
 
 pub mod core;
 
@@ -42,25 +55,22 @@ fn panic(_: &::core::panic::PanicInfo<'_>) -> ! {
     ::core::arch::wasm32::unreachable()
 }
 
-#[cfg(all(target_arch = "wasm32", any(target_os = "unknown", target_os = "none")))]
-mod web;
-#[cfg(all(target_arch = "wasm32", any(target_os = "unknown", target_os = "none")))]
-pub use crate::web::{install, Submitter};
-
 pub use crate::core::{
     Encoding, Key, KeyError, KeyFormat, Outcome, Request, RetryPolicy, State, Timestamp,
 };
 
-#[cfg(not(all(target_arch = "wasm32", any(target_os = "unknown", target_os = "none"))))]
-mod native;
+if_wasm! {
+    mod web;
+    pub use crate::web::{install, Submitter};
+}
 
-#[cfg(all(
-    feature = "postgres",
-    not(all(target_arch = "wasm32", any(target_os = "unknown", target_os = "none")))
-))]
-pub use crate::native::PostgresStore;
-#[cfg(not(all(target_arch = "wasm32", any(target_os = "unknown", target_os = "none"))))]
-pub use crate::native::{
-    BoxError, Claim, Client, ClientBuilder, Due, Error, HeaderProvider, Lease, Listed, MemoryStore,
-    Outgoing, Pending, Result, Resumed, Settlement, SqliteStore, Store, SubmissionBuilder,
-};
+if_native! {
+    mod native;
+    pub use crate::native::{
+        BoxError, Claim, Client, ClientBuilder, Due, Error, HeaderProvider, Lease, Listed,
+        MemoryStore, Outgoing, Pending, Result, Resumed, Settlement, SqliteStore, Store,
+        SubmissionBuilder,
+    };
+    #[cfg(feature = "postgres")]
+    pub use crate::native::PostgresStore;
+}

@@ -397,6 +397,19 @@ fn a_caller_key_is_used_as_given() {
         .unwrap();
     d.drain(&mut s);
     assert_eq!(d.last_sent().key, key);
+    // The same body with the same key joins; with another given key it is another submission,
+    // refused while this one is pending, and nothing is sent.
+    assert_eq!(
+        s.begin(T0, request("{}"), NewKey::Given(key.clone())),
+        Ok(Begun::Joined)
+    );
+    let other = Key::derive(&ns, "withdrawal-78");
+    assert!(matches!(
+        s.begin(T0, request("{}"), NewKey::Given(other)),
+        Err(BeginError::PendingMismatch { differs: "key", key: k }) if k == key
+    ));
+    d.drain(&mut s);
+    assert_eq!(d.sent.len(), 1);
 }
 
 #[test]

@@ -367,6 +367,110 @@ async fn the_same_message_twice_three_times_and_concurrently_makes_one_ticket() 
     assert_eq!(server.tickets(&tenant).await, 3);
 }
 
+/// Within one client a name has one live submission while in flight: the same message sent
+/// again (twice, three times, at once, while its attempt is under way or while it waits to
+/// retry) joins it, and another body is refused locally, with the pending key, sending nothing.
+#[tokio::test]
+async fn one_client_joins_the_same_message_in_flight_and_refuses_another_body() {
+    let go = |c: &Client, url: &str, tenant: &str, subject: &'static str, reordered: bool| {
+        let (c, url, tenant) = (c.clone(), url.to_owned(), tenant.to_owned());
+        tokio::spawn(async move {
+            let body = if reordered {
+                // The same meaning with the members in another order.
+                serde_json::json!({
+                    "email": "ana@example.com",
+                    "body": "The printer on the 3rd floor is on fire.",
+                    "subject": subject,
+                })
+            } else {
+                ticket(subject)
+            };
+            c.submission("f")
+                .post(&url)
+                .header("X-Tenant", &tenant)
+                .json(&body)
+                .unwrap()
+                .send()
+                .await
+        })
+    };
+
+    // While the attempt is under way (the server takes 300 ms).
+    let server = Server::start();
+    let tenant = tenant("in-flight");
+    let url = server.tickets_url();
+    let plan = Plan::new();
+    plan.fault("f", 1, "delay=300");
+    let c = client(&plan);
+    let first = go(&c, &url, &tenant, "once", false);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let twice = go(&c, &url, &tenant, "once", true);
+    let thrice = go(&c, &url, &tenant, "once", false);
+    let e = go(&c, &url, &tenant, "another", false)
+        .await
+        .unwrap()
+        .unwrap_err();
+    assert!(e.is_pending_mismatch(), "{e:?}");
+    assert!(e.to_string().contains("nothing was sent"), "{e}");
+    let settled: Vec<_> = futures_join(vec![first, twice, thrice])
+        .await
+        .into_iter()
+        .map(|r| r.unwrap())
+        .collect();
+    for s in &settled {
+        assert_eq!(s.outcome(), Outcome::Succeeded, "{s}");
+        assert_eq!(s.key(), settled[0].key());
+    }
+    assert_eq!(
+        e.key(),
+        Some(settled[0].key()),
+        "refused with the pending key"
+    );
+    assert_eq!(plan.attempts("f"), 1, "joined, not sent again");
+    assert_eq!(server.tickets(&tenant).await, 1);
+    assert_eq!(server.subjects(&tenant).await, ["once"]);
+    assert!(c.pending().await.unwrap().is_empty());
+
+    // While it waits to retry: a 503 asks for a second's pause, which the joined calls keep.
+    let stub = Stub::start(vec![(503, vec![("retry-after", "1")])]).await;
+    let c = client(&Plan::new());
+    let first = go(&c, &stub.url, "t", "once", false);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        stub.seen.lock().unwrap().len(),
+        1,
+        "the 503 came, the retry is due later"
+    );
+    let twice = go(&c, &stub.url, "t", "once", true);
+    let thrice = go(&c, &stub.url, "t", "once", false);
+    let e = go(&c, &stub.url, "t", "another", false)
+        .await
+        .unwrap()
+        .unwrap_err();
+    assert!(e.is_pending_mismatch(), "{e:?}");
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(
+        stub.seen.lock().unwrap().len(),
+        1,
+        "joining sent nothing early"
+    );
+    let settled: Vec<_> = futures_join(vec![first, twice, thrice])
+        .await
+        .into_iter()
+        .map(|r| r.unwrap())
+        .collect();
+    let seen = stub.seen.lock().unwrap().clone();
+    assert_eq!(seen.len(), 2, "one retry for all three");
+    let keys: Vec<_> = seen.iter().map(|h| h["idempotency-key"].clone()).collect();
+    assert_eq!(keys[0], keys[1]);
+    for s in &settled {
+        assert_eq!(s.outcome(), Outcome::Succeeded, "{s}");
+        assert_eq!(s.attempts(), 2, "{s}");
+        assert_eq!(s.key().as_str(), keys[0].to_str().unwrap());
+    }
+    assert_eq!(e.key(), Some(settled[0].key()));
+}
+
 async fn futures_join<T: Send + 'static>(tasks: Vec<tokio::task::JoinHandle<T>>) -> Vec<T> {
     let mut out = Vec::new();
     for t in tasks {
@@ -537,9 +641,7 @@ async fn a_dead_clients_lease_runs_out_and_another_takes_its_submission_over() {
     store
         .claim("d", &lease, oncekey::Timestamp::from_millis(now_ms()))
         .unwrap();
-    assert!(store
-        .save("d", &serde_json::to_string(&record).unwrap(), &lease)
-        .unwrap());
+    assert!(store.save("d", &record.to_json(), &lease).unwrap());
     let client = Client::builder()
         .store(store.clone())
         .retry(fast())

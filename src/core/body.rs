@@ -13,7 +13,8 @@
 //! Form bodies (`application/x-www-form-urlencoded`) are kept as a flat JSON object of strings;
 //! repeated names are arrays ([`form_encode`], [`form_decode`]).
 
-use crate::prelude::*;
+use super::prelude::*;
+use super::text::{concat, decimal, push_hex, quoted, LOWER_HEX};
 
 /// How deep arrays and objects may nest before a body is refused.
 pub const MAX_DEPTH: usize = 128;
@@ -110,8 +111,7 @@ pub enum BodyError {
 }
 
 impl BodyError {
-    /// What [`Display`](::core::fmt::Display) writes, built without the formatting machinery (which
-    /// the browser package leaves out).
+    /// What [`Display`](::core::fmt::Display) writes (built without `fmt`, see `core::text`).
     pub fn message(&self) -> String {
         match self {
             BodyError::Syntax { message, at } => concat(&[
@@ -136,45 +136,6 @@ impl BodyError {
             BodyError::NotUtf8 => "the form body is not UTF-8 text".to_owned(),
         }
     }
-}
-
-/// `s` as a JSON string literal, quoted and escaped: how messages show a name or a value.
-pub(crate) fn quoted(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
-    write_string(s, &mut out);
-    out
-}
-
-/// The parts one after the other: `[..].concat()` without its generic machinery, which costs
-/// the browser package a kilobyte.
-pub(crate) fn concat(parts: &[&str]) -> String {
-    let mut out = String::new();
-    for part in parts {
-        out.push_str(part);
-    }
-    out
-}
-
-/// The hex digits of JSON escapes and keys.
-pub(crate) const LOWER_HEX: &[u8; 16] = b"0123456789abcdef";
-
-/// `byte` as two hex digits from `digits` (upper case for percent-encoding).
-pub(crate) fn push_hex(out: &mut String, byte: u8, digits: &[u8; 16]) {
-    out.push(char::from(digits[usize::from(byte >> 4)]));
-    out.push(char::from(digits[usize::from(byte & 15)]));
-}
-
-/// `n` in decimal, without the formatting machinery.
-pub(crate) fn decimal(mut n: u64) -> String {
-    let mut digits = Vec::with_capacity(20);
-    loop {
-        digits.push(b'0' + (n % 10) as u8);
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    digits.iter().rev().map(|&d| char::from(d)).collect()
 }
 
 /// The canonical form of a JSON text (see the module docs).
@@ -245,7 +206,7 @@ impl Value {
     }
 }
 
-fn write_string(s: &str, out: &mut String) {
+pub(crate) fn write_string(s: &str, out: &mut String) {
     out.push('"');
     for c in s.chars() {
         match c {

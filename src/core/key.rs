@@ -9,10 +9,10 @@
 //! On the wire the key is a header value, bare (`Idempotency-Key: 8e03...`, what Stripe and most
 //! APIs take) or an RFC 8941 string (`"8e03..."`, what the IETF draft says); see [`KeyFormat`].
 
-use crate::prelude::*;
+use super::prelude::*;
 use ::core::fmt;
 
-use super::body::{concat, decimal, push_hex, quoted, LOWER_HEX};
+use super::text::{concat, decimal, push_hex, quoted, LOWER_HEX};
 
 /// The longest key oncekey sends or accepts, in bytes.
 pub const MAX_KEY_LEN: usize = 255;
@@ -47,8 +47,7 @@ pub enum KeyError {
 }
 
 impl KeyError {
-    /// What [`Display`](fmt::Display) writes, built without the formatting machinery (which
-    /// the browser package leaves out).
+    /// What [`Display`](fmt::Display) writes (built without `fmt`, see `core::text`).
     pub fn message(&self) -> String {
         match self {
             KeyError::Empty => "the idempotency key is empty".to_owned(),

@@ -14,20 +14,21 @@
 //! - [`record`]: the versioned stored form of a pending submission, and the request it carries.
 //! - [`submission`]: the states of CONTRACT.md section 3.
 //! - [`time`]: the wall-clock [`Timestamp`] drivers hand in, and HTTP-dates.
+//! - `text`: the few text helpers the core writes with, and why it avoids `fmt`.
 
-/// `Display` (and `Error`) for errors that build their text in `message()`, without the
-/// formatting machinery (which the browser package leaves out).
-macro_rules! display_by_message {
-    ($($error:ty),*) => {$(
-        impl ::core::fmt::Display for $error {
-            fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
-                f.write_str(&self.message())
-            }
-        }
-
-        impl ::core::error::Error for $error {}
-    )*};
+/// The `alloc` names the `std` prelude would give: the core builds without `std` in the browser
+/// package.
+#[allow(unused_imports)]
+pub(crate) mod prelude {
+    pub(crate) use alloc::borrow::ToOwned;
+    pub(crate) use alloc::boxed::Box;
+    pub(crate) use alloc::string::{String, ToString};
+    pub(crate) use alloc::vec;
+    pub(crate) use alloc::vec::Vec;
 }
+
+#[macro_use]
+pub(crate) mod text;
 
 pub mod answer;
 pub mod body;

@@ -15,18 +15,20 @@
 //! attempt ever; `roundStartedAt` and `roundAttempts` from the last "Try again", and the time
 //! budget counts from there.
 //!
-//! The record is plain serde: each driver picks its own format (JSON text through
-//! `js_sys::JSON` in the browser, `serde_json` or SQLite columns natively). Reading checks the
-//! version and every field, so a corrupt, foreign or unknown-version record is an error value
+//! One codec for both targets: [`Record::to_json`] and [`Record::from_json`], written by hand on
+//! the core's own JSON reader, so that the browser package carries no serde format (serde_json's
+//! code would cost it tens of kilobytes) and the native stores keep the same text. Reading checks
+//! the version and every field, so a corrupt, foreign or unknown-version record is an error value
 //! that names what is wrong ([`RecordError`]), never a panic.
 
-use crate::prelude::*;
+use super::prelude::*;
 use ::core::fmt;
 
 use serde::{Deserialize, Serialize};
 
-use super::body::{self, concat, decimal, quoted, BodyError, Fields, Value};
+use super::body::{self, BodyError, Fields, Value};
 use super::key::Key;
+use super::text::{concat, decimal, quoted};
 use super::time::Timestamp;
 
 /// The record version this build reads and writes.
@@ -83,8 +85,7 @@ pub enum RequestError {
 }
 
 impl RequestError {
-    /// What [`Display`](fmt::Display) writes, built without the formatting machinery (which
-    /// the browser package leaves out).
+    /// What [`Display`](fmt::Display) writes (built without `fmt`, see `core::text`).
     pub fn message(&self) -> String {
         match self {
             RequestError::Method(m) => quoted(m) + " is not an HTTP method",
@@ -180,8 +181,7 @@ impl Request {
 }
 
 /// A pending submission as stored.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(into = "Wire", try_from = "Wire")]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Record {
     /// The submission's name (the form's or caller's handle).
     pub name: String,
@@ -211,20 +211,16 @@ impl fmt::Display for RecordError {
 
 impl ::core::error::Error for RecordError {}
 
-/// The flat stored shape. Every field is optional here so that a missing one is named in the
-/// error instead of failing as "invalid type".
-#[derive(Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct Wire {
+/// The stored fields as read, before they are checked. Every one is optional here so that a
+/// missing one is named in the error.
+struct Read {
     v: Option<u32>,
     name: Option<String>,
     key: Option<String>,
     method: Option<String>,
     url: Option<String>,
-    #[serde(default)]
     headers: Vec<(String, String)>,
     body: Option<String>,
-    #[serde(default)]
     encoding: Encoding,
     started_at: Option<u64>,
     attempts: Option<u32>,
@@ -232,29 +228,9 @@ struct Wire {
     round_attempts: Option<u32>,
 }
 
-impl From<Record> for Wire {
-    fn from(r: Record) -> Wire {
-        Wire {
-            v: Some(RECORD_VERSION),
-            name: Some(r.name),
-            key: Some(r.key.as_str().to_owned()),
-            method: Some(r.request.method),
-            url: Some(r.request.url),
-            headers: r.request.headers,
-            body: Some(r.request.body),
-            encoding: r.request.encoding,
-            started_at: Some(r.started_at.as_millis()),
-            attempts: Some(r.attempts),
-            round_started_at: Some(r.round_started_at.as_millis()),
-            round_attempts: Some(r.round_attempts),
-        }
-    }
-}
-
-impl TryFrom<Wire> for Record {
-    type Error = RecordError;
-
-    fn try_from(w: Wire) -> Result<Record, RecordError> {
+impl Read {
+    fn check(self) -> Result<Record, RecordError> {
+        let w = self;
         fn need<T>(v: Option<T>, field: &str) -> Result<T, RecordError> {
             v.ok_or_else(|| RecordError(concat(&["it has no ", &quoted(field)])))
         }
@@ -299,8 +275,7 @@ impl TryFrom<Wire> for Record {
 }
 
 impl Record {
-    /// The record as JSON text in the shape above, written without a serde format, so that the
-    /// browser build carries none (serde's machinery costs the package tens of kilobytes).
+    /// The record as JSON text in the shape above.
     pub fn to_json(&self) -> String {
         // Written straight out in canonical form (names sorted, as `Value::to_canonical` would
         // sort them): building a `Value` first costs the browser package its map code.
@@ -346,9 +321,8 @@ impl Record {
         ])
     }
 
-    /// Reads [`Record::to_json`]'s text (or serde's, which has the same shape) with the same
-    /// checks as the serde path: a corrupt, foreign or unknown-version record is an error that
-    /// names what is wrong.
+    /// Reads [`Record::to_json`]'s text: a corrupt, foreign or unknown-version record is an
+    /// error that names what is wrong.
     pub fn from_json(text: &str) -> Result<Record, RecordError> {
         let value = body::parse(text)
             .map_err(|e| RecordError(concat(&["it is not JSON (", &e.message(), ")"])))?;
@@ -440,7 +414,7 @@ impl Record {
         }
         let [name, key, method, url, body] = texts;
         let [started_at, attempts, round_started_at, round_attempts] = wholes;
-        Record::try_from(Wire {
+        Read {
             v: v.map(|v| v as u32),
             name,
             key,
@@ -453,7 +427,8 @@ impl Record {
             attempts: attempts.map(|a| a as u32),
             round_started_at,
             round_attempts: round_attempts.map(|a| a as u32),
-        })
+        }
+        .check()
     }
 }
 
@@ -483,18 +458,24 @@ mod tests {
 
     #[test]
     fn round_trips_in_the_documented_shape() {
-        let text = serde_json::to_string(&record()).unwrap();
-        assert!(
-            text.starts_with(r#"{"v":1,"name":"new-ticket","key":"8e03978e"#),
-            "{text}"
-        );
-        assert!(text.contains(r#""method":"POST""#), "{text}");
-        assert!(text.contains(r#""startedAt":1796126400000"#), "{text}");
-        let back: Record = serde_json::from_str(&text).unwrap();
-        assert_eq!(back, record());
+        let text = record().to_json();
+        for part in [
+            r#""v":1"#,
+            r#""name":"new-ticket""#,
+            r#""key":"8e03978e-40d5-43e8-bc93-6894a57f9324""#,
+            r#""method":"POST""#,
+            r#""headers":[["X-Tenant","acme"]]"#,
+            r#""startedAt":1796126400000"#,
+        ] {
+            assert!(text.contains(part), "{part} in {text}");
+        }
+        assert_eq!(Record::from_json(&text).unwrap(), record());
+        // Written by earlier versions through serde, with the fields in declaration order.
+        let earlier = r#"{"v":1,"name":"new-ticket","key":"8e03978e-40d5-43e8-bc93-6894a57f9324","method":"POST","url":"/api/tickets","headers":[["X-Tenant","acme"]],"body":"{\"subject\":\"Printer\"}","encoding":"json","startedAt":1796126400000,"attempts":2,"roundStartedAt":1796126400000,"roundAttempts":2}"#;
+        assert_eq!(Record::from_json(earlier).unwrap(), record());
     }
 
-    /// Unreadable records and what their error must say, for both ways of reading.
+    /// Unreadable records and what their error must say.
     const UNREADABLE: &[(&str, &str)] = &[
         (r#"{"v":2,"key":"k"}"#, "version 2"),
         (r#"{"key":"k"}"#, "no version"),
@@ -517,19 +498,7 @@ mod tests {
     ];
 
     #[test]
-    fn unreadable_records_are_errors_that_say_why() {
-        for (text, expected) in UNREADABLE {
-            let err = serde_json::from_str::<Record>(text)
-                .unwrap_err()
-                .to_string();
-            assert!(err.contains(expected), "{text}: {err}");
-        }
-        assert!(serde_json::from_str::<Record>("[1,2]").is_err());
-        assert!(serde_json::from_str::<Record>(r#"{"v":"one"}"#).is_err());
-    }
-
-    #[test]
-    fn the_core_json_and_serde_agree() {
+    fn form_bodies_and_quoted_headers_round_trip_in_canonical_form() {
         let mut r = record();
         r.request = Request::new("POST", "/x", r#"{"a":"1 2"}"#, Encoding::Form).unwrap();
         r.request
@@ -537,11 +506,6 @@ mod tests {
             .push(("X-Tenant".into(), "acme \"quoted\"".into()));
         let ours = r.to_json();
         assert_eq!(Record::from_json(&ours).unwrap(), r);
-        assert_eq!(serde_json::from_str::<Record>(&ours).unwrap(), r);
-        assert_eq!(
-            Record::from_json(&serde_json::to_string(&r).unwrap()).unwrap(),
-            r
-        );
         assert!(ours.contains(r#""v":1"#), "{ours}");
         // Written in canonical form, as the body comparison would write it, with two headers.
         r.request.headers.push(("X-Two".into(), "2".into()));
@@ -551,7 +515,7 @@ mod tests {
     }
 
     #[test]
-    fn the_core_json_refuses_what_serde_refuses() {
+    fn unreadable_records_are_errors_that_say_why() {
         let cases = [
             (
                 r#"{"v":1,"name":"n","key":"k","method":"POST","url":"/x","body":"{}","startedAt":1.5,"attempts":0}"#,

@@ -25,14 +25,15 @@
 //! "Try again" when unsure. Another body is refused ([`BeginError::PendingMismatch`]) and nothing
 //! changes. At most one attempt is outstanding; an answer to any other attempt is ignored.
 
-use crate::prelude::*;
+use super::prelude::*;
 use alloc::collections::VecDeque;
 
 use super::answer::{classify, classify_failure, Answer, Failure, Outcome, RetryAfter, Verdict};
-use super::body::{concat, quoted, BodyError};
+use super::body::BodyError;
 use super::key::Key;
 use super::record::{Record, Request};
 use super::retry::{GiveUp, Next, RetryPolicy};
+use super::text::{concat, quoted};
 use super::time::Timestamp;
 
 /// Where a submission is.
@@ -165,12 +166,13 @@ pub enum Begun {
 /// Why a [`Submission::begin`] was refused. Nothing was stored or sent.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum BeginError {
-    /// Another submission is pending under this name, with another body, method or URL. Resume
-    /// it ("Try again") or discard it first.
+    /// Another submission is pending under this name, with another body, method, URL or given
+    /// key. Resume it ("Try again") or discard it first.
     PendingMismatch {
         /// The pending key.
         key: Key,
-        /// What differs: `"body"`, `"method"` or `"url"`.
+        /// What differs: `"body"`, `"method"`, `"url"` or `"key"` (a given key that is not the
+        /// pending one).
         differs: &'static str,
     },
     /// The body is not JSON.
@@ -178,8 +180,7 @@ pub enum BeginError {
 }
 
 impl BeginError {
-    /// What [`Display`](::core::fmt::Display) writes, built without the formatting machinery (which
-    /// the browser package leaves out).
+    /// What [`Display`](::core::fmt::Display) writes (built without `fmt`, see `core::text`).
     pub fn message(&self) -> String {
         match self {
             BeginError::PendingMismatch { key, differs } => concat(&[
@@ -208,8 +209,7 @@ pub enum StateError {
 }
 
 impl StateError {
-    /// What [`Display`](::core::fmt::Display) writes, built without the formatting machinery (which
-    /// the browser package leaves out).
+    /// What [`Display`](::core::fmt::Display) writes (built without `fmt`, see `core::text`).
     pub fn message(&self) -> String {
         match self {
             StateError::NothingPending => "no submission is pending".to_owned(),
@@ -311,6 +311,9 @@ impl Submission {
                 Some("method")
             } else if p.record.request.url != request.url {
                 Some("url")
+            } else if matches!(&key, NewKey::Given(k) if *k != p.record.key) {
+                // A caller's derived key names one submission: another one is another.
+                Some("key")
             } else {
                 None
             };

@@ -4,7 +4,7 @@
 //! since the Unix epoch, because the time budget of a submission counts from its first attempt
 //! across reloads and restarts (CONTRACT.md section 2), and `Retry-After` may name an HTTP-date.
 
-use crate::prelude::*;
+use super::prelude::*;
 use ::core::fmt;
 use ::core::ops::Add;
 use ::core::time::Duration;

@@ -34,19 +34,22 @@
 //! # Ok(()) }
 //! ```
 
+mod builder;
 mod client;
+mod drive;
 mod error;
+mod flight;
 #[cfg(feature = "postgres")]
 mod pg;
+mod settlement;
 mod sqlite;
 mod store;
 
-pub use client::{
-    Client, ClientBuilder, HeaderProvider, Outgoing, Pending, Resumed, Settlement,
-    SubmissionBuilder,
-};
+pub use builder::{ClientBuilder, SubmissionBuilder};
+pub use client::{Client, HeaderProvider, Outgoing};
 pub use error::{BoxError, Error, Result};
 #[cfg(feature = "postgres")]
 pub use pg::PostgresStore;
+pub use settlement::{Pending, Resumed, Settlement};
 pub use sqlite::SqliteStore;
 pub use store::{Claim, Due, Lease, Listed, MemoryStore, Store};

@@ -22,7 +22,8 @@
 use crate::prelude::*;
 use wasm_bindgen::prelude::*;
 
-use crate::core::body::{self, concat, decimal, Fields, Value};
+use crate::core::body::{self, Fields, Value};
+use crate::core::text::{concat, decimal, quoted};
 use crate::core::{
     Action, Answer, AttemptId, BeginError, Begun, Encoding, Failure, NewKey, Outcome, Record,
     Request, RequestError, RetryPolicy, State, Submission, Timestamp,
@@ -113,7 +114,7 @@ impl Machine {
             Err(e) => return Some(e.0),
         };
         if record.name != self.core.name() {
-            return Some("it belongs to ".to_owned() + &body::quoted(&record.name));
+            return Some("it belongs to ".to_owned() + &quoted(&record.name));
         }
         self.core
             .restore(at(now), record, resume)

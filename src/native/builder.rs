@@ -1,0 +1,408 @@
+//! # Builders
+//!
+//! [`ClientBuilder`] sets a [`Client`] up (store, retry policy, timeouts, the key header,
+//! secrets); [`SubmissionBuilder`] describes one intended submission and checks it before
+//! anything is stored or sent.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue, AUTHORIZATION, CONTENT_TYPE, COOKIE};
+
+use super::client::{now, random_key_bytes, Client, HeaderProvider, Inner};
+use super::error::{Error, Result};
+use super::flight::{Flights, Job};
+use super::settlement::Settlement;
+use super::store::Store;
+use crate::core::{Encoding, Key, KeyFormat, Record, Request, RetryPolicy, DEFAULT_KEY_HEADER};
+
+/// Builds a [`Client`].
+#[must_use]
+pub struct ClientBuilder {
+    store: Option<Arc<dyn Store>>,
+    http: Option<reqwest::Client>,
+    policy: RetryPolicy,
+    timeout: Duration,
+    lease: Duration,
+    key_header: String,
+    key_format: KeyFormat,
+    secret_names: Vec<String>,
+    secrets: Vec<(String, String)>,
+    provider: Option<Arc<dyn HeaderProvider>>,
+    resume_concurrency: usize,
+}
+
+impl fmt::Debug for ClientBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ClientBuilder")
+            .field("store", &self.store)
+            .field("policy", &self.policy)
+            .field("timeout", &self.timeout)
+            .field("lease", &self.lease)
+            .field("key_header", &self.key_header)
+            .field("secret_names", &self.secret_names)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Default for ClientBuilder {
+    fn default() -> ClientBuilder {
+        ClientBuilder {
+            store: None,
+            http: None,
+            policy: RetryPolicy::default(),
+            timeout: Duration::from_secs(30),
+            lease: Duration::from_secs(30),
+            key_header: DEFAULT_KEY_HEADER.to_owned(),
+            key_format: KeyFormat::Bare,
+            secret_names: Vec::new(),
+            secrets: Vec::new(),
+            provider: None,
+            resume_concurrency: 64,
+        }
+    }
+}
+
+impl ClientBuilder {
+    /// Where pending submissions are kept: [`SqliteStore`](crate::SqliteStore) for restart
+    /// safety, [`MemoryStore`](crate::MemoryStore) for tests. Required.
+    pub fn store(mut self, store: impl Store) -> ClientBuilder {
+        self.store = Some(Arc::new(store));
+        self
+    }
+
+    /// A store shared with other code.
+    pub fn shared_store(mut self, store: Arc<dyn Store>) -> ClientBuilder {
+        self.store = Some(store);
+        self
+    }
+
+    /// Retry timing and limits (the core's [`RetryPolicy`]).
+    pub fn retry(mut self, policy: RetryPolicy) -> ClientBuilder {
+        self.policy = policy;
+        self
+    }
+
+    /// How long one attempt may take before it is abandoned as a timeout (and retried with the
+    /// same key). 30 s by default.
+    pub fn timeout(mut self, timeout: Duration) -> ClientBuilder {
+        self.timeout = timeout;
+        self
+    }
+
+    /// How long a lease outlives the step it covers (an attempt or a wait). A process that dies
+    /// holds its submissions this long at most before another takes them over. 30 s by default.
+    pub fn lease(mut self, lease: Duration) -> ClientBuilder {
+        self.lease = lease;
+        self
+    }
+
+    /// The header that carries the key (`Idempotency-Key` by default).
+    pub fn key_header(mut self, name: &str) -> ClientBuilder {
+        self.key_header = name.to_owned();
+        self
+    }
+
+    /// How the key is written in its header (bare by default).
+    pub fn key_format(mut self, format: KeyFormat) -> ClientBuilder {
+        self.key_format = format;
+        self
+    }
+
+    /// Marks a header as secret: it may not be stored with a submission, only added on every
+    /// attempt by [`ClientBuilder::secret_header`] or a [`HeaderProvider`]. `Authorization`,
+    /// `Proxy-Authorization` and `Cookie` are always secret.
+    pub fn secret_header_name(mut self, name: &str) -> ClientBuilder {
+        self.secret_names.push(name.to_owned());
+        self
+    }
+
+    /// A secret header sent on every attempt and never stored (an API token, say).
+    pub fn secret_header(mut self, name: &str, value: &str) -> ClientBuilder {
+        self.secret_names.push(name.to_owned());
+        self.secrets.push((name.to_owned(), value.to_owned()));
+        self
+    }
+
+    /// Adds headers to every attempt from code (a token that rotates, a signature); never
+    /// stored. Mark the names it adds with [`ClientBuilder::secret_header_name`] if they must
+    /// never be stored either.
+    pub fn header_provider(mut self, provider: impl HeaderProvider) -> ClientBuilder {
+        self.provider = Some(Arc::new(provider));
+        self
+    }
+
+    /// How many stored submissions [`Client::resume_pending`] sends at once (64 by default).
+    pub fn resume_concurrency(mut self, n: usize) -> ClientBuilder {
+        self.resume_concurrency = n.max(1);
+        self
+    }
+
+    /// The reqwest client to send with (proxies, roots, pools). Its own timeout, if any, also
+    /// applies.
+    pub fn http_client(mut self, http: reqwest::Client) -> ClientBuilder {
+        self.http = Some(http);
+        self
+    }
+
+    /// Builds the client.
+    pub fn build(self) -> Result<Client> {
+        let store = self.store.ok_or_else(|| {
+            Error::builder("a store is required: SqliteStore::open(path) to survive restarts, or MemoryStore::new() for tests")
+        })?;
+        self.policy
+            .validate()
+            .map_err(|e| Error::builder(format!("the retry policy cannot work: {e}")))?;
+        if self.timeout.is_zero() || self.lease.is_zero() {
+            return Err(Error::builder(
+                "the timeout and the lease must be more than 0",
+            ));
+        }
+        let header = |name: &str| {
+            HeaderName::from_bytes(name.as_bytes()).map_err(|e| {
+                Error::builder(format!("{name:?} is not a header name")).with_source(e)
+            })
+        };
+        let key_header = header(&self.key_header)?;
+        let mut secret_names = vec![AUTHORIZATION, COOKIE, reqwest::header::PROXY_AUTHORIZATION];
+        for name in &self.secret_names {
+            secret_names.push(header(name)?);
+        }
+        let mut secrets = HeaderMap::new();
+        for (name, value) in &self.secrets {
+            let mut value = HeaderValue::from_str(value).map_err(|e| {
+                Error::builder(format!(
+                    "the value of the secret header {name:?} cannot be sent"
+                ))
+                .with_source(e)
+            })?;
+            value.set_sensitive(true);
+            secrets.append(header(name)?, value);
+        }
+        let http = match self.http {
+            Some(http) => http,
+            None => {
+                install_crypto();
+                reqwest::Client::builder().build().map_err(|e| {
+                    Error::builder("the HTTP client could not be built").with_source(e)
+                })?
+            }
+        };
+        let owner = format!(
+            "pid{}-{:08x}",
+            std::process::id(),
+            u32::from_be_bytes(random_key_bytes()?[..4].try_into().unwrap_or_default())
+        );
+        Ok(Client {
+            inner: Arc::new(Inner {
+                http,
+                store,
+                policy: self.policy,
+                timeout: self.timeout,
+                lease: self.lease,
+                owner,
+                key_header,
+                key_format: self.key_format,
+                secret_names,
+                secrets,
+                provider: self.provider,
+                resume_concurrency: self.resume_concurrency,
+                flights: Flights::default(),
+            }),
+        })
+    }
+}
+
+/// reqwest is built without a bundled crypto provider (`rustls-no-provider`, so that ring is used
+/// and aws-lc's C build is not needed); install ring as the process default unless the
+/// application installed one.
+fn install_crypto() {
+    if rustls::crypto::CryptoProvider::get_default().is_none() {
+        // Losing the race to another thread installing one is fine.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    }
+}
+
+/// One intended submission being described; [`SubmissionBuilder::send`] sends it.
+#[must_use]
+pub struct SubmissionBuilder {
+    client: Client,
+    name: String,
+    key: Option<Key>,
+    method: Option<String>,
+    url: String,
+    headers: Vec<(String, String)>,
+    body: Option<(String, Encoding)>,
+    error: Option<Error>,
+}
+
+impl fmt::Debug for SubmissionBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SubmissionBuilder")
+            .field("name", &self.name)
+            .field("key", &self.key)
+            .field("method", &self.method)
+            .field("url", &self.url)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SubmissionBuilder {
+    pub(super) fn new(client: Client, name: &str) -> SubmissionBuilder {
+        SubmissionBuilder {
+            client,
+            name: name.to_owned(),
+            key: None,
+            method: None,
+            url: String::new(),
+            headers: Vec::new(),
+            body: None,
+            error: None,
+        }
+    }
+
+    /// The key to use if the submission is new, typically derived from a durable id the caller
+    /// owns ([`Key::derive`]) so that a restart recomputes it. Without one a random UUID v4 is
+    /// made. A pending submission keeps its key; a different one here is a pending mismatch.
+    pub fn key(mut self, key: Key) -> SubmissionBuilder {
+        self.key = Some(key);
+        self
+    }
+
+    /// Any method and URL (`http` or `https`).
+    pub fn request(mut self, method: &str, url: &str) -> SubmissionBuilder {
+        self.method = Some(method.to_owned());
+        self.url = url.to_owned();
+        self
+    }
+
+    /// `POST url`.
+    pub fn post(self, url: &str) -> SubmissionBuilder {
+        self.request("POST", url)
+    }
+
+    /// `PUT url`.
+    pub fn put(self, url: &str) -> SubmissionBuilder {
+        self.request("PUT", url)
+    }
+
+    /// `PATCH url`.
+    pub fn patch(self, url: &str) -> SubmissionBuilder {
+        self.request("PATCH", url)
+    }
+
+    /// A header stored with the submission and sent on every attempt. Secret headers
+    /// (`Authorization`, `Cookie`, names marked secret) are refused here: give them to the
+    /// client ([`ClientBuilder::secret_header`], [`HeaderProvider`]) so that a resume after a
+    /// restart sends them too.
+    pub fn header(mut self, name: &str, value: &str) -> SubmissionBuilder {
+        self.headers.push((name.to_owned(), value.to_owned()));
+        self
+    }
+
+    /// The body, serialized as JSON.
+    pub fn json<T: serde::Serialize + ?Sized>(mut self, body: &T) -> Result<SubmissionBuilder> {
+        let text = serde_json::to_string(body)
+            .map_err(|e| Error::request("the body cannot be serialized as JSON").with_source(e))?;
+        self.body = Some((text, Encoding::Json));
+        Ok(self)
+    }
+
+    /// The body as JSON text, sent byte for byte on every attempt.
+    pub fn json_text(mut self, text: &str) -> SubmissionBuilder {
+        self.body = Some((text.to_owned(), Encoding::Json));
+        self
+    }
+
+    /// The body, sent form-encoded (`application/x-www-form-urlencoded`); it must serialize to
+    /// a flat JSON object.
+    pub fn form<T: serde::Serialize + ?Sized>(mut self, body: &T) -> Result<SubmissionBuilder> {
+        let text = serde_json::to_string(body)
+            .map_err(|e| Error::request("the body cannot be serialized").with_source(e))?;
+        self.body = Some((text, Encoding::Form));
+        Ok(self)
+    }
+
+    fn request_value(&mut self) -> Result<(Request, Option<Key>)> {
+        if let Some(e) = self.error.take() {
+            return Err(e);
+        }
+        let method = self.method.as_deref().ok_or_else(|| {
+            Error::request("no method and URL: call post(url) or request(method, url)")
+        })?;
+        let url = reqwest::Url::parse(&self.url)
+            .map_err(|e| Error::request(format!("{:?} is not a URL", self.url)).with_source(e))?;
+        if !matches!(url.scheme(), "http" | "https") {
+            return Err(Error::request(format!(
+                "{:?} is not an http or https URL",
+                self.url
+            )));
+        }
+        let (body, encoding) = self
+            .body
+            .clone()
+            .unwrap_or(("{}".to_owned(), Encoding::Json));
+        let mut request = Request::new(method, url.as_str(), &body, encoding)
+            .map_err(|e| Error::request(format!("the request cannot be made: {e}")))?;
+        for (name, value) in &self.headers {
+            let parsed = HeaderName::from_bytes(name.as_bytes()).map_err(|e| {
+                Error::request(format!("{name:?} is not a header name")).with_source(e)
+            })?;
+            if self.client.inner.secret_names.contains(&parsed) {
+                return Err(Error::request(format!(
+                    "{name} is a secret header and is never stored; give it to the client (ClientBuilder::secret_header or header_provider) so a resume after a restart sends it too"
+                )));
+            }
+            if parsed == self.client.inner.key_header || parsed == CONTENT_TYPE {
+                return Err(Error::request(format!(
+                    "{name} is set by oncekey itself on every attempt"
+                )));
+            }
+            HeaderValue::from_str(value).map_err(|e| {
+                Error::request(format!("the value of header {name:?} cannot be sent"))
+                    .with_source(e)
+            })?;
+            request = request
+                .header(name, value)
+                .map_err(|e| Error::request(format!("the request cannot be made: {e}")))?;
+        }
+        Ok((request, self.key.take()))
+    }
+
+    /// The record this submission would store, made without storing or sending anything: for
+    /// [`PostgresStore::enqueue`](crate::PostgresStore::enqueue), which writes it in the
+    /// caller's own transaction (a transactional outbox). Its key is the one given with
+    /// [`SubmissionBuilder::key`], or a new random one; it has made no attempt yet.
+    pub fn record(mut self) -> Result<Record> {
+        let (request, key) = self.request_value().map_err(|e| e.with_name(&self.name))?;
+        request.canonical_body().map_err(|e| {
+            Error::request(format!("the body cannot be sent: {e}")).with_name(&self.name)
+        })?;
+        let key = match key {
+            Some(k) => k,
+            None => Key::from_random_bytes(random_key_bytes()?),
+        };
+        let t = now();
+        Ok(Record {
+            name: self.name,
+            key,
+            request,
+            started_at: t,
+            attempts: 0,
+            round_started_at: t,
+            round_attempts: 0,
+        })
+    }
+
+    /// Stores the submission and sends it until a definite answer or until its retries stop.
+    /// A second send of the same name and body while one is under way in this client joins it;
+    /// while one is pending in the store it goes on with the pending key ("Try again"); with
+    /// another body it is refused ([`Error::is_pending_mismatch`]) and nothing is sent.
+    pub async fn send(mut self) -> Result<Settlement> {
+        let (request, key) = self.request_value().map_err(|e| e.with_name(&self.name))?;
+        self.client
+            .run(&self.name, Job::Send { request, key })
+            .await
+    }
+}

@@ -1,0 +1,239 @@
+//! # The drive loop
+//!
+//! Carries the core's actions out, in order, for one flight: persist and sync the record before
+//! the attempt it covers, send, wait (renewing the lease), forget the record, settle. What an
+//! answer means and when to retry are the core's; this loop only reports them (the `tracing`
+//! span `oncekey.attempt` tells the state the core went to).
+
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue, CONTENT_TYPE};
+use tracing::Instrument;
+
+use super::client::{jitter, now, Client, Outgoing};
+use super::error::{Error, Result};
+use super::flight::Lead;
+use super::settlement::Settlement;
+use crate::core::{Action, Answer, Attempt, Failure, Key, Outcome, State};
+
+impl Client {
+    /// Carries out the actions of the flight's submission until it settles.
+    pub(super) async fn drive(&self, name: &str, lead: &Lead<'_>) -> Result<Settlement> {
+        let flights = &self.inner.flights;
+        let core = |f: &mut dyn FnMut(&mut crate::core::Submission)| flights.with(name, lead.id, f);
+        let mut last: Option<(HeaderMap, Vec<u8>)> = None;
+        let mut actions = Vec::new();
+        loop {
+            let mut send: Option<Attempt> = None;
+            core(&mut |sub| actions.extend(std::iter::from_fn(|| sub.poll_action())));
+            for action in actions.drain(..) {
+                match action {
+                    Action::Persist(record) => {
+                        let text = record.to_json();
+                        let lease = self.lease_until(now());
+                        let n = name.to_owned();
+                        let saved = self
+                            .store_call(move |s| s.save(&n, &text, &lease))
+                            .await
+                            .map_err(|e| e.with_name(name))?;
+                        if !saved {
+                            return Err(Error::lease_lost(name));
+                        }
+                    }
+                    Action::Send(attempt) => send = Some(attempt),
+                    Action::Forget => {
+                        let n = name.to_owned();
+                        let owner = self.inner.owner.clone();
+                        match self.store_call(move |s| s.remove(&n, &owner)).await {
+                            Ok(true) => {}
+                            Ok(false) => tracing::warn!(
+                                name,
+                                "settled, but the lease had been taken over; the other client will get the server's replay"
+                            ),
+                            Err(e) => return Err(e.with_name(name)),
+                        }
+                    }
+                    Action::Changed(change) => tracing::debug!(
+                        name,
+                        state = change.state.as_str(),
+                        key = change.key.as_ref().map(Key::short),
+                        attempts = change.attempts,
+                        "oncekey state"
+                    ),
+                    Action::Settled(settled) => {
+                        if settled.outcome == Outcome::Unsure {
+                            // Kept, and set aside from resume_due for as long as a lease lasts.
+                            let due = self.lease_until(now()).until;
+                            self.release(name, Some(due)).await;
+                        }
+                        let (headers, body) = last.take().unwrap_or_default();
+                        return Ok(Settlement {
+                            name: name.to_owned(),
+                            settled,
+                            headers,
+                            body,
+                        });
+                    }
+                }
+            }
+            if let Some(attempt) = send {
+                let span = tracing::info_span!(
+                    "oncekey.attempt",
+                    name,
+                    key = attempt.key.short(),
+                    attempt = attempt.number,
+                    outcome = tracing::field::Empty,
+                );
+                let result = self.attempt(name, &attempt).instrument(span.clone()).await;
+                let t = now();
+                match result {
+                    Ok((answer, headers, body)) => {
+                        let mut state = State::Sending;
+                        core(&mut |sub| {
+                            sub.handle_answer(t, attempt.id, &answer, jitter());
+                            state = sub.state();
+                        });
+                        let verdict = traced(state);
+                        span.record("outcome", format!("{} {verdict}", answer.status));
+                        span.in_scope(|| tracing::info!(status = answer.status, verdict, "answer"));
+                        last = Some((headers, body));
+                    }
+                    Err(failure) => {
+                        let what = match failure {
+                            Failure::Network => "network error",
+                            Failure::Timeout => "timeout",
+                        };
+                        span.record("outcome", what);
+                        span.in_scope(|| tracing::info!(failure = what, "no answer"));
+                        core(&mut |sub| sub.handle_failure(t, attempt.id, failure, jitter()));
+                    }
+                }
+                continue;
+            }
+            let mut due = None;
+            core(&mut |sub| due = sub.poll_timeout());
+            if let Some(at) = due {
+                let lease = self.lease_until(at);
+                let n = name.to_owned();
+                if !self
+                    .store_call(move |s| s.renew(&n, &lease))
+                    .await
+                    .map_err(|e| e.with_name(name))?
+                {
+                    return Err(Error::lease_lost(name));
+                }
+                let wait = at.saturating_since(now());
+                // Woken early by a joined "Try again", which queued its attempt.
+                let woken = tokio::select! {
+                    () = tokio::time::sleep(wait) => false,
+                    () = lead.wake.notified() => true,
+                };
+                let t = if woken { now() } else { now().max(at) };
+                core(&mut |sub| sub.handle_timeout(t));
+                continue;
+            }
+            // The core always sends, waits or settles (a restored record whose round is spent
+            // settles unsure): reaching here is a bug, so say so rather than hang.
+            self.release(name, None).await;
+            return Err(Error::request(format!(
+                "the submission {name:?} neither sent, waited nor settled"
+            )));
+        }
+    }
+
+    /// Sends one attempt and reads its answer, or says why none came.
+    pub(super) async fn attempt(
+        &self,
+        name: &str,
+        attempt: &Attempt,
+    ) -> std::result::Result<(Answer, HeaderMap, Vec<u8>), Failure> {
+        let inner = &*self.inner;
+        let request = &attempt.request;
+        let failure = |e: reqwest::Error| {
+            if e.is_timeout() {
+                Failure::Timeout
+            } else {
+                Failure::Network
+            }
+        };
+        // Checked when the submission was described, and again when a record was read.
+        let method =
+            reqwest::Method::from_bytes(request.method.as_bytes()).map_err(|_| Failure::Network)?;
+        let mut headers = HeaderMap::new();
+        for (n, v) in &request.headers {
+            if let (Ok(n), Ok(v)) = (
+                HeaderName::from_bytes(n.as_bytes()),
+                HeaderValue::from_str(v),
+            ) {
+                headers.append(n, v);
+            }
+        }
+        headers.insert(
+            CONTENT_TYPE,
+            HeaderValue::from_static(request.encoding.content_type()),
+        );
+        for (n, v) in &inner.secrets {
+            headers.insert(n, v.clone());
+        }
+        if let Some(provider) = &inner.provider {
+            let extra = provider.headers(&Outgoing {
+                name,
+                key: &attempt.key,
+                attempt: attempt.number,
+                request,
+            });
+            for (n, v) in extra {
+                if let Some(n) = n {
+                    headers.insert(n, v);
+                }
+            }
+        }
+        let key = HeaderValue::from_str(&attempt.key.header_value(inner.key_format))
+            .map_err(|_| Failure::Network)?;
+        headers.insert(inner.key_header.clone(), key);
+        let body = request.wire_body().map_err(|_| Failure::Network)?;
+        let response = inner
+            .http
+            .request(method, &request.url)
+            .headers(headers)
+            .body(body)
+            .timeout(inner.timeout)
+            .send()
+            .await
+            .map_err(failure)?;
+        let status = response.status().as_u16();
+        // Copied, not cloned: a parsed header value is a slice of the connection's whole read
+        // buffer, which a kept clone would hold alive (7 KiB per settlement kept).
+        let mut headers = HeaderMap::with_capacity(response.headers().len());
+        for (n, v) in response.headers() {
+            if let (Ok(n), Ok(v)) = (
+                HeaderName::from_bytes(n.as_str().as_bytes()),
+                HeaderValue::from_bytes(v.as_bytes()),
+            ) {
+                headers.append(n, v);
+            }
+        }
+        let bytes = response.bytes().await.map_err(failure)?;
+        let text = if status == 400 {
+            String::from_utf8_lossy(&bytes).into_owned()
+        } else {
+            String::new()
+        };
+        let answer = Answer::from_response(
+            status,
+            headers
+                .iter()
+                .filter_map(|(n, v)| Some((n.as_str(), v.to_str().ok()?))),
+            &text,
+            inner.key_header.as_str(),
+        );
+        Ok((answer, headers, bytes.to_vec()))
+    }
+}
+
+/// The state an answer led the core to, as the attempt's span tells it.
+fn traced(state: State) -> &'static str {
+    match state {
+        State::Waiting | State::Sending => "retry",
+        State::Unsure => "stop",
+        other => other.as_str(),
+    }
+}

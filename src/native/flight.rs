@@ -1,0 +1,332 @@
+//! # Flights
+//!
+//! One send, resume or "Try again" of a name under way in this client is a *flight*. It holds the
+//! name's one live core [`Submission`], and a later call for the same name is put to that
+//! submission, so that the core decides (CONTRACT.md section 3): the same body
+//! [joins](crate::core::Begun::Joined) the attempt under way, another body is refused
+//! ([`BeginError::PendingMismatch`]) and nothing is sent, "Try again" while waiting sends at
+//! once. Joined callers get the flight's settlement.
+//!
+//! The table's lock is held only for calls into the core, never across an await.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use tokio::sync::{watch, Notify};
+
+use super::client::{now, random_key_bytes, Client};
+use super::error::{Error, Result};
+use super::settlement::Settlement;
+use super::store::Claim;
+use crate::core::{BeginError, Begun, Key, NewKey, Record, Request, State, Submission, Timestamp};
+
+/// What a call asks of a name.
+pub(super) enum Job {
+    Send {
+        request: Request,
+        key: Option<Key>,
+    },
+    Resume,
+    /// A resume whose lease [`Store::claim_due`](super::Store::claim_due) already took, with the
+    /// record it found.
+    Claimed(String),
+    TryAgain,
+}
+
+/// Where a flight is, as the calls that joined it see it.
+#[derive(Clone)]
+enum Phase {
+    /// Its lease is being claimed and its record read: no submission yet.
+    Starting,
+    /// Its submission is live in the table.
+    Flying,
+    /// It settled (or failed); the table no longer holds it.
+    Done(Arc<Result<Settlement>>),
+}
+
+struct Flight {
+    id: u64,
+    /// The name's live core submission, once its record is restored (`None` while starting).
+    sub: Option<Submission>,
+    /// Wakes the driver from a wait when a joined "Try again" queued an attempt.
+    wake: Arc<Notify>,
+    phase: watch::Receiver<Phase>,
+}
+
+/// The flights of one client, by name.
+#[derive(Default)]
+pub(super) struct Flights {
+    table: Mutex<HashMap<String, Flight>>,
+    next: AtomicU64,
+}
+
+impl Flights {
+    fn table(&self) -> MutexGuard<'_, HashMap<String, Flight>> {
+        // Every change under the lock is one insert, remove or call into the core.
+        self.table.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Runs `f` on the live submission of flight `id` (its driver's handle on it).
+    pub(super) fn with<T>(&self, name: &str, id: u64, f: impl FnOnce(&mut Submission) -> T) -> T {
+        let mut table = self.table();
+        let sub = table
+            .get_mut(name)
+            .filter(|flight| flight.id == id)
+            .and_then(|flight| flight.sub.as_mut())
+            .expect("a flight's submission stays in the table until its driver ends it");
+        f(sub)
+    }
+}
+
+/// How a call meets the name's flight.
+enum Meet<'a> {
+    /// No flight: this call leads one.
+    Lead(Lead<'a>),
+    /// The flight's submission took this call in: wait for its settlement.
+    Join(watch::Receiver<Phase>),
+    /// The flight is starting (`true`: wait until it flies) or ending (`false`: until it is
+    /// done), then meet again.
+    Wait(watch::Receiver<Phase>, bool),
+}
+
+/// The leader's handle on its flight: it ends the flight when the leader is done or dropped.
+pub(super) struct Lead<'a> {
+    flights: &'a Flights,
+    name: String,
+    pub(super) id: u64,
+    pub(super) wake: Arc<Notify>,
+    phase: watch::Sender<Phase>,
+}
+
+impl Lead<'_> {
+    /// Puts the flight's submission, set up, in the table: later calls meet it from now on.
+    fn fly(&self, sub: Submission) {
+        if let Some(flight) = self.flights.table().get_mut(&self.name) {
+            if flight.id == self.id {
+                flight.sub = Some(sub);
+            }
+        }
+        let _ = self.phase.send(Phase::Flying);
+    }
+
+    fn remove(&self) {
+        let mut table = self.flights.table();
+        if table.get(&self.name).is_some_and(|f| f.id == self.id) {
+            table.remove(&self.name);
+        }
+    }
+
+    /// Ends the flight (so a caller waking up finds the name free) and hands its result to the
+    /// calls that joined it.
+    fn finish(self, result: Arc<Result<Settlement>>) {
+        self.remove();
+        let _ = self.phase.send(Phase::Done(result));
+    }
+}
+
+impl Drop for Lead<'_> {
+    fn drop(&mut self) {
+        self.remove();
+    }
+}
+
+fn share(result: &Result<Settlement>) -> Result<Settlement> {
+    match result {
+        Ok(s) => Ok(s.clone()),
+        Err(e) => Err(e.duplicate()),
+    }
+}
+
+impl Client {
+    /// One send, resume or "Try again" of `name`: leads a flight, or is put to the one under
+    /// way.
+    pub(super) async fn run(&self, name: &str, job: Job) -> Result<Settlement> {
+        // The key a new submission would get, drawn before the table is locked.
+        let new_key = match &job {
+            Job::Send { key: Some(k), .. } => Some(NewKey::Given(k.clone())),
+            Job::Send { key: None, .. } => Some(NewKey::Random(random_key_bytes()?)),
+            _ => None,
+        };
+        loop {
+            let meet = self.meet(name, &job, new_key.as_ref())?;
+            let mut phase = match meet {
+                Meet::Lead(lead) => {
+                    let result = self.lead(name, job, new_key, &lead).await;
+                    let result = Arc::new(result);
+                    lead.finish(result.clone());
+                    return share(&result);
+                }
+                Meet::Join(phase) => phase,
+                Meet::Wait(mut phase, starting) => {
+                    // Whether it flies, ended or was dropped, meet the name again.
+                    let _ = phase
+                        .wait_for(|p| match p {
+                            Phase::Starting => false,
+                            Phase::Flying => starting,
+                            Phase::Done(_) => true,
+                        })
+                        .await;
+                    continue;
+                }
+            };
+            return match phase.wait_for(|p| matches!(p, Phase::Done(_))).await {
+                Ok(p) => match &*p {
+                    Phase::Done(result) => share(result),
+                    _ => unreachable!("waited for Done"),
+                },
+                Err(_) => Err(Error::cancelled(name)),
+            };
+        }
+    }
+
+    /// Under the table's lock: starts a flight for `name`, or puts `job` to the live one.
+    fn meet(&self, name: &str, job: &Job, new_key: Option<&NewKey>) -> Result<Meet<'_>> {
+        let flights = &self.inner.flights;
+        let mut table = flights.table();
+        let Some(flight) = table.get_mut(name) else {
+            let id = flights.next.fetch_add(1, Ordering::Relaxed);
+            let (phase, seen) = watch::channel(Phase::Starting);
+            let wake = Arc::new(Notify::new());
+            table.insert(
+                name.to_owned(),
+                Flight {
+                    id,
+                    sub: None,
+                    wake: wake.clone(),
+                    phase: seen,
+                },
+            );
+            return Ok(Meet::Lead(Lead {
+                flights,
+                name: name.to_owned(),
+                id,
+                wake,
+                phase,
+            }));
+        };
+        let phase = flight.phase.clone();
+        let Some(sub) = flight.sub.as_mut() else {
+            return Ok(Meet::Wait(phase, true));
+        };
+        // Unsure or definite: its settlement is being handed out. A call now is a new one
+        // (an unsure record's "Try again"), once the flight has ended.
+        if !matches!(sub.state(), State::Sending | State::Waiting) {
+            return Ok(Meet::Wait(phase, false));
+        }
+        let t = now();
+        match job {
+            Job::Send { request, .. } => {
+                let key = new_key.cloned().expect("a send draws its key");
+                match sub.begin(t, request.clone(), key) {
+                    Ok(Begun::Joined) => {}
+                    // Not while sending or waiting; were it so, the driver must hear of it.
+                    Ok(Begun::Started | Begun::Resumed) => flight.wake.notify_one(),
+                    Err(e) => return Err(begin_error(name, e)),
+                }
+            }
+            Job::TryAgain => {
+                let waiting = sub.state() == State::Waiting;
+                let _ = sub.try_again(t);
+                if waiting {
+                    flight.wake.notify_one();
+                }
+            }
+            Job::Resume | Job::Claimed(_) => {}
+        }
+        Ok(Meet::Join(phase))
+    }
+
+    /// Claims the lease, sets the flight's submission up from the store and `job`, and drives
+    /// it to its settlement.
+    async fn lead(
+        &self,
+        name: &str,
+        job: Job,
+        new_key: Option<NewKey>,
+        lead: &Lead<'_>,
+    ) -> Result<Settlement> {
+        let stored = if let Job::Claimed(record) = &job {
+            Some(record.clone())
+        } else {
+            let lease = self.lease_until(now());
+            let n = name.to_owned();
+            let claimed = self
+                .store_call(move |s| s.claim(&n, &lease, now()))
+                .await
+                .map_err(|e| e.with_name(name))?;
+            match claimed {
+                Claim::Busy(l) => return Err(Error::busy(name, &l.owner, l.until)),
+                Claim::Taken(stored) => stored,
+            }
+        };
+        match set_up(name, self.inner.policy, now(), job, new_key, stored) {
+            Ok(Some(sub)) => {
+                lead.fly(sub);
+                self.drive(name, lead).await
+            }
+            Ok(None) => {
+                self.release(name, None).await;
+                Err(Error::request(format!("nothing is stored under {name:?}")).with_name(name))
+            }
+            Err(e) => {
+                self.release(name, None).await;
+                Err(e)
+            }
+        }
+    }
+}
+
+fn begin_error(name: &str, e: BeginError) -> Error {
+    match e {
+        BeginError::PendingMismatch { key, differs } => {
+            Error::pending_mismatch(name, Some(key), differs)
+        }
+        BeginError::Body(e) => {
+            Error::request(format!("the body cannot be sent: {e}")).with_name(name)
+        }
+    }
+}
+
+/// The core's submission for `job` and the record `stored` under the name, with its first
+/// actions queued. `None` when a resume found nothing stored.
+fn set_up(
+    name: &str,
+    policy: crate::core::RetryPolicy,
+    t: Timestamp,
+    job: Job,
+    new_key: Option<NewKey>,
+    stored: Option<String>,
+) -> Result<Option<Submission>> {
+    let mut sub = Submission::new(name, policy);
+    let record = match stored {
+        None => None,
+        Some(text) => Some(
+            Record::from_json(&text).map_err(|e| Error::unreadable_record(name, e))?,
+        ),
+    };
+    let unreadable = |e| Error::unreadable_record(name, e);
+    match job {
+        Job::Resume | Job::Claimed(_) | Job::TryAgain => {
+            let Some(record) = record else {
+                return Ok(None);
+            };
+            let again = matches!(job, Job::TryAgain);
+            // With its round spent before the restart a resume stays unsure, unsent: "Try
+            // again" starts a new round.
+            sub.restore(t, record, !again).map_err(unreadable)?;
+            if again {
+                sub.try_again(t).map_err(unreadable)?;
+            }
+        }
+        Job::Send { request, .. } => {
+            if let Some(record) = record {
+                sub.restore(t, record, false).map_err(unreadable)?;
+            }
+            let key = new_key.expect("a send draws its key");
+            sub.begin(t, request, key)
+                .map_err(|e| begin_error(name, e))?;
+        }
+    }
+    Ok(Some(sub))
+}
