@@ -68,6 +68,7 @@ if_native! {
     mod native;
     pub use crate::native::{
         BoxError, Claim, Client, ClientBuilder, Due, Error, HeaderProvider, Lease, Listed,
+        DEFAULT_MAX_RESPONSE_BYTES,
         MemoryStore, Outgoing, Pending, Result, Resumed, Settlement, SqliteStore, Store,
         SubmissionBuilder,
     };
