@@ -94,6 +94,9 @@ pub struct Config {
     /// How long a client has to send a request's body once its header section is read; then
     /// the answer is `408` and the connection is closed. 30 s by default.
     pub body_read_timeout: Duration,
+    /// A `Content-Security-Policy` sent with every answer that has none (`--csp`); none by
+    /// default.
+    pub csp: Option<HeaderValue>,
 }
 
 /// The default of [`Config::max_header_bytes`].
@@ -124,6 +127,7 @@ impl Default for Config {
             max_connections: DEFAULT_MAX_CONNECTIONS,
             max_body: api::MAX_BODY,
             body_read_timeout: Duration::from_secs(30),
+            csp: None,
         }
     }
 }
@@ -303,6 +307,21 @@ pub async fn start(config: Config) -> Result<Server, StartError> {
     let router = router(app, &config);
     let stop = CancellationToken::new();
     let sweeper = tokio::spawn(sweep(store.clone(), config.receipt_ttl, config.sweep_every));
+    let router = match config.csp.clone() {
+        Some(csp) => router.layer(axum::middleware::map_response(
+            move |mut response: axum::response::Response| {
+                let csp = csp.clone();
+                async move {
+                    response
+                        .headers_mut()
+                        .entry(axum::http::header::CONTENT_SECURITY_POLICY)
+                        .or_insert(csp);
+                    response
+                }
+            },
+        )),
+        None => router,
+    };
     let task = tokio::spawn(serve(listener, router, limits, stop.clone(), async move {
         sweeper.abort();
         store.stop();

@@ -5,6 +5,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use axum::http::HeaderValue;
 use clap::Parser;
 use oncekey_server::Config;
 
@@ -76,6 +77,17 @@ struct Args {
     /// `408` and the connection is closed.
     #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
     body_read_timeout: Duration,
+    /// A `Content-Security-Policy` header sent with every answer, e.g. `script-src 'self'
+    /// 'wasm-unsafe-eval'; require-trusted-types-for 'script'` (the end-to-end CSP test's).
+    #[arg(long, value_parser = parse_csp)]
+    csp: Option<HeaderValue>,
+}
+
+fn parse_csp(s: &str) -> Result<HeaderValue, String> {
+    HeaderValue::from_str(s.trim())
+        .ok()
+        .filter(|v| !v.is_empty())
+        .ok_or_else(|| "the policy must be visible ASCII text, not empty".to_owned())
 }
 
 fn parse_mount(s: &str) -> Result<(String, PathBuf), String> {
@@ -120,6 +132,7 @@ async fn main() {
         max_connections: args.max_connections,
         max_body: args.max_body,
         body_read_timeout: args.body_read_timeout,
+        csp: args.csp,
         ..Config::default()
     };
     let server = match oncekey_server::start(config).await {
