@@ -69,7 +69,7 @@ if_native! {
     pub use crate::native::{
         BoxError, Claim, Client, ClientBuilder, Due, Error, HeaderProvider, Lease, Listed,
         DEFAULT_MAX_RESPONSE_BYTES,
-        MemoryStore, Outgoing, Pending, Result, Resumed, Settlement, SqliteStore, Store,
+        MemoryStore, Outgoing, Pending, Quarantined, Result, Resumed, Settlement, SqliteStore, Store,
         SubmissionBuilder,
     };
     #[cfg(feature = "postgres")]

@@ -721,15 +721,53 @@ async fn a_corrupt_store_file_and_an_unreadable_record_are_clear_errors() {
     assert_eq!(good.outcome(), Outcome::Succeeded, "{good}");
     assert_eq!(good.key(), s.key());
     assert_eq!(server.tickets(&tenant).await, 1);
-    // The bad one is kept until discarded, and sending under its name says why.
-    let e = send(&client, &server, &tenant, "bad").await.unwrap_err();
-    assert!(e.is_unreadable_record(), "{e:?}");
-    let pending = client.pending().await.unwrap();
-    assert_eq!(pending.len(), 1);
-    assert!(pending[0].record.is_err());
-    assert!(client.discard("bad").await.unwrap());
+    // The bad one was moved aside, never deleted: out of the pending ones, kept in the
+    // quarantine as it was stored, with the reason; the name is free for a new submission.
+    assert!(e.to_string().contains("quarantine"), "{e}");
     assert!(client.pending().await.unwrap().is_empty());
-    assert_eq!(server.tickets(&tenant).await, 1);
+    let moved = client.quarantined().await.unwrap();
+    assert_eq!(moved.len(), 1);
+    assert_eq!(moved[0].name, "bad");
+    assert_eq!(moved[0].record, "{\"v\":1,\"key\":");
+    assert!(moved[0].reason.contains("not JSON"), "{}", moved[0].reason);
+    let raw = rusqlite::Connection::open(&path).unwrap();
+    let kept: String = raw
+        .query_row("SELECT record FROM oncekey_quarantine", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(kept, moved[0].record);
+    drop(raw);
+    let s = send(&client, &server, &tenant, "bad").await.unwrap();
+    assert_eq!(s.outcome(), Outcome::Succeeded, "{s}");
+    assert_eq!(server.tickets(&tenant).await, 2);
+    assert_eq!(client.quarantined().await.unwrap().len(), 1, "still kept");
+
+    // A record another name's row holds (copied by hand) is moved aside too.
+    let raw = rusqlite::Connection::open(&path).unwrap();
+    let good = Client::builder()
+        .store(MemoryStore::new())
+        .build()
+        .unwrap()
+        .submission("elsewhere")
+        .post(&server.tickets_url())
+        .json(&ticket("x"))
+        .unwrap()
+        .record()
+        .unwrap();
+    raw.execute(
+        "INSERT INTO oncekey_pending (name, record) VALUES ('copied', ?1)",
+        [good.to_json()],
+    )
+    .unwrap();
+    drop(raw);
+    let resumed = client.resume_pending().await.unwrap();
+    let e = resumed[0].result.as_ref().unwrap_err();
+    assert!(
+        e.is_unreadable_record() && e.to_string().contains("belongs to"),
+        "{e}"
+    );
+    assert_eq!(client.quarantined().await.unwrap().len(), 2);
+    assert!(client.pending().await.unwrap().is_empty());
+    assert_eq!(server.tickets(&tenant).await, 2, "nothing sent for it");
 }
 
 #[tokio::test]

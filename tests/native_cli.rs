@@ -186,3 +186,46 @@ fn send_resume_list_and_discard_with_exit_codes() {
     let rt = tokio::runtime::Runtime::new().unwrap();
     assert_eq!(rt.block_on(server.tickets(&tenant)), 1);
 }
+
+#[test]
+fn an_unreadable_record_is_moved_aside_and_listed_as_quarantined() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("pending.db");
+    drop(oncekey::SqliteStore::open(&path).unwrap());
+    rusqlite::Connection::open(&path)
+        .unwrap()
+        .execute(
+            "INSERT INTO oncekey_pending (name, record) VALUES ('payout-9', '{\"v\":7}')",
+            [],
+        )
+        .unwrap();
+    let store = path.to_str().unwrap();
+    let out = oncekey(&["list", "--store", store]);
+    assert!(
+        text(&out.stdout).starts_with("payout-9\tUNREADABLE"),
+        "{}",
+        text(&out.stdout)
+    );
+
+    let out = oncekey(&["resume", "--store", store]);
+    let said = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{said}");
+    assert!(
+        said.contains("payout-9") && said.contains("quarantine"),
+        "{said}"
+    );
+    assert_eq!(text(&oncekey(&["list", "--store", store]).stdout), "");
+    let out = oncekey(&["list", "--store", store, "--quarantined"]);
+    let listed = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(listed.lines().count(), 1, "{listed}");
+    assert!(listed.starts_with("payout-9\t"), "{listed}");
+    assert!(
+        listed.contains("version 7") && listed.contains(r#"{\"v\":7}"#),
+        "{listed}"
+    );
+    // Nothing is left to resume.
+    let out = oncekey(&["resume", "--store", store]);
+    assert_eq!(out.status.code(), Some(0));
+    assert!(text(&out.stderr).contains("nothing pending"));
+}

@@ -7,9 +7,20 @@
 //! `fail-before` and `offline` hit any ticket request. The others hit the request that does the work: a
 //! request answered from a receipt (a replay), a `409` or a `422` is answered normally, so a
 //! client that retries through a `drop-reply` sees the lost ticket replayed.
+//!
+//! The faults wrap the handlers at their seams, and nothing else in the server knows them:
+//! `read` and `before_work` (the route), `hold` (the claim held a while),
+//! `before_commit` (the transaction rolled back) and `after_work` (the answer dropped).
 
 use std::sync::Mutex;
 use std::time::Duration;
+
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::Response;
+
+use crate::api::{App, ConnectionAbort, Reply};
+use crate::problem::{param, problem, unavailable};
+use crate::store::{StoreError, Stored};
 
 /// The longest `delay=MS` honoured.
 pub const MAX_DELAY: Duration = Duration::from_secs(60);
@@ -86,6 +97,96 @@ impl RandomFaults {
             2 => Fault::CrashBeforeCommit,
             _ => Fault::Delay(Duration::from_millis(50 + next() % 950)),
         })
+    }
+}
+
+/// The fault this request suffers, if faults are on (a `400` for an unknown `X-Fault`).
+pub(crate) fn read(app: &App, headers: &HeaderMap) -> Result<Option<Fault>, Stored> {
+    if !app.faults {
+        return Ok(None);
+    }
+    match headers.get("x-fault").map(|v| v.to_str()) {
+        None => Ok(app.random_faults.as_ref().and_then(RandomFaults::draw)),
+        Some(Ok(v)) => Fault::parse(v).map(Some).map_err(|why| {
+            problem(
+                StatusCode::BAD_REQUEST,
+                "unknown-fault",
+                "Unknown X-Fault",
+                &why,
+                vec![param("X-Fault", why.clone())],
+            )
+        }),
+        Some(Err(_)) => Err(problem(
+            StatusCode::BAD_REQUEST,
+            "unknown-fault",
+            "Unknown X-Fault",
+            "X-Fault is not text",
+            vec![param("X-Fault", "not text")],
+        )),
+    }
+}
+
+/// Counts a request's fault, and answers the ones that strike before any work (`fail-before`:
+/// `503`; `offline`: the connection closed). `None`: go on.
+pub(crate) fn before_work(
+    app: &App,
+    tenant: &str,
+    key: Option<&str>,
+    fault: Option<Fault>,
+) -> Option<Reply> {
+    let fault = fault?;
+    app.count(tenant, |c| c.faults += 1);
+    let key = key.unwrap_or("-");
+    match fault {
+        Fault::FailBefore => {
+            tracing::info!(%tenant, key, "fault fail-before: 503");
+            Some(Reply::Answer(unavailable(
+                "fault injected: fail-before (nothing was done)",
+            )))
+        }
+        Fault::Offline => {
+            tracing::info!(%tenant, key, "fault offline: closing the connection, nothing done");
+            Some(Reply::CloseConnection)
+        }
+        _ => None,
+    }
+}
+
+/// How long the work waits (`delay=MS`), holding the key's claim on a keyed route.
+pub(crate) fn hold(fault: Option<Fault>) -> Option<Duration> {
+    match fault {
+        Some(Fault::Delay(d)) => Some(d),
+        _ => None,
+    }
+}
+
+/// Inside the work's transaction, last: `crash-before-commit` rolls it all back.
+pub(crate) fn before_commit(fault: Option<Fault>) -> Result<(), StoreError> {
+    match fault {
+        Some(Fault::CrashBeforeCommit) => Err(StoreError::Aborted),
+        _ => Ok(()),
+    }
+}
+
+/// The committed work's answer, or (`drop-reply`) the connection closed without it.
+pub(crate) fn after_work(fault: Option<Fault>, tenant: &str, key: &str, answer: Response) -> Reply {
+    if fault == Some(Fault::DropReply) {
+        tracing::info!(%tenant, key, "fault drop-reply: committed, closing the connection");
+        return Reply::CloseConnection;
+    }
+    Reply::Answer(answer)
+}
+
+/// Carries a reply out: an answer, or the connection closed without one.
+pub(crate) async fn finish(reply: Reply, abort: &ConnectionAbort) -> Response {
+    match reply {
+        Reply::Answer(r) => r,
+        Reply::CloseConnection => {
+            abort.0.cancel();
+            // The accept loop drops the connection; this future is dropped with it.
+            std::future::pending::<()>().await;
+            unreachable!()
+        }
     }
 }
 

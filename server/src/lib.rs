@@ -16,7 +16,10 @@
 pub mod api;
 mod connection;
 pub mod faults;
+mod idempotency;
+mod problem;
 pub mod store;
+mod tickets;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -142,7 +145,7 @@ pub enum StartError {
         /// The database, as [`store::describe`] shows it (no password).
         db: String,
         /// Why not.
-        error: store::Failure,
+        error: store::StoreError,
     },
     /// A configuration value is not usable.
     Config(String),
@@ -306,7 +309,11 @@ pub async fn start(config: Config) -> Result<Server, StartError> {
     });
     let router = router(app, &config);
     let stop = CancellationToken::new();
-    let sweeper = tokio::spawn(sweep(store.clone(), config.receipt_ttl, config.sweep_every));
+    let sweeper = tokio::spawn(idempotency::sweep(
+        store.clone(),
+        config.receipt_ttl,
+        config.sweep_every,
+    ));
     let router = match config.csp.clone() {
         Some(csp) => router.layer(axum::middleware::map_response(
             move |mut response: axum::response::Response| {
@@ -481,25 +488,6 @@ fn not_a_path(request: &Request<Incoming>) -> Option<axum::response::Response> {
         HeaderValue::from_static("application/problem+json"),
     );
     Some(response)
-}
-
-/// Removes receipts older than the TTL, now and then.
-async fn sweep(store: Store, ttl: Duration, every: Duration) {
-    let mut ticker = tokio::time::interval(every.max(Duration::from_millis(10)));
-    loop {
-        ticker.tick().await;
-        let before = SystemTime::now()
-            .checked_sub(ttl)
-            .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
-            .map(|d| d.as_millis() as i64)
-            .unwrap_or(0);
-        match store.run_light(move |tx| tx.sweep(before)).await {
-            Ok(0) => {}
-            Ok(n) => tracing::info!(removed = n, "swept expired receipts"),
-            Err(store::Failure::Closed) => return,
-            Err(e) => tracing::warn!("sweeping receipts failed: {e}"),
-        }
-    }
 }
 
 #[cfg(test)]

@@ -7,7 +7,7 @@ mod common;
 use std::future::Future;
 
 use oncekey_server::store::{
-    Claim, ClaimRequest, Claimed, Counts, Failure, NewTicket, Store, Stored,
+    ClaimRequest, Claimed, Counts, KeyClaim, NewTicket, Store, StoreError, Stored,
 };
 
 fn claim_request(token: i64, now: i64, fingerprint: &[u8]) -> ClaimRequest {
@@ -73,7 +73,7 @@ macro_rules! on_both {
 }
 
 /// Inserts the ticket and completes the claim in one job, as the route does.
-async fn work(store: &Store, c: ClaimRequest) -> Result<i64, Failure> {
+async fn work(store: &Store, c: ClaimRequest) -> Result<i64, StoreError> {
     store
         .run(move |tx| {
             let t = tx.insert_ticket(&ticket(), Some(&c.key))?;
@@ -88,7 +88,7 @@ async fn work(store: &Store, c: ClaimRequest) -> Result<i64, Failure> {
         .await
 }
 
-async fn claim(store: &Store, c: &ClaimRequest) -> Claim {
+async fn claim(store: &Store, c: &ClaimRequest) -> KeyClaim {
     let c = c.clone();
     store.run(move |tx| tx.claim(&c)).await.unwrap()
 }
@@ -102,24 +102,24 @@ async fn an_expired_lease_is_taken_over_and_the_old_holder_cannot_complete(store
     let a = claim_request(1, 1_000, b"fp");
     assert!(matches!(
         claim(&store, &a).await,
-        Claim::Taken { took_over: false }
+        KeyClaim::Taken { took_over: false }
     ));
     // Within A's lease, B is told to wait.
     let early = claim_request(2, 1_500, b"fp");
     assert!(matches!(
         claim(&store, &early).await,
-        Claim::InProgress { lease_until: 2_000 }
+        KeyClaim::InProgress { lease_until: 2_000 }
     ));
     // After it, B takes the key over.
     let b = claim_request(2, 2_500, b"fp");
     assert!(matches!(
         claim(&store, &b).await,
-        Claim::Taken { took_over: true }
+        KeyClaim::Taken { took_over: true }
     ));
     // A wakes up and tries to finish: refused, and its ticket is rolled back.
     assert!(matches!(
         work(&store, a.clone()).await,
-        Err(Failure::LostLease)
+        Err(StoreError::LostLease)
     ));
     assert_eq!(counts(&store).await.tickets, 0);
     // A's release (a 5xx path) does not free B's claim.
@@ -130,12 +130,12 @@ async fn an_expired_lease_is_taken_over_and_the_old_holder_cannot_complete(store
     assert_eq!((after.tickets, after.receipts, after.processing), (1, 1, 0));
     // Later requests get the stored answer, or a conflict for another body.
     match claim(&store, &claim_request(3, 3_000, b"fp")).await {
-        Claim::Done(stored) => assert_eq!(stored.body, format!("{{\"id\":{id}}}").into_bytes()),
+        KeyClaim::Done(stored) => assert_eq!(stored.body, format!("{{\"id\":{id}}}").into_bytes()),
         other => panic!("{other:?}"),
     }
     assert!(matches!(
         claim(&store, &claim_request(4, 3_000, b"other")).await,
-        Claim::Conflict
+        KeyClaim::Conflict
     ));
 }
 
@@ -148,7 +148,7 @@ async fn a_receipt_older_than_its_ttl_is_forgotten(store: Store) {
     later.expired_before = 50_000;
     assert!(matches!(
         claim(&store, &later).await,
-        Claim::Taken { took_over: false }
+        KeyClaim::Taken { took_over: false }
     ));
     // The renewed claim is this request's: it completes.
     work(&store, later).await.unwrap();
@@ -161,11 +161,11 @@ async fn a_failed_job_rolls_back_alone(store: Store) {
     let ok = store.run(|tx| tx.insert_ticket(&ticket(), None));
     let aborted = store.run(|tx| {
         tx.insert_ticket(&ticket(), None)?;
-        Err::<(), _>(Failure::Aborted)
+        Err::<(), _>(StoreError::Aborted)
     });
     let (ok, aborted) = tokio::join!(ok, aborted);
     assert!(ok.is_ok());
-    assert!(matches!(aborted, Err(Failure::Aborted)));
+    assert!(matches!(aborted, Err(StoreError::Aborted)));
     assert_eq!(counts(&store).await.tickets, 1);
 }
 
@@ -199,7 +199,7 @@ async fn claim_then_work_commits_the_claim_then_the_work(store: Store) {
         .claim_then(claim_request(2, 1_100, b"fp"), |_| Ok(0))
         .await
         .unwrap();
-    assert!(matches!(again, Claimed::Not(Claim::Done(_))));
+    assert!(matches!(again, Claimed::Not(KeyClaim::Done(_))));
     // Work that fails is rolled back alone; its claim stays until its lease ends.
     let mut failing = claim_request(3, 1_000, b"fp");
     failing.key = "other".into();
@@ -207,14 +207,14 @@ async fn claim_then_work_commits_the_claim_then_the_work(store: Store) {
     let failed = store
         .claim_then(failing, move |tx| {
             tx.insert_ticket(&ticket(), Some(&f.key))?;
-            Err::<(), _>(Failure::Aborted)
+            Err::<(), _>(StoreError::Aborted)
         })
         .await
         .unwrap();
     assert!(matches!(
         failed,
         Claimed::Worked {
-            result: Err(Failure::Aborted),
+            result: Err(StoreError::Aborted),
             ..
         }
     ));
@@ -231,7 +231,7 @@ async fn a_released_claim_frees_the_key_for_the_retry(store: Store) {
     // Well within A's lease, the retry is not told to wait: nothing was done, it does the work.
     assert!(matches!(
         claim(&store, &claim_request(2, 1_001, b"fp")).await,
-        Claim::Taken { took_over: false }
+        KeyClaim::Taken { took_over: false }
     ));
 }
 
@@ -266,7 +266,7 @@ async fn many_claimers_of_one_key_take_turns(store: Store) {
                 result.unwrap();
                 worked += 1;
             }
-            Claimed::Not(Claim::InProgress { .. } | Claim::Done(_)) => {}
+            Claimed::Not(KeyClaim::InProgress { .. } | KeyClaim::Done(_)) => {}
             Claimed::Not(other) => panic!("{other:?}"),
         }
     }

@@ -54,8 +54,9 @@ The answer's body goes to stdout; a one-line summary to stderr.";
         /// polling.
         #[command(after_help = AFTER_HELP)]
         Work(Work),
-        /// List the stored (pending) submissions.
-        List(StoreArg),
+        /// List the stored (pending) submissions, or with --quarantined the records moved
+        /// aside because they could not be read.
+        List(List),
         /// Deliberately drop a stored submission; the next send under its name gets a new key.
         Discard(Discard),
     }
@@ -141,6 +142,12 @@ The answer's body goes to stdout; a one-line summary to stderr.";
         /// Start a new round of retries even for submissions whose round is spent.
         #[arg(long)]
         again: bool,
+        /// Wait for submissions another live client holds (a process on another host, or a
+        /// live one on this host) until it finishes them or its lease runs out, then take
+        /// them over, instead of exiting 7 (busy). A holder on this host whose process is gone
+        /// is taken over at once, with or without --wait.
+        #[arg(long)]
+        wait: bool,
     }
 
     #[derive(Args, Debug)]
@@ -156,6 +163,16 @@ The answer's body goes to stdout; a one-line summary to stderr.";
         /// Keep polling when nothing is left.
         #[arg(long)]
         forever: bool,
+    }
+
+    #[derive(Args, Debug)]
+    struct List {
+        #[command(flatten)]
+        store: StoreArg,
+        /// List the quarantine instead: records that could not be read, moved aside (never
+        /// deleted) with the reason, for an operator to look at.
+        #[arg(long)]
+        quarantined: bool,
     }
 
     #[derive(Args, Debug)]
@@ -234,6 +251,12 @@ The answer's body goes to stdout; a one-line summary to stderr.";
             b = b.secret_header(name.trim(), &value);
         }
         b.build().map_err(|e| e.to_string())
+    }
+
+    fn now_ms() -> u64 {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
     }
 
     const FAILED: u8 = 1;
@@ -344,15 +367,37 @@ The answer's body goes to stdout; a one-line summary to stderr.";
                 worst = worst.max(c);
             }
         } else {
-            let resumed = client
-                .resume_pending()
-                .await
-                .map_err(|e| (e.to_string(), FAILED))?;
-            if resumed.is_empty() {
-                eprintln!("oncekey: nothing pending");
-            }
-            for r in resumed {
-                worst = worst.max(report_result(&r.name, &r.result));
+            let mut waited: HashSet<String> = HashSet::new();
+            let mut first = true;
+            loop {
+                let resumed = client
+                    .resume_pending()
+                    .await
+                    .map_err(|e| (e.to_string(), FAILED))?;
+                if resumed.is_empty() && first {
+                    eprintln!("oncekey: nothing pending");
+                }
+                first = false;
+                let mut wake: Option<Duration> = None;
+                for r in resumed {
+                    match &r.result {
+                        Err(e) if args.wait && e.is_busy() => {
+                            if waited.insert(r.name.clone()) {
+                                eprintln!("oncekey: {}: {e}; waiting", r.name);
+                            }
+                            let left = e.lease_holder().map_or(Duration::ZERO, |(_, until)| {
+                                Duration::from_millis(until.as_millis().saturating_sub(now_ms()))
+                            });
+                            wake = Some(wake.map_or(left, |w| w.min(left)));
+                        }
+                        _ => worst = worst.max(report_result(&r.name, &r.result)),
+                    }
+                }
+                let Some(wake) = wake else { break };
+                // Until the first lease runs out, looking again every second meanwhile (its
+                // holder may finish or release it sooner).
+                let pause = wake.clamp(Duration::from_millis(50), Duration::from_secs(1));
+                tokio::time::sleep(pause).await;
             }
         }
         Ok(worst)
@@ -389,12 +434,29 @@ The answer's body goes to stdout; a one-line summary to stderr.";
         }
     }
 
-    async fn list(args: StoreArg) -> Result<u8, (String, u8)> {
-        let store = open_store(&args).map_err(|e| (e, FAILED))?;
+    async fn list(args: List) -> Result<u8, (String, u8)> {
+        let store = open_store(&args.store).map_err(|e| (e, FAILED))?;
         let client = Client::builder()
             .shared_store(store)
             .build()
             .map_err(|e| (e.to_string(), FAILED))?;
+        if args.quarantined {
+            let moved = client
+                .quarantined()
+                .await
+                .map_err(|e| (e.to_string(), FAILED))?;
+            for q in moved {
+                // One line each: the record's own line breaks and tabs are escaped.
+                let record: String = q.record.escape_debug().collect();
+                println!(
+                    "{}\t{} ms\t{}\t{record}",
+                    q.name,
+                    q.at.as_millis(),
+                    q.reason
+                );
+            }
+            return Ok(0);
+        }
         let pending = client
             .pending()
             .await

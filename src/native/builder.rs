@@ -13,6 +13,7 @@ use reqwest::header::{HeaderMap, HeaderName, HeaderValue, AUTHORIZATION, CONTENT
 use super::client::{now, random_key_bytes, Client, HeaderProvider, Inner};
 use super::error::{Error, Result};
 use super::flight::{Flights, Job};
+use super::owner;
 use super::settlement::Settlement;
 use super::store::Store;
 use crate::core::{Encoding, Key, KeyFormat, Record, Request, RetryPolicy, DEFAULT_KEY_HEADER};
@@ -217,11 +218,9 @@ impl ClientBuilder {
                 })?
             }
         };
-        let owner = format!(
-            "pid{}-{:08x}",
-            std::process::id(),
-            u32::from_be_bytes(random_key_bytes()?[..4].try_into().unwrap_or_default())
-        );
+        let owner = owner::new_id(u32::from_be_bytes(
+            random_key_bytes()?[..4].try_into().unwrap_or_default(),
+        ));
         Ok(Client {
             inner: Arc::new(Inner {
                 http,

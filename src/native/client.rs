@@ -23,8 +23,9 @@ use reqwest::header::{HeaderMap, HeaderName};
 use super::builder::{ClientBuilder, SubmissionBuilder};
 use super::error::{BoxError, Error, Result};
 use super::flight::{Flights, Job};
+use super::owner::{holder, Holder};
 use super::settlement::{Pending, Resumed, Settlement};
-use super::store::{Claim, Lease, Store};
+use super::store::{Claim, Lease, Quarantined, Store};
 use crate::core::{Key, KeyFormat, Record, Request, RetryPolicy, Timestamp};
 
 /// The wall clock, as the core wants it.
@@ -226,17 +227,75 @@ impl Client {
     /// Deliberately drops the stored submission `name` (the next send under it gets a new
     /// key). Refused while another client holds its lease. Answers whether one was stored.
     pub async fn discard(&self, name: &str) -> Result<bool> {
-        let lease = self.lease_until(now());
+        let record = self.claim(name).await?;
         let n = name.to_owned();
-        match self.store_call(move |s| s.claim(&n, &lease, now())).await? {
-            Claim::Busy(l) => Err(Error::busy(name, &l.owner, l.until)),
-            Claim::Taken(record) => {
-                let n = name.to_owned();
-                let owner = self.inner.owner.clone();
-                self.store_call(move |s| s.remove(&n, &owner)).await?;
-                Ok(record.is_some())
+        let owner = self.inner.owner.clone();
+        self.store_call(move |s| s.remove(&n, &owner)).await?;
+        Ok(record.is_some())
+    }
+
+    /// Takes the lease on `name` and answers the record stored under it. A holder that is a
+    /// dead process of this host is taken over at once (with a warning); any other holder's
+    /// unexpired lease is [`Error::is_busy`].
+    pub(super) async fn claim(&self, name: &str) -> Result<Option<String>> {
+        let lease = self.lease_until(now());
+        let (n, mine) = (name.to_owned(), lease.clone());
+        let mut claimed = self
+            .store_call(move |s| s.claim(&n, &mine, now()))
+            .await
+            .map_err(|e| e.with_name(name))?;
+        if let Claim::Busy(held) = &claimed {
+            if let Holder::DeadHere(pid) = holder(&held.owner) {
+                let (n, dead) = (name.to_owned(), held.owner.clone());
+                claimed = self
+                    .store_call(move |s| s.take_over(&n, &dead, &lease, now()))
+                    .await
+                    .map_err(|e| e.with_name(name))?;
+                if matches!(claimed, Claim::Taken(_)) {
+                    tracing::warn!(
+                        name,
+                        pid,
+                        "taken over from a process of this host that died while holding it"
+                    );
+                }
             }
         }
+        match claimed {
+            Claim::Taken(record) => Ok(record),
+            Claim::Busy(l) => Err(Error::busy(name, &l.owner, l.until, now())),
+        }
+    }
+
+    /// Moves the unreadable record of `name` (whose lease this client holds) aside into the
+    /// store's quarantine, with a warning, and answers the error for the caller. A store that
+    /// has no quarantine keeps it in place (and the error says so).
+    pub(super) async fn quarantine(&self, name: &str, why: &str) -> Error {
+        let (n, owner, reason) = (name.to_owned(), self.inner.owner.clone(), why.to_owned());
+        let moved = self
+            .store_call(move |s| s.quarantine(&n, &owner, &reason, now()))
+            .await;
+        match moved {
+            Ok(true) => {
+                tracing::warn!(
+                    name,
+                    "the stored record cannot be read ({why}); moved aside to the store's quarantine (oncekey list --quarantined)"
+                );
+                Error::unreadable_record(name, why, true)
+            }
+            Ok(false) => {
+                self.release(name, None).await;
+                Error::unreadable_record(name, why, false)
+            }
+            Err(e) => {
+                self.release(name, None).await;
+                Error::unreadable_record(name, why, false).with_source(e.to_string())
+            }
+        }
+    }
+
+    /// The records moved aside because they could not be read, oldest first.
+    pub async fn quarantined(&self) -> Result<Vec<Quarantined>> {
+        self.store_call(|s| s.quarantined()).await
     }
 
     pub(super) fn lease_until(&self, from: Timestamp) -> Lease {

@@ -7,6 +7,7 @@
 
 use std::fmt;
 
+use super::owner::{holder, Holder};
 use crate::core::{Key, Timestamp};
 
 /// What can go wrong in the native client.
@@ -83,15 +84,25 @@ impl Error {
         e
     }
 
-    pub(crate) fn busy(name: &str, owner: &str, until: Timestamp) -> Error {
+    /// Another holder's lease on `name`, which runs out at `until` (`now` is the time of the
+    /// claim): the message says whether the holder is a live process here or one elsewhere.
+    pub(crate) fn busy(name: &str, owner: &str, until: Timestamp, now: Timestamp) -> Error {
+        let left = until.saturating_since(now).as_secs_f64();
+        let who = match holder(owner) {
+            Holder::LiveHere(pid) => format!("a live process on this host (pid {pid})"),
+            Holder::DeadHere(pid) => format!("a process of this host that has just died (pid {pid}), taken over by another client meanwhile"),
+            Holder::Elsewhere { host, pid } => format!(
+                "a client on host {host} (pid {pid}), which may be alive: if it died, its lease runs out"
+            ),
+            Holder::Unknown => format!("another client ({owner})"),
+        };
         let mut e = Error::new(
             Kind::Busy {
                 owner: owner.to_owned(),
                 until,
             },
             format!(
-                "submission {name:?} is being sent by another client ({owner}); its lease runs until {} ms after the epoch; nothing was sent",
-                until.as_millis()
+                "submission {name:?} is being sent by {who}; its lease ends in {left:.1} s unless renewed; nothing was sent (oncekey resume --wait waits for it)"
             ),
         );
         e.inner.name = Some(name.to_owned());
@@ -115,10 +126,17 @@ impl Error {
         Error::new(Kind::Corrupt, message).with_source(source)
     }
 
-    pub(crate) fn unreadable_record(name: &str, why: impl fmt::Display) -> Error {
+    /// The record stored under `name` cannot be read (`why`); `moved` says whether it was moved
+    /// aside into the store's quarantine or kept in place.
+    pub(crate) fn unreadable_record(name: &str, why: &str, moved: bool) -> Error {
+        let what = if moved {
+            "it was moved aside to the store's quarantine (oncekey list --quarantined), kept for inspection, and the name is free"
+        } else {
+            "it is kept in place, as this store has no quarantine: discard it (oncekey discard) to go on"
+        };
         let mut e = Error::new(
             Kind::UnreadableRecord,
-            format!("the stored record of submission {name:?} cannot be read ({why}); it is kept for inspection: discard it (oncekey discard) to go on"),
+            format!("the stored record of submission {name:?} cannot be read ({why}); {what}"),
         );
         e.inner.name = Some(name.to_owned());
         e
@@ -229,7 +247,9 @@ impl Error {
         self.inner.kind == Kind::Corrupt
     }
 
-    /// One stored record cannot be read. The other records are still usable.
+    /// One stored record cannot be read: it was moved aside to the store's quarantine
+    /// ([`Client::quarantined`](crate::Client::quarantined)). The other records are still
+    /// usable.
     pub fn is_unreadable_record(&self) -> bool {
         self.inner.kind == Kind::UnreadableRecord
     }
@@ -321,7 +341,7 @@ mod tests {
         assert_eq!(e.name(), Some("payout-77"));
         assert!(e.to_string().contains("abcdefgh"), "{e}");
         assert!(e.to_string().contains("nothing was sent"), "{e}");
-        let b = Error::busy("n", "pid1", Timestamp::from_millis(5));
+        let b = Error::busy("n", "pid1", Timestamp::from_millis(5), Timestamp::from_millis(0));
         assert_eq!(b.lease_holder(), Some(("pid1", Timestamp::from_millis(5))));
         let d = Error::store("writing failed", "disk full").duplicate();
         assert!(d.is_store());

@@ -18,7 +18,6 @@ use tokio::sync::{watch, Notify};
 use super::client::{now, random_key_bytes, Client};
 use super::error::{Error, Result};
 use super::settlement::Settlement;
-use super::store::Claim;
 use crate::core::{BeginError, Begun, Key, NewKey, Record, Request, State, Submission, Timestamp};
 
 /// What a call asks of a name.
@@ -246,21 +245,20 @@ impl Client {
         new_key: Option<NewKey>,
         lead: &Lead<'_>,
     ) -> Result<Settlement> {
-        let stored = if let Job::Claimed(record) = &job {
-            Some(record.clone())
-        } else {
-            let lease = self.lease_until(now());
-            let n = name.to_owned();
-            let claimed = self
-                .store_call(move |s| s.claim(&n, &lease, now()))
-                .await
-                .map_err(|e| e.with_name(name))?;
-            match claimed {
-                Claim::Busy(l) => return Err(Error::busy(name, &l.owner, l.until)),
-                Claim::Taken(stored) => stored,
-            }
+        let stored = match &job {
+            Job::Claimed(record) => Some(record.clone()),
+            _ => self.claim(name).await?,
         };
-        match set_up(name, self.inner.policy, now(), job, new_key, stored) {
+        let record = match stored.as_deref().map(Record::from_json) {
+            None => None,
+            Some(Ok(record)) if record.name == name => Some(record),
+            Some(Ok(record)) => {
+                let why = format!("it belongs to the submission {:?}", record.name);
+                return Err(self.quarantine(name, &why).await);
+            }
+            Some(Err(e)) => return Err(self.quarantine(name, &e.to_string()).await),
+        };
+        match set_up(name, self.inner.policy, now(), job, new_key, record) {
             Ok(Some(sub)) => {
                 lead.fly(sub);
                 self.drive(name, lead).await
@@ -288,7 +286,7 @@ fn begin_error(name: &str, e: BeginError) -> Error {
     }
 }
 
-/// The core's submission for `job` and the record `stored` under the name, with its first
+/// The core's submission for `job` and the record stored under the name, with its first
 /// actions queued. `None` when a resume found nothing stored.
 fn set_up(
     name: &str,
@@ -296,16 +294,11 @@ fn set_up(
     t: Timestamp,
     job: Job,
     new_key: Option<NewKey>,
-    stored: Option<String>,
+    record: Option<Record>,
 ) -> Result<Option<Submission>> {
     let mut sub = Submission::new(name, policy);
-    let record = match stored {
-        None => None,
-        Some(text) => Some(
-            Record::from_json(&text).map_err(|e| Error::unreadable_record(name, e))?,
-        ),
-    };
-    let unreadable = |e| Error::unreadable_record(name, e);
+    // Read and checked already (its name and body too): restoring it cannot fail.
+    let unreadable = |e: crate::core::StateError| Error::request(e.to_string()).with_name(name);
     match job {
         Job::Resume | Job::Claimed(_) | Job::TryAgain => {
             let Some(record) = record else {

@@ -42,6 +42,7 @@ mod drive;
 mod error;
 mod flight;
 mod limits;
+mod owner;
 #[cfg(feature = "postgres")]
 mod pg;
 mod settlement;
@@ -56,4 +57,4 @@ pub use limits::DEFAULT_MAX_RESPONSE_BYTES;
 pub use pg::PostgresStore;
 pub use settlement::{Pending, Resumed, Settlement};
 pub use sqlite::SqliteStore;
-pub use store::{Claim, Due, Lease, Listed, MemoryStore, Store};
+pub use store::{Claim, Due, Lease, Listed, MemoryStore, Quarantined, Store};

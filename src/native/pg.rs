@@ -50,7 +50,7 @@ use std::sync::Mutex;
 use postgres::{Config, GenericClient, NoTls};
 
 use super::error::{BoxError, Error, Result};
-use super::store::{Claim, Due, Lease, Listed, Store};
+use super::store::{Claim, Due, Lease, Listed, Quarantined, Store};
 use crate::core::{Record, Timestamp};
 
 /// The schema, one step per version: `MIGRATIONS[i]` takes the version from `i` to `i + 1`.
@@ -61,7 +61,15 @@ const MIGRATIONS: &[&str] = &["CREATE TABLE oncekey_pending (
         -- Unix milliseconds; 0 when no lease is held (free to claim).
         lease_until BIGINT NOT NULL DEFAULT 0
     );
-    CREATE INDEX oncekey_pending_due ON oncekey_pending (lease_until) WHERE record IS NOT NULL;"];
+    CREATE INDEX oncekey_pending_due ON oncekey_pending (lease_until) WHERE record IS NOT NULL;",
+    // Unreadable records, moved aside as they were stored.
+    "CREATE TABLE oncekey_quarantine (
+        id             BIGSERIAL PRIMARY KEY,
+        name           TEXT NOT NULL,
+        record         TEXT,
+        reason         TEXT NOT NULL,
+        quarantined_at BIGINT NOT NULL
+    );"];
 
 /// The advisory lock key that serialises migrations ("oncekey" in ASCII).
 const MIGRATION_LOCK: i64 = 0x006f_6e63_656b_6579;
@@ -383,8 +391,15 @@ fn migrate(conn: &mut postgres::Client) -> std::result::Result<(), Refused> {
     Ok(tx.commit()?)
 }
 
-impl Store for PostgresStore {
-    fn claim(&self, name: &str, lease: &Lease, now: Timestamp) -> Result<Claim, BoxError> {
+impl PostgresStore {
+    /// A claim, with a lease held by `dead` counted as run out.
+    fn claim_over(
+        &self,
+        name: &str,
+        dead: Option<&str>,
+        lease: &Lease,
+        now: Timestamp,
+    ) -> Result<Claim, BoxError> {
         let owner = lease.owner.as_str();
         let (until, now) = (millis(lease.until), millis(now));
         Ok(self.with(|c| {
@@ -397,9 +412,10 @@ impl Store for PostgresStore {
                          SET lease_owner = EXCLUDED.lease_owner, lease_until = EXCLUDED.lease_until
                          WHERE oncekey_pending.lease_owner IS NULL
                             OR oncekey_pending.lease_owner = EXCLUDED.lease_owner
+                            OR oncekey_pending.lease_owner = $5
                             OR oncekey_pending.lease_until <= $4
                      RETURNING record",
-                    &[&name, &owner, &until, &now],
+                    &[&name, &owner, &until, &now, &dead],
                 )?;
                 if let Some(row) = taken {
                     return Ok(Claim::Taken(row.try_get(0)?));
@@ -411,7 +427,7 @@ impl Store for PostgresStore {
                 if let Some(row) = held {
                     if let Some(holder) = row.try_get::<_, Option<String>>(0)? {
                         let until: i64 = row.try_get(1)?;
-                        if until > now && holder != owner {
+                        if until > now && holder != owner && Some(holder.as_str()) != dead {
                             return Ok(Claim::Busy(Lease {
                                 owner: holder,
                                 until: timestamp(until),
@@ -426,6 +442,22 @@ impl Store for PostgresStore {
                 until: timestamp(now),
             }))
         })?)
+    }
+}
+
+impl Store for PostgresStore {
+    fn claim(&self, name: &str, lease: &Lease, now: Timestamp) -> Result<Claim, BoxError> {
+        self.claim_over(name, None, lease, now)
+    }
+
+    fn take_over(
+        &self,
+        name: &str,
+        holder: &str,
+        lease: &Lease,
+        now: Timestamp,
+    ) -> Result<Claim, BoxError> {
+        self.claim_over(name, Some(holder), lease, now)
     }
 
     fn save(&self, name: &str, record: &str, lease: &Lease) -> Result<bool, BoxError> {
@@ -507,6 +539,46 @@ impl Store for PostgresStore {
                             })
                         })
                         .transpose()?,
+                })
+            })
+            .collect()
+        })?)
+    }
+
+    fn quarantine(
+        &self,
+        name: &str,
+        owner: &str,
+        reason: &str,
+        now: Timestamp,
+    ) -> Result<bool, BoxError> {
+        Ok(self.with(|c| {
+            c.execute(
+                "WITH moved AS (
+                     DELETE FROM oncekey_pending
+                     WHERE name = $1 AND lease_owner = $2 AND record IS NOT NULL
+                     RETURNING name, record)
+                 INSERT INTO oncekey_quarantine (name, record, reason, quarantined_at)
+                 SELECT name, record, $3, $4 FROM moved",
+                &[&name, &owner, &reason, &millis(now)],
+            )
+            .map(|n| n == 1)
+        })?)
+    }
+
+    fn quarantined(&self) -> Result<Vec<Quarantined>, BoxError> {
+        Ok(self.with(|c| {
+            c.query(
+                "SELECT name, record, reason, quarantined_at FROM oncekey_quarantine ORDER BY id",
+                &[],
+            )?
+            .iter()
+            .map(|r| {
+                Ok(Quarantined {
+                    name: r.try_get(0)?,
+                    record: r.try_get::<_, Option<String>>(1)?.unwrap_or_default(),
+                    reason: r.try_get(2)?,
+                    at: timestamp(r.try_get(3)?),
                 })
             })
             .collect()

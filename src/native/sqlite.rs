@@ -6,33 +6,49 @@
 //! a file from a newer oncekey, a foreign database or a damaged file is refused with a clear
 //! [`Error::is_corrupt`] instead of being changed.
 //!
-//! # Group commit
+//! # Group commit, and one sync per submission
 //!
 //! One writer thread owns the connection. Every call is queued to it; it takes all the calls
 //! waiting, runs each in its own savepoint inside one `BEGIN IMMEDIATE` transaction, and commits
-//! once: concurrent submissions share a sync instead of queueing for one each. A batch that
-//! writes a record (`save`) or removes one (`remove`) commits with `synchronous = FULL`; a batch
-//! of lease changes only (claim, renew, release) commits with `NORMAL` (no sync of its own: a
-//! lease lost in a power cut is simply free again, and the next full commit syncs it anyway).
-//! Two processes deciding about the same lease are serialised by SQLite's own write lock.
+//! once: concurrent submissions share a sync instead of queueing for one each. Only a batch that
+//! writes a record ([`Store::save`], before the attempt it covers) commits with
+//! `synchronous = FULL`, which syncs the write-ahead log; every other batch (claim, renew,
+//! release, and the removal after a definite answer) commits with `NORMAL`, appended to the log
+//! without a sync of its own, and made durable by the next synced commit, which syncs the log
+//! up to its end. A removal lost in a power cut only makes the next process resend the
+//! submission with the same key, and the server replays its first answer (CONTRACT.md
+//! section 5); a lost lease is simply free again. [`SqliteStore::syncs`] counts the synced
+//! commits. Two processes deciding about the same lease are serialised by SQLite's own write
+//! lock.
 
 use std::path::{Path, PathBuf};
-use std::sync::{mpsc, Mutex};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
 use std::time::Duration;
 
 use rusqlite::{params, Connection, ErrorCode, OptionalExtension, TransactionBehavior};
 
 use super::error::{BoxError, Error, Result};
-use super::store::{Claim, Lease, Listed, Store};
+use super::store::{Claim, Lease, Listed, Quarantined, Store};
 use crate::core::Timestamp;
 
 /// The schema, one step per version: `MIGRATIONS[i]` takes `user_version` from `i` to `i + 1`.
-const MIGRATIONS: &[&str] = &["CREATE TABLE oncekey_pending (
+const MIGRATIONS: &[&str] = &[
+    "CREATE TABLE oncekey_pending (
         name        TEXT PRIMARY KEY NOT NULL,
         record      TEXT,
         lease_owner TEXT,
         lease_until INTEGER
-    );"];
+    );",
+    // Unreadable records, moved aside as they were stored (the column keeps text or bytes).
+    "CREATE TABLE oncekey_quarantine (
+        id             INTEGER PRIMARY KEY,
+        name           TEXT NOT NULL,
+        record,
+        reason         TEXT NOT NULL,
+        quarantined_at INTEGER NOT NULL
+    );",
+];
 
 /// A [`Store`] in a SQLite file. See the module docs.
 #[derive(Debug)]
@@ -40,6 +56,7 @@ pub struct SqliteStore {
     path: PathBuf,
     jobs: Mutex<Option<mpsc::Sender<Job>>>,
     writer: Mutex<Option<std::thread::JoinHandle<()>>>,
+    syncs: Arc<AtomicU64>,
 }
 
 type Reply = std::result::Result<Done, BoxError>;
@@ -49,6 +66,7 @@ enum Done {
     Bool(bool),
     Unit,
     List(Vec<Listed>),
+    Quarantined(Vec<Quarantined>),
 }
 
 /// One call, run on the writer's connection inside the batch's transaction.
@@ -97,15 +115,24 @@ impl SqliteStore {
         prepare(&path, &mut conn)?;
         let (jobs, queue) = mpsc::channel::<Job>();
         let writer_path = path.clone();
+        let syncs = Arc::new(AtomicU64::new(0));
+        let counted = syncs.clone();
         let writer = std::thread::Builder::new()
             .name("oncekey-sqlite".into())
-            .spawn(move || write_batches(&writer_path, conn, queue))
+            .spawn(move || write_batches(&writer_path, conn, queue, &counted))
             .map_err(|e| Error::store("the store's writer thread could not start", e))?;
         Ok(SqliteStore {
             path,
             jobs: Mutex::new(Some(jobs)),
             writer: Mutex::new(Some(writer)),
+            syncs,
         })
+    }
+
+    /// How many synced commits this handle has made since it was opened: one per batch that
+    /// wrote a record, shared by every call in the batch (see the module docs).
+    pub fn syncs(&self) -> u64 {
+        self.syncs.load(Ordering::Relaxed)
     }
 
     /// The file's path.
@@ -215,7 +242,7 @@ impl Drop for SqliteStore {
 
 /// The writer thread: takes every job waiting, runs each in a savepoint of one transaction,
 /// commits once, answers each.
-fn write_batches(path: &Path, conn: Connection, queue: mpsc::Receiver<Job>) {
+fn write_batches(path: &Path, conn: Connection, queue: mpsc::Receiver<Job>, syncs: &AtomicU64) {
     let mut full = true;
     while let Ok(first) = queue.recv() {
         let mut batch = vec![first];
@@ -274,6 +301,9 @@ fn write_batches(path: &Path, conn: Connection, queue: mpsc::Receiver<Job>) {
         }
         match conn.execute_batch("COMMIT") {
             Ok(()) => {
+                if durable {
+                    syncs.fetch_add(1, Ordering::Relaxed);
+                }
                 for (answer, reply) in answers.into_iter().zip(replies) {
                     let _ = reply.send(
                         answer.map_err(|e| -> BoxError { Box::new(sql_error(path, "written", e)) }),
@@ -324,7 +354,23 @@ fn unexpected() -> BoxError {
 impl Store for SqliteStore {
     fn claim(&self, name: &str, lease: &Lease, now: Timestamp) -> Result<Claim, BoxError> {
         let (name, lease) = (name.to_owned(), lease.clone());
-        match self.call(false, move |conn| claim(conn, &name, &lease, now))? {
+        match self.call(false, move |conn| claim(conn, &name, None, &lease, now))? {
+            Done::Claim(c) => Ok(c),
+            _ => Err(unexpected()),
+        }
+    }
+
+    fn take_over(
+        &self,
+        name: &str,
+        holder: &str,
+        lease: &Lease,
+        now: Timestamp,
+    ) -> Result<Claim, BoxError> {
+        let (name, holder, lease) = (name.to_owned(), holder.to_owned(), lease.clone());
+        match self.call(false, move |conn| {
+            claim(conn, &name, Some(&holder), &lease, now)
+        })? {
             Done::Claim(c) => Ok(c),
             _ => Err(unexpected()),
         }
@@ -362,7 +408,8 @@ impl Store for SqliteStore {
 
     fn remove(&self, name: &str, owner: &str) -> Result<bool, BoxError> {
         let (name, owner) = (name.to_owned(), owner.to_owned());
-        let done = self.call(true, move |conn| {
+        // Not synced on its own: it rides the next synced commit (see the module docs).
+        let done = self.call(false, move |conn| {
             conn.prepare_cached("DELETE FROM oncekey_pending WHERE name = ?1 AND lease_owner = ?2")?
                 .execute(params![name, owner])
                 .map(|n| Done::Bool(n == 1))
@@ -395,9 +442,77 @@ impl Store for SqliteStore {
             _ => Err(unexpected()),
         }
     }
+
+    fn quarantine(
+        &self,
+        name: &str,
+        owner: &str,
+        reason: &str,
+        now: Timestamp,
+    ) -> Result<bool, BoxError> {
+        let (name, owner, reason) = (name.to_owned(), owner.to_owned(), reason.to_owned());
+        let done = self.call(true, move |conn| {
+            let moved = conn
+                .prepare_cached(
+                    "INSERT INTO oncekey_quarantine (name, record, reason, quarantined_at)
+                     SELECT name, record, ?3, ?4 FROM oncekey_pending
+                     WHERE name = ?1 AND lease_owner = ?2 AND record IS NOT NULL",
+                )?
+                .execute(params![name, owner, reason, millis(now)])?;
+            if moved == 1 {
+                conn.prepare_cached("DELETE FROM oncekey_pending WHERE name = ?1")?
+                    .execute([&name])?;
+            }
+            Ok(Done::Bool(moved == 1))
+        })?;
+        match done {
+            Done::Bool(b) => Ok(b),
+            _ => Err(unexpected()),
+        }
+    }
+
+    fn quarantined(&self) -> Result<Vec<Quarantined>, BoxError> {
+        let done = self.call(false, |conn| {
+            let mut stmt = conn.prepare_cached(
+                "SELECT name, record, reason, quarantined_at FROM oncekey_quarantine ORDER BY id",
+            )?;
+            let rows = stmt.query_map([], |r| {
+                Ok(Quarantined {
+                    name: r.get(0)?,
+                    record: lossy(r.get_ref(1)?),
+                    reason: r.get(2)?,
+                    at: Timestamp::from_millis(r.get::<_, i64>(3)?.max(0) as u64),
+                })
+            })?;
+            rows.collect::<rusqlite::Result<Vec<_>>>()
+                .map(Done::Quarantined)
+        })?;
+        match done {
+            Done::Quarantined(q) => Ok(q),
+            _ => Err(unexpected()),
+        }
+    }
 }
 
-fn claim(conn: &Connection, name: &str, lease: &Lease, now: Timestamp) -> rusqlite::Result<Done> {
+/// A stored value as text: a record that is not text is read as lossy text, so it fails to
+/// parse as a record (one unreadable record) instead of failing the whole list.
+fn lossy(value: rusqlite::types::ValueRef<'_>) -> String {
+    match value {
+        rusqlite::types::ValueRef::Text(t) | rusqlite::types::ValueRef::Blob(t) => {
+            String::from_utf8_lossy(t).into_owned()
+        }
+        other => format!("{other:?}"),
+    }
+}
+
+/// A claim, with a lease held by `dead` counted as run out.
+fn claim(
+    conn: &Connection,
+    name: &str,
+    dead: Option<&str>,
+    lease: &Lease,
+    now: Timestamp,
+) -> rusqlite::Result<Done> {
     let row: Option<(Option<String>, Option<String>, Option<i64>)> = conn
         .prepare_cached(
             "SELECT record, lease_owner, lease_until FROM oncekey_pending WHERE name = ?1",
@@ -407,7 +522,7 @@ fn claim(conn: &Connection, name: &str, lease: &Lease, now: Timestamp) -> rusqli
     let record = match row {
         Some((record, Some(owner), Some(until))) => {
             let until = Timestamp::from_millis(until.max(0) as u64);
-            if owner != lease.owner && until > now {
+            if owner != lease.owner && Some(owner.as_str()) != dead && until > now {
                 return Ok(Done::Claim(Claim::Busy(Lease { owner, until })));
             }
             record
@@ -433,14 +548,7 @@ fn list(conn: &Connection) -> rusqlite::Result<Done> {
         let until: Option<i64> = r.get(3)?;
         Ok(Listed {
             name: r.get(0)?,
-            // A record that is not text is read as lossy text, so it fails to parse as a
-            // record (one unreadable record) instead of failing the whole list.
-            record: match r.get_ref(1)? {
-                rusqlite::types::ValueRef::Text(t) | rusqlite::types::ValueRef::Blob(t) => {
-                    String::from_utf8_lossy(t).into_owned()
-                }
-                other => format!("{other:?}"),
-            },
+            record: lossy(r.get_ref(1)?),
             lease: owner.zip(until).map(|(owner, until)| Lease {
                 owner,
                 until: Timestamp::from_millis(until.max(0) as u64),
@@ -531,6 +639,30 @@ mod tests {
         let listed = store.list().unwrap();
         assert_eq!(listed.len(), 32);
         assert_eq!(listed[7].record, "{7}");
+    }
+
+    #[test]
+    fn a_submission_syncs_once_its_removal_rides_the_next_sync() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open(dir.path().join("s.db")).unwrap();
+        let lease = Lease {
+            owner: "o".into(),
+            until: Timestamp::from_millis(100),
+        };
+        let t = Timestamp::from_millis(0);
+        for (i, name) in ["a", "b", "c"].into_iter().enumerate() {
+            // What one submission does: claim, save before sending, remove after the answer.
+            assert_eq!(store.claim(name, &lease, t).unwrap(), Claim::Taken(None));
+            assert!(store.save(name, "{r}", &lease).unwrap());
+            assert!(store.remove(name, "o").unwrap());
+            assert_eq!(store.syncs(), i as u64 + 1, "one sync per submission");
+        }
+        assert!(store.list().unwrap().is_empty(), "the removals are committed");
+        // Renewing and releasing sync nothing either.
+        store.claim("d", &lease, t).unwrap();
+        store.renew("d", &lease).unwrap();
+        store.release("d", "o").unwrap();
+        assert_eq!(store.syncs(), 3);
     }
 
     #[test]

@@ -54,6 +54,20 @@ pub struct Listed {
     pub lease: Option<Lease>,
 }
 
+/// A record moved aside because it could not be read ([`Store::quarantine`]), as
+/// [`Store::quarantined`] lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Quarantined {
+    /// The name it was stored under.
+    pub name: String,
+    /// Its text as it was stored (lossy if it was not UTF-8).
+    pub record: String,
+    /// Why it could not be read.
+    pub reason: String,
+    /// When it was moved aside.
+    pub at: Timestamp,
+}
+
 /// A submission [`Store::claim_due`] took: its name and record, now leased to the caller.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Due {
@@ -74,6 +88,21 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     /// [`Claim::Busy`] with the holder's lease.
     fn claim(&self, name: &str, lease: &Lease, now: Timestamp) -> Result<Claim, BoxError>;
 
+    /// [`Store::claim`], with a lease held by `holder` counted as run out: for a client that
+    /// found `holder` dead (a process of its own host whose pid is gone). Another holder's
+    /// unexpired lease is [`Claim::Busy`] as with `claim`. The default is `claim` itself (the
+    /// dead holder's lease is then waited out).
+    fn take_over(
+        &self,
+        name: &str,
+        holder: &str,
+        lease: &Lease,
+        now: Timestamp,
+    ) -> Result<Claim, BoxError> {
+        let _ = holder;
+        self.claim(name, lease, now)
+    }
+
     /// Writes `record` under `name` and extends the lease to `lease.until`, durably (synced)
     /// before returning, if `lease.owner` still holds the name's lease. Answers `false`, writing
     /// nothing, when it does not.
@@ -82,7 +111,10 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     /// Extends the lease to `lease.until` if `lease.owner` still holds it; `false` otherwise.
     fn renew(&self, name: &str, lease: &Lease) -> Result<bool, BoxError>;
 
-    /// Removes the name's record and lease if `owner` holds the lease; `false` otherwise.
+    /// Removes the name's record and lease if `owner` holds the lease; `false` otherwise. Called
+    /// after a definite answer, it need not be durable on its own and may ride the next durable
+    /// write: a removal lost in a crash makes the next process resend the submission with the
+    /// same key, and the server replays its first answer.
     fn remove(&self, name: &str, owner: &str) -> Result<bool, BoxError>;
 
     /// Gives the lease up if `owner` holds it, keeping the record (or removing the row when it
@@ -91,6 +123,27 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
 
     /// Every stored record, by name.
     fn list(&self) -> Result<Vec<Listed>, BoxError>;
+
+    /// Moves the record stored under `name` aside, if `owner` holds its lease, into the
+    /// store's quarantine with `reason` and the time `now`, in one transaction: it leaves the
+    /// pending submissions (the name is free) and is kept, never deleted, for an operator to
+    /// look at (CONTRACT.md section 5). Answers whether it was moved. The default moves
+    /// nothing (the record stays in place).
+    fn quarantine(
+        &self,
+        name: &str,
+        owner: &str,
+        reason: &str,
+        now: Timestamp,
+    ) -> Result<bool, BoxError> {
+        let _ = (name, owner, reason, now);
+        Ok(false)
+    }
+
+    /// The records moved aside by [`Store::quarantine`], oldest first.
+    fn quarantined(&self) -> Result<Vec<Quarantined>, BoxError> {
+        Ok(Vec::new())
+    }
 
     /// Gives the lease up like [`Store::release`], and keeps the submission out of
     /// [`Store::claim_due`] until `due`: a claim by name ([`Store::claim`]) still takes it at
@@ -146,6 +199,7 @@ struct Row {
 #[derive(Debug, Default, Clone)]
 pub struct MemoryStore {
     rows: std::sync::Arc<Mutex<HashMap<String, Row>>>,
+    quarantine: std::sync::Arc<Mutex<Vec<Quarantined>>>,
 }
 
 impl MemoryStore {
@@ -165,17 +219,33 @@ fn holds(row: &Row, owner: &str) -> bool {
     row.lease.as_ref().is_some_and(|l| l.owner == owner)
 }
 
-impl Store for MemoryStore {
-    fn claim(&self, name: &str, lease: &Lease, now: Timestamp) -> Result<Claim, BoxError> {
+impl MemoryStore {
+    fn claim_over(&self, name: &str, dead: Option<&str>, lease: &Lease, now: Timestamp) -> Claim {
         let mut rows = self.rows();
         let row = rows.entry(name.to_owned()).or_default();
         if let Some(held) = &row.lease {
-            if held.owner != lease.owner && held.until > now {
-                return Ok(Claim::Busy(held.clone()));
+            if held.owner != lease.owner && Some(held.owner.as_str()) != dead && held.until > now {
+                return Claim::Busy(held.clone());
             }
         }
         row.lease = Some(lease.clone());
-        Ok(Claim::Taken(row.record.clone()))
+        Claim::Taken(row.record.clone())
+    }
+}
+
+impl Store for MemoryStore {
+    fn claim(&self, name: &str, lease: &Lease, now: Timestamp) -> Result<Claim, BoxError> {
+        Ok(self.claim_over(name, None, lease, now))
+    }
+
+    fn take_over(
+        &self,
+        name: &str,
+        holder: &str,
+        lease: &Lease,
+        now: Timestamp,
+    ) -> Result<Claim, BoxError> {
+        Ok(self.claim_over(name, Some(holder), lease, now))
     }
 
     fn save(&self, name: &str, record: &str, lease: &Lease) -> Result<bool, BoxError> {
@@ -242,6 +312,42 @@ impl Store for MemoryStore {
         Ok(out)
     }
 
+    fn quarantine(
+        &self,
+        name: &str,
+        owner: &str,
+        reason: &str,
+        now: Timestamp,
+    ) -> Result<bool, BoxError> {
+        let mut rows = self.rows();
+        let record = match rows.get(name) {
+            Some(row) if holds(row, owner) => row.record.clone(),
+            _ => None,
+        };
+        let Some(record) = record else {
+            return Ok(false);
+        };
+        rows.remove(name);
+        self.quarantine
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(Quarantined {
+                name: name.to_owned(),
+                record,
+                reason: reason.to_owned(),
+                at: now,
+            });
+        Ok(true)
+    }
+
+    fn quarantined(&self) -> Result<Vec<Quarantined>, BoxError> {
+        Ok(self
+            .quarantine
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone())
+    }
+
     fn blocks(&self) -> bool {
         false
     }
@@ -277,6 +383,30 @@ pub(crate) fn check_semantics(store: &dyn Store, other: &dyn Store) {
     assert_eq!(
         other.claim("n", &b(300), t(120)).unwrap(),
         Claim::Busy(a(150))
+    );
+    // A holder found dead is taken over at once; another live holder is not.
+    let c = |until| Lease {
+        owner: "c".into(),
+        until: t(until),
+    };
+    assert_eq!(
+        other.take_over("n", "z", &c(300), t(120)).unwrap(),
+        Claim::Busy(a(150))
+    );
+    assert_eq!(
+        other.take_over("n", "a", &c(300), t(120)).unwrap(),
+        Claim::Taken(Some("{r1}".into()))
+    );
+    assert!(!store.renew("n", &a(150)).unwrap(), "the dead holder lost it");
+    assert_eq!(
+        store.take_over("n", "a", &a(150), t(120)).unwrap(),
+        Claim::Busy(c(300)),
+        "and cannot take it back from the live one"
+    );
+    other.release("n", "c").unwrap();
+    assert_eq!(
+        store.claim("n", &a(150), t(120)).unwrap(),
+        Claim::Taken(Some("{r1}".into()))
     );
     // Expired: taken over, record included.
     assert_eq!(
@@ -345,6 +475,27 @@ pub(crate) fn check_semantics(store: &dyn Store, other: &dyn Store) {
         assert!(other.remove(name, "b").unwrap());
     }
     assert!(store.list().unwrap().is_empty());
+
+    // Quarantine: only the holder moves a record aside; it leaves the pending ones, is kept
+    // with its text and reason, and the name is free again.
+    assert_eq!(store.claim("q", &a(10), t(0)).unwrap(), Claim::Taken(None));
+    assert!(store.save("q", "{broken", &a(10)).unwrap());
+    assert!(!other.quarantine("q", "b", "unreadable", t(1)).unwrap());
+    assert!(store.quarantine("q", "a", "it is not JSON", t(2)).unwrap());
+    assert!(store.list().unwrap().is_empty());
+    assert_eq!(
+        other.quarantined().unwrap(),
+        [Quarantined {
+            name: "q".into(),
+            record: "{broken".into(),
+            reason: "it is not JSON".into(),
+            at: t(2),
+        }]
+    );
+    assert_eq!(other.claim("q", &b(10), t(3)).unwrap(), Claim::Taken(None));
+    other.release("q", "b").unwrap();
+    assert!(!store.quarantine("q", "a", "again", t(4)).unwrap(), "nothing left to move");
+    assert_eq!(store.quarantined().unwrap().len(), 1);
 }
 
 #[cfg(test)]

@@ -25,7 +25,7 @@ use std::thread::JoinHandle;
 
 /// Why a job did not leave its effect in the database.
 #[derive(Debug)]
-pub enum Failure {
+pub enum StoreError {
     /// SQLite said no.
     Sqlite(rusqlite::Error),
     /// PostgreSQL said no, or could not be reached.
@@ -45,15 +45,15 @@ pub enum Failure {
     LostLease,
 }
 
-impl From<rusqlite::Error> for Failure {
-    fn from(e: rusqlite::Error) -> Failure {
-        Failure::Sqlite(e)
+impl From<rusqlite::Error> for StoreError {
+    fn from(e: rusqlite::Error) -> StoreError {
+        StoreError::Sqlite(e)
     }
 }
 
-impl From<postgres::Error> for Failure {
-    fn from(e: postgres::Error) -> Failure {
-        Failure::Postgres(e)
+impl From<postgres::Error> for StoreError {
+    fn from(e: postgres::Error) -> StoreError {
+        StoreError::Postgres(e)
     }
 }
 
@@ -73,22 +73,22 @@ pub(crate) fn chain(e: &dyn std::error::Error) -> String {
     text
 }
 
-impl std::fmt::Display for Failure {
+impl std::fmt::Display for StoreError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Failure::Sqlite(e) => write!(f, "database error: {e}"),
-            Failure::Postgres(e) => write!(f, "PostgreSQL: {}", chain(e)),
-            Failure::Open(why) => f.write_str(why),
-            Failure::Corrupt(why) => write!(f, "unreadable data in the database: {why}"),
-            Failure::Closed => f.write_str("the store is closed"),
-            Failure::NotCommitted => f.write_str("the transaction did not commit"),
-            Failure::Aborted => f.write_str("the work was aborted before commit"),
-            Failure::LostLease => f.write_str("the claim's lease was taken over"),
+            StoreError::Sqlite(e) => write!(f, "database error: {e}"),
+            StoreError::Postgres(e) => write!(f, "PostgreSQL: {}", chain(e)),
+            StoreError::Open(why) => f.write_str(why),
+            StoreError::Corrupt(why) => write!(f, "unreadable data in the database: {why}"),
+            StoreError::Closed => f.write_str("the store is closed"),
+            StoreError::NotCommitted => f.write_str("the transaction did not commit"),
+            StoreError::Aborted => f.write_str("the work was aborted before commit"),
+            StoreError::LostLease => f.write_str("the claim's lease was taken over"),
         }
     }
 }
 
-impl std::error::Error for Failure {}
+impl std::error::Error for StoreError {}
 
 /// The queries, inside an open transaction. Implemented by the SQLite connection (inside the
 /// writer's transaction) and by a PostgreSQL transaction.
@@ -96,32 +96,32 @@ pub trait Tx {
     /// Claims a key, or reports why not: the key is new (or its receipt expired), its holder's
     /// lease ended (a takeover), another request holds it, it was used with another body, or
     /// its work is done.
-    fn claim(&mut self, c: &ClaimRequest) -> Result<Claim, Failure>;
+    fn claim(&mut self, c: &ClaimRequest) -> Result<KeyClaim, StoreError>;
 
     /// Completes a claim with its answer, if the lease is still this request's; otherwise
-    /// [`Failure::LostLease`], and the job's other work (the ticket) is rolled back with it.
+    /// [`StoreError::LostLease`], and the job's other work (the ticket) is rolled back with it.
     fn complete(
         &mut self,
         c: &ClaimRequest,
         answer: &Stored,
         ticket_id: Option<i64>,
         now: i64,
-    ) -> Result<(), Failure>;
+    ) -> Result<(), StoreError>;
 
     /// Gives a claim up (its request answered 5xx: nothing was done, the retry does the work).
-    fn release(&mut self, c: &ClaimRequest) -> Result<(), Failure>;
+    fn release(&mut self, c: &ClaimRequest) -> Result<(), StoreError>;
 
     /// Inserts a ticket and returns it.
-    fn insert_ticket(&mut self, t: &NewTicket, key: Option<&str>) -> Result<Ticket, Failure>;
+    fn insert_ticket(&mut self, t: &NewTicket, key: Option<&str>) -> Result<Ticket, StoreError>;
 
     /// The tenant's newest tickets, newest first.
-    fn list_tickets(&mut self, tenant: &str, limit: i64) -> Result<Vec<Ticket>, Failure>;
+    fn list_tickets(&mut self, tenant: &str, limit: i64) -> Result<Vec<Ticket>, StoreError>;
 
     /// The tenant's counts.
-    fn counts(&mut self, tenant: &str) -> Result<Counts, Failure>;
+    fn counts(&mut self, tenant: &str) -> Result<Counts, StoreError>;
 
     /// Removes receipts created before `before` (Unix milliseconds); returns how many.
-    fn sweep(&mut self, before: i64) -> Result<usize, Failure>;
+    fn sweep(&mut self, before: i64) -> Result<usize, StoreError>;
 }
 
 /// Whether `db` names a PostgreSQL database (`postgres://...` or `postgresql://...`) rather
@@ -205,17 +205,17 @@ impl Writer {
 }
 
 /// A job to run with a transaction.
-type Work<T> = Box<dyn FnOnce(&mut dyn Tx) -> Result<T, Failure> + Send>;
+type Work<T> = Box<dyn FnOnce(&mut dyn Tx) -> Result<T, StoreError> + Send>;
 
 impl Store {
     /// Opens (and if needed creates) the database, and starts its threads: a SQLite file (or
     /// `:memory:`), or a PostgreSQL URL with [`DEFAULT_CONNECTIONS`] connections.
-    pub fn open(db: &str) -> Result<(Store, Writer), Failure> {
+    pub fn open(db: &str) -> Result<(Store, Writer), StoreError> {
         Store::open_with(db, DEFAULT_CONNECTIONS)
     }
 
     /// [`Store::open`], with this many connections if `db` is PostgreSQL (at least one).
-    pub fn open_with(db: &str, connections: usize) -> Result<(Store, Writer), Failure> {
+    pub fn open_with(db: &str, connections: usize) -> Result<(Store, Writer), StoreError> {
         if is_postgres(db) {
             let (pool, threads) = pg::Pool::open(db, connections.max(1))?;
             Ok((Store(Backend::Postgres(pool)), Writer(threads)))
@@ -235,10 +235,10 @@ impl Store {
 
     /// Runs `f` in a durable transaction; its effects are kept when it returns `Ok`, and the
     /// answer arrives once they are committed and synced.
-    pub async fn run<T, F>(&self, f: F) -> Result<T, Failure>
+    pub async fn run<T, F>(&self, f: F) -> Result<T, StoreError>
     where
         T: Send + 'static,
-        F: FnOnce(&mut dyn Tx) -> Result<T, Failure> + Send + 'static,
+        F: FnOnce(&mut dyn Tx) -> Result<T, StoreError> + Send + 'static,
     {
         self.job(Kind::Durable, Box::new(f)).await
     }
@@ -246,15 +246,15 @@ impl Store {
     /// Runs `f` in a light transaction: committed (visible to every later job) but not synced
     /// on its own. For work whose loss in a power cut is harmless: claims, reads, releases,
     /// sweeps.
-    pub async fn run_light<T, F>(&self, f: F) -> Result<T, Failure>
+    pub async fn run_light<T, F>(&self, f: F) -> Result<T, StoreError>
     where
         T: Send + 'static,
-        F: FnOnce(&mut dyn Tx) -> Result<T, Failure> + Send + 'static,
+        F: FnOnce(&mut dyn Tx) -> Result<T, StoreError> + Send + 'static,
     {
         self.job(Kind::Light, Box::new(f)).await
     }
 
-    async fn job<T: Send + 'static>(&self, kind: Kind, f: Work<T>) -> Result<T, Failure> {
+    async fn job<T: Send + 'static>(&self, kind: Kind, f: Work<T>) -> Result<T, StoreError> {
         match &self.0 {
             Backend::Sqlite(w) => w.run(kind, f).await,
             Backend::Postgres(p) => p.run(kind, f).await,
@@ -262,7 +262,7 @@ impl Store {
     }
 
     /// Claims a key (see [`Tx::claim`]) in a light transaction.
-    pub async fn claim(&self, c: ClaimRequest) -> Result<Claim, Failure> {
+    pub async fn claim(&self, c: ClaimRequest) -> Result<KeyClaim, StoreError> {
         match &self.0 {
             Backend::Sqlite(_) => self.run_light(move |tx| tx.claim(&c)).await,
             Backend::Postgres(p) => p.claim(c).await,
@@ -271,10 +271,10 @@ impl Store {
 
     /// Claims a key in a light transaction and, once that has committed and if the claim was
     /// granted, runs `work` in a durable transaction after it (SQLite: the same round's).
-    pub async fn claim_then<T, F>(&self, c: ClaimRequest, work: F) -> Result<Claimed<T>, Failure>
+    pub async fn claim_then<T, F>(&self, c: ClaimRequest, work: F) -> Result<Claimed<T>, StoreError>
     where
         T: Send + 'static,
-        F: FnOnce(&mut dyn Tx) -> Result<T, Failure> + Send + 'static,
+        F: FnOnce(&mut dyn Tx) -> Result<T, StoreError> + Send + 'static,
     {
         match &self.0 {
             Backend::Sqlite(w) => w.claim_then(c, Box::new(work)).await,
@@ -287,13 +287,13 @@ impl Store {
 #[derive(Debug)]
 pub enum Claimed<T> {
     /// The key was not ours: in progress, a conflict, or done.
-    Not(Claim),
+    Not(KeyClaim),
     /// The claim was committed and the work ran in the durable transaction after it.
     Worked {
         /// Whether an earlier holder's lease had expired.
         took_over: bool,
         /// The work's result, as committed (or not).
-        result: Result<T, Failure>,
+        result: Result<T, StoreError>,
     },
 }
 
@@ -310,7 +310,7 @@ pub struct Stored {
 
 /// What a claim on a key found.
 #[derive(Debug)]
-pub enum Claim {
+pub enum KeyClaim {
     /// The key is ours until the lease ends (`took_over`: an expired lease was taken over).
     Taken {
         /// Whether an earlier holder's lease had expired.
@@ -365,16 +365,16 @@ enum Decision {
     /// The holder's lease ended: take it over.
     TakeOver,
     /// Answer this.
-    Answer(Claim),
+    Answer(KeyClaim),
 }
 
 impl Found {
-    fn decide(self, c: &ClaimRequest) -> Result<Decision, Failure> {
+    fn decide(self, c: &ClaimRequest) -> Result<Decision, StoreError> {
         if self.created_at < c.expired_before {
             return Ok(Decision::Renew);
         }
         if self.fingerprint != c.fingerprint {
-            return Ok(Decision::Answer(Claim::Conflict));
+            return Ok(Decision::Answer(KeyClaim::Conflict));
         }
         if self.state == "done" {
             let status = self
@@ -382,19 +382,19 @@ impl Found {
                 .and_then(|s| u16::try_from(s).ok())
                 .filter(|s| (100..1000).contains(s))
                 .ok_or_else(|| {
-                    Failure::Corrupt(format!(
+                    StoreError::Corrupt(format!(
                         "the receipt of key {:?} has status {:?}",
                         c.key, self.status
                     ))
                 })?;
-            return Ok(Decision::Answer(Claim::Done(Stored {
+            return Ok(Decision::Answer(KeyClaim::Done(Stored {
                 status,
                 content_type: self.content_type.unwrap_or_default(),
                 body: self.response.unwrap_or_default(),
             })));
         }
         if self.lease_until > c.now {
-            return Ok(Decision::Answer(Claim::InProgress {
+            return Ok(Decision::Answer(KeyClaim::InProgress {
                 lease_until: self.lease_until,
             }));
         }

@@ -30,8 +30,8 @@ use postgres::{Client, Config, NoTls, Statement};
 use tokio::sync::oneshot;
 
 use super::{
-    chain, Claim, ClaimRequest, Claimed, Counts, Decision, Failure, Found, Kind, NewTicket, Stored,
-    Ticket, Tx, Work,
+    chain, ClaimRequest, Claimed, Counts, Decision, Found, KeyClaim, Kind, NewTicket, StoreError,
+    Stored, Ticket, Tx, Work,
 };
 
 /// The schema version this server writes.
@@ -154,7 +154,7 @@ struct Conn {
 
 impl Conn {
     /// Connects, creating or checking the schema first if asked to.
-    fn connect(config: &Config, migrate_schema: bool) -> Result<Conn, Failure> {
+    fn connect(config: &Config, migrate_schema: bool) -> Result<Conn, StoreError> {
         let mut client = config.connect(NoTls)?;
         if migrate_schema {
             migrate(&mut client)?;
@@ -175,8 +175,8 @@ impl Conn {
     fn transaction<T>(
         &mut self,
         kind: Kind,
-        f: impl FnOnce(&mut dyn Tx) -> Result<T, Failure>,
-    ) -> Result<T, Failure> {
+        f: impl FnOnce(&mut dyn Tx) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
         self.client.batch_execute(match kind {
             Kind::Light => "BEGIN",
             Kind::Durable => "BEGIN; SET LOCAL synchronous_commit = on",
@@ -199,9 +199,9 @@ impl Conn {
 
     /// Claims a key. The common case, a new key, is one statement in a transaction of its own;
     /// a key that exists is claimed in a transaction that reads its receipt `FOR UPDATE`.
-    fn claim(&mut self, c: &ClaimRequest) -> Result<Claim, Failure> {
+    fn claim(&mut self, c: &ClaimRequest) -> Result<KeyClaim, StoreError> {
         if insert_receipt(&mut self.client, &self.statements, c)? == 1 {
-            return Ok(Claim::Taken { took_over: false });
+            return Ok(KeyClaim::Taken { took_over: false });
         }
         self.transaction(Kind::Light, |tx| tx.claim(c))
     }
@@ -229,7 +229,7 @@ fn claim_params(c: &ClaimRequest) -> [&(dyn postgres::types::ToSql + Sync); 6] {
 }
 
 /// Creates the schema on an empty database, or checks its version.
-fn migrate(client: &mut Client) -> Result<(), Failure> {
+fn migrate(client: &mut Client) -> Result<(), StoreError> {
     let mut tx = client.transaction()?;
     tx.execute("SELECT pg_advisory_xact_lock($1)", &[&SCHEMA_LOCK])?;
     let exists: bool = tx
@@ -253,11 +253,11 @@ fn migrate(client: &mut Client) -> Result<(), Failure> {
         .try_get(0)?;
     match version {
         Some(SCHEMA_VERSION) => Ok(()),
-        Some(v) if v > SCHEMA_VERSION => Err(Failure::Open(format!(
+        Some(v) if v > SCHEMA_VERSION => Err(StoreError::Open(format!(
             "the database has oncekey-server schema version {v}; this server knows version \
              {SCHEMA_VERSION} (a newer oncekey-server made it): refusing to use it"
         ))),
-        other => Err(Failure::Open(format!(
+        other => Err(StoreError::Open(format!(
             "the database's oncekey_server_schema table holds version {other:?}; this server \
              knows version {SCHEMA_VERSION}"
         ))),
@@ -265,7 +265,7 @@ fn migrate(client: &mut Client) -> Result<(), Failure> {
 }
 
 /// A job for a pool thread: runs with its connection, or with why there is none.
-type Job = Box<dyn FnOnce(Result<&mut Conn, Failure>) + Send>;
+type Job = Box<dyn FnOnce(Result<&mut Conn, StoreError>) + Send>;
 
 enum Message {
     Job(Job),
@@ -286,10 +286,10 @@ impl Pool {
     pub(super) fn open(
         url: &str,
         connections: usize,
-    ) -> Result<(Pool, Vec<JoinHandle<()>>), Failure> {
+    ) -> Result<(Pool, Vec<JoinHandle<()>>), StoreError> {
         let mut config: Config = url
             .parse()
-            .map_err(|e: postgres::Error| Failure::Open(chain(&e)))?;
+            .map_err(|e: postgres::Error| StoreError::Open(chain(&e)))?;
         if config.get_connect_timeout().is_none() {
             config.connect_timeout(CONNECT_TIMEOUT);
         }
@@ -302,12 +302,12 @@ impl Pool {
         let opener = std::thread::Builder::new()
             .name("oncekey-pg-open".into())
             .spawn(move || start_threads(config, connections, rx))
-            .map_err(|e| Failure::Open(format!("cannot start a thread: {e}")))?;
+            .map_err(|e| StoreError::Open(format!("cannot start a thread: {e}")))?;
         let threads = opener
             .join()
-            .map_err(|_| Failure::Open("opening the database panicked".into()))?
+            .map_err(|_| StoreError::Open("opening the database panicked".into()))?
             .map_err(|e| match e {
-                Failure::Postgres(e) => Failure::Open(chain(&e)),
+                StoreError::Postgres(e) => StoreError::Open(chain(&e)),
                 other => other,
             })?;
         let pool = Pool {
@@ -329,21 +329,21 @@ impl Pool {
         &self,
         kind: Kind,
         f: Work<T>,
-    ) -> Result<T, Failure> {
+    ) -> Result<T, StoreError> {
         let (reply, answer) = oneshot::channel();
         self.send(Box::new(move |conn| {
             let _ = reply.send(conn.and_then(|conn| conn.transaction(kind, f)));
         }))?;
-        answer.await.map_err(|_| Failure::Closed)?
+        answer.await.map_err(|_| StoreError::Closed)?
     }
 
     /// Claims a key (see [`Conn::claim`]).
-    pub(super) async fn claim(&self, c: ClaimRequest) -> Result<Claim, Failure> {
+    pub(super) async fn claim(&self, c: ClaimRequest) -> Result<KeyClaim, StoreError> {
         let (reply, answer) = oneshot::channel();
         self.send(Box::new(move |conn| {
             let _ = reply.send(conn.and_then(|conn| conn.claim(&c)));
         }))?;
-        answer.await.map_err(|_| Failure::Closed)?
+        answer.await.map_err(|_| StoreError::Closed)?
     }
 
     /// Claims a key, commits, and if the claim was granted runs `work` in a durable transaction
@@ -352,13 +352,13 @@ impl Pool {
         &self,
         c: ClaimRequest,
         work: Work<T>,
-    ) -> Result<Claimed<T>, Failure> {
+    ) -> Result<Claimed<T>, StoreError> {
         let (reply, answer) = oneshot::channel();
         self.send(Box::new(move |conn| {
             let result =
                 conn.and_then(
                     |conn| match conn.transaction(Kind::Light, |tx| tx.claim(&c))? {
-                        Claim::Taken { took_over } => Ok(Claimed::Worked {
+                        KeyClaim::Taken { took_over } => Ok(Claimed::Worked {
                             took_over,
                             result: conn.transaction(Kind::Durable, work),
                         }),
@@ -367,13 +367,13 @@ impl Pool {
                 );
             let _ = reply.send(result);
         }))?;
-        answer.await.map_err(|_| Failure::Closed)?
+        answer.await.map_err(|_| StoreError::Closed)?
     }
 
-    fn send(&self, job: Job) -> Result<(), Failure> {
+    fn send(&self, job: Job) -> Result<(), StoreError> {
         self.jobs
             .send(Message::Job(job))
-            .map_err(|_| Failure::Closed)
+            .map_err(|_| StoreError::Closed)
     }
 }
 
@@ -383,7 +383,7 @@ fn start_threads(
     config: Config,
     connections: usize,
     rx: mpsc::Receiver<Message>,
-) -> Result<Vec<JoinHandle<()>>, Failure> {
+) -> Result<Vec<JoinHandle<()>>, StoreError> {
     let mut conns = vec![Conn::connect(&config, true)?];
     for _ in 1..connections {
         conns.push(Conn::connect(&config, false)?);
@@ -395,7 +395,7 @@ fn start_threads(
         let thread = std::thread::Builder::new()
             .name(format!("oncekey-pg-{i}"))
             .spawn(move || work(conn, config, rx))
-            .map_err(|e| Failure::Open(format!("cannot start a thread: {e}")))?;
+            .map_err(|e| StoreError::Open(format!("cannot start a thread: {e}")))?;
         threads.push(thread);
     }
     Ok(threads)
@@ -443,13 +443,13 @@ struct PgTx<'a> {
 }
 
 impl Tx for PgTx<'_> {
-    fn claim(&mut self, c: &ClaimRequest) -> Result<Claim, Failure> {
+    fn claim(&mut self, c: &ClaimRequest) -> Result<KeyClaim, StoreError> {
         let st = self.st;
         // A row the insert ran into may be gone (released, swept) before it is read: then the
         // insert is tried again. Three rounds of that is a very busy key: "in progress".
         for _ in 0..3 {
             if insert_receipt(self.client, st, c)? == 1 {
-                return Ok(Claim::Taken { took_over: false });
+                return Ok(KeyClaim::Taken { took_over: false });
             }
             // Locked until this transaction ends: another claimer, or a completion, waits.
             let Some(row) = self
@@ -471,18 +471,18 @@ impl Tx for PgTx<'_> {
                 Decision::Answer(claim) => Ok(claim),
                 Decision::Renew => {
                     self.client.execute(&st.renew_receipt, &claim_params(c))?;
-                    Ok(Claim::Taken { took_over: false })
+                    Ok(KeyClaim::Taken { took_over: false })
                 }
                 Decision::TakeOver => {
                     self.client.execute(
                         &st.take_over,
                         &[&c.tenant, &c.key, &c.token, &c.lease_until],
                     )?;
-                    Ok(Claim::Taken { took_over: true })
+                    Ok(KeyClaim::Taken { took_over: true })
                 }
             };
         }
-        Ok(Claim::InProgress { lease_until: c.now })
+        Ok(KeyClaim::InProgress { lease_until: c.now })
     }
 
     fn complete(
@@ -491,7 +491,7 @@ impl Tx for PgTx<'_> {
         answer: &Stored,
         ticket_id: Option<i64>,
         now: i64,
-    ) -> Result<(), Failure> {
+    ) -> Result<(), StoreError> {
         let changed = self.client.execute(
             &self.st.complete,
             &[
@@ -508,17 +508,17 @@ impl Tx for PgTx<'_> {
         if changed == 1 {
             Ok(())
         } else {
-            Err(Failure::LostLease)
+            Err(StoreError::LostLease)
         }
     }
 
-    fn release(&mut self, c: &ClaimRequest) -> Result<(), Failure> {
+    fn release(&mut self, c: &ClaimRequest) -> Result<(), StoreError> {
         self.client
             .execute(&self.st.release, &[&c.tenant, &c.key, &c.token])?;
         Ok(())
     }
 
-    fn insert_ticket(&mut self, t: &NewTicket, key: Option<&str>) -> Result<Ticket, Failure> {
+    fn insert_ticket(&mut self, t: &NewTicket, key: Option<&str>) -> Result<Ticket, StoreError> {
         let row = self.client.query_one(
             &self.st.insert_ticket,
             &[
@@ -539,7 +539,7 @@ impl Tx for PgTx<'_> {
         })
     }
 
-    fn list_tickets(&mut self, tenant: &str, limit: i64) -> Result<Vec<Ticket>, Failure> {
+    fn list_tickets(&mut self, tenant: &str, limit: i64) -> Result<Vec<Ticket>, StoreError> {
         let rows = self
             .client
             .query(&self.st.list_tickets, &[&tenant, &limit])?;
@@ -556,7 +556,7 @@ impl Tx for PgTx<'_> {
             .collect()
     }
 
-    fn counts(&mut self, tenant: &str) -> Result<Counts, Failure> {
+    fn counts(&mut self, tenant: &str) -> Result<Counts, StoreError> {
         let tickets = self
             .client
             .query_one(&self.st.count_tickets, &[&tenant])?
@@ -569,7 +569,7 @@ impl Tx for PgTx<'_> {
         })
     }
 
-    fn sweep(&mut self, before: i64) -> Result<usize, Failure> {
+    fn sweep(&mut self, before: i64) -> Result<usize, StoreError> {
         let removed = self.client.execute(&self.st.sweep, &[&before])?;
         Ok(usize::try_from(removed).unwrap_or(usize::MAX))
     }

@@ -26,7 +26,7 @@ use rusqlite::{params, Connection};
 use tokio::sync::oneshot;
 
 use super::{
-    Claim, ClaimRequest, Claimed, Counts, Decision, Failure, Found, Kind, NewTicket, Stored,
+    ClaimRequest, Claimed, Counts, Decision, Found, KeyClaim, Kind, NewTicket, StoreError, Stored,
     Ticket, Tx, Work,
 };
 
@@ -106,13 +106,13 @@ pub(super) struct Writer {
 
 impl Writer {
     /// Opens (and if needed creates) the database, and starts its writer thread.
-    pub(super) fn open(path: &str) -> Result<(Writer, JoinHandle<()>), Failure> {
+    pub(super) fn open(path: &str) -> Result<(Writer, JoinHandle<()>), StoreError> {
         let conn = open_connection(path)?;
         let (tx, rx) = mpsc::channel();
         let thread = std::thread::Builder::new()
             .name("oncekey-store".into())
             .spawn(move || writer(conn, rx))
-            .map_err(|e| Failure::Open(format!("cannot start the writer thread: {e}")))?;
+            .map_err(|e| StoreError::Open(format!("cannot start the writer thread: {e}")))?;
         Ok((Writer { tx }, thread))
     }
 
@@ -126,10 +126,10 @@ impl Writer {
         &self,
         kind: Kind,
         f: Work<T>,
-    ) -> Result<T, Failure> {
+    ) -> Result<T, StoreError> {
         let (reply, answer) = oneshot::channel();
         self.send(kind, once_with(f, reply, |result| result))?;
-        answer.await.map_err(|_| Failure::Closed)?
+        answer.await.map_err(|_| StoreError::Closed)?
     }
 
     /// Claims a key in a light transaction and, once that has committed and if the claim was
@@ -138,13 +138,13 @@ impl Writer {
         &self,
         c: ClaimRequest,
         work: Work<T>,
-    ) -> Result<Claimed<T>, Failure> {
-        let (reply, answer) = oneshot::channel::<Result<Claimed<T>, Failure>>();
+    ) -> Result<Claimed<T>, StoreError> {
+        let (reply, answer) = oneshot::channel::<Result<Claimed<T>, StoreError>>();
         let job = move |conn: Option<&mut Connection>| -> Ran {
             match conn.map(|conn| conn.claim(&c)) {
                 // The work answers: the writer runs it after this claim's commit, or tells it
                 // (with no connection) that the claim did not commit.
-                Some(Ok(Claim::Taken { took_over })) => Ran {
+                Some(Ok(KeyClaim::Taken { took_over })) => Ran {
                     keep: true,
                     finish: Box::new(|_| {}),
                     then: Some(once_with(work, reply, move |result| {
@@ -157,25 +157,25 @@ impl Writer {
                         let _ = reply.send(if committed {
                             Ok(Claimed::Not(found))
                         } else {
-                            Err(Failure::NotCommitted)
+                            Err(StoreError::NotCommitted)
                         });
                     }),
                 ),
                 Some(Err(e)) => Ran::end(false, Box::new(move |_| drop(reply.send(Err(e))))),
                 None => Ran::end(
                     false,
-                    Box::new(move |_| drop(reply.send(Err(Failure::NotCommitted)))),
+                    Box::new(move |_| drop(reply.send(Err(StoreError::NotCommitted)))),
                 ),
             }
         };
         self.send(Kind::Light, Box::new(job))?;
-        answer.await.map_err(|_| Failure::Closed)?
+        answer.await.map_err(|_| StoreError::Closed)?
     }
 
-    fn send(&self, kind: Kind, job: Job) -> Result<(), Failure> {
+    fn send(&self, kind: Kind, job: Job) -> Result<(), StoreError> {
         self.tx
             .send(Message::Job(kind, job))
-            .map_err(|_| Failure::Closed)
+            .map_err(|_| StoreError::Closed)
     }
 }
 
@@ -185,7 +185,7 @@ fn once_with<T, R, W>(f: Work<T>, reply: oneshot::Sender<R>, wrap: W) -> Job
 where
     T: Send + 'static,
     R: Send + 'static,
-    W: FnOnce(Result<T, Failure>) -> R + Send + 'static,
+    W: FnOnce(Result<T, StoreError>) -> R + Send + 'static,
 {
     Box::new(move |conn: Option<&mut Connection>| -> Ran {
         match conn.map(|conn| f(conn)) {
@@ -195,27 +195,27 @@ where
                     let _ = reply.send(wrap(if committed {
                         Ok(value)
                     } else {
-                        Err(Failure::NotCommitted)
+                        Err(StoreError::NotCommitted)
                     }));
                 }),
             ),
             Some(Err(e)) => Ran::end(false, Box::new(move |_| drop(reply.send(wrap(Err(e)))))),
             None => Ran::end(
                 false,
-                Box::new(move |_| drop(reply.send(wrap(Err(Failure::NotCommitted))))),
+                Box::new(move |_| drop(reply.send(wrap(Err(StoreError::NotCommitted))))),
             ),
         }
     })
 }
 
-fn open_connection(path: &str) -> Result<Connection, Failure> {
+fn open_connection(path: &str) -> Result<Connection, StoreError> {
     let conn = if path == ":memory:" {
         Connection::open_in_memory()?
     } else {
         if let Some(dir) = Path::new(path).parent() {
             if !dir.as_os_str().is_empty() {
                 std::fs::create_dir_all(dir).map_err(|e| {
-                    Failure::Open(format!("cannot create the folder {}: {e}", dir.display()))
+                    StoreError::Open(format!("cannot create the folder {}: {e}", dir.display()))
                 })?;
             }
         }
@@ -229,7 +229,7 @@ fn open_connection(path: &str) -> Result<Connection, Failure> {
     Ok(conn)
 }
 
-fn migrate(conn: &Connection) -> Result<(), Failure> {
+fn migrate(conn: &Connection) -> Result<(), StoreError> {
     let version: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
     match version {
         0 => {
@@ -239,7 +239,7 @@ fn migrate(conn: &Connection) -> Result<(), Failure> {
             Ok(())
         }
         SCHEMA_VERSION => Ok(()),
-        other => Err(Failure::Open(format!(
+        other => Err(StoreError::Open(format!(
             "the database has schema version {other}; this server knows version {SCHEMA_VERSION}{}",
             if other > SCHEMA_VERSION {
                 " (a newer oncekey-server made it)"
@@ -361,9 +361,9 @@ fn exec(conn: &Connection, sql: &str) -> rusqlite::Result<()> {
 // The queries. Each runs inside a job, so it sees and leaves a consistent database.
 
 impl Tx for Connection {
-    fn claim(&mut self, c: &ClaimRequest) -> Result<Claim, Failure> {
+    fn claim(&mut self, c: &ClaimRequest) -> Result<KeyClaim, StoreError> {
         // The common case, a new key, is one statement.
-        let insert = |conn: &Connection| -> Result<usize, Failure> {
+        let insert = |conn: &Connection| -> Result<usize, StoreError> {
             Ok(conn
                 .prepare_cached(
                     "INSERT INTO receipts (tenant, key, fingerprint, state, claim_token, lease_until, created_at)
@@ -373,7 +373,7 @@ impl Tx for Connection {
                 .execute(params![c.tenant, c.key, c.fingerprint, c.token, c.lease_until, c.now])?)
         };
         if insert(self)? == 1 {
-            return Ok(Claim::Taken { took_over: false });
+            return Ok(KeyClaim::Taken { took_over: false });
         }
         // The writer is the only connection: nothing can change the row before this job ends.
         let found = self
@@ -398,7 +398,7 @@ impl Tx for Connection {
                 self.prepare_cached("DELETE FROM receipts WHERE tenant = ?1 AND key = ?2")?
                     .execute(params![c.tenant, c.key])?;
                 insert(self)?;
-                Ok(Claim::Taken { took_over: false })
+                Ok(KeyClaim::Taken { took_over: false })
             }
             Decision::TakeOver => {
                 self.prepare_cached(
@@ -406,7 +406,7 @@ impl Tx for Connection {
                      WHERE tenant = ?1 AND key = ?2",
                 )?
                 .execute(params![c.tenant, c.key, c.token, c.lease_until])?;
-                Ok(Claim::Taken { took_over: true })
+                Ok(KeyClaim::Taken { took_over: true })
             }
         }
     }
@@ -417,7 +417,7 @@ impl Tx for Connection {
         answer: &Stored,
         ticket_id: Option<i64>,
         now: i64,
-    ) -> Result<(), Failure> {
+    ) -> Result<(), StoreError> {
         let changed = self
             .prepare_cached(
                 "UPDATE receipts SET state = 'done', status = ?4, content_type = ?5, response = ?6,
@@ -437,11 +437,11 @@ impl Tx for Connection {
         if changed == 1 {
             Ok(())
         } else {
-            Err(Failure::LostLease)
+            Err(StoreError::LostLease)
         }
     }
 
-    fn release(&mut self, c: &ClaimRequest) -> Result<(), Failure> {
+    fn release(&mut self, c: &ClaimRequest) -> Result<(), StoreError> {
         self.prepare_cached(
             "DELETE FROM receipts
              WHERE tenant = ?1 AND key = ?2 AND claim_token = ?3 AND state = 'processing'",
@@ -450,7 +450,7 @@ impl Tx for Connection {
         Ok(())
     }
 
-    fn insert_ticket(&mut self, t: &NewTicket, key: Option<&str>) -> Result<Ticket, Failure> {
+    fn insert_ticket(&mut self, t: &NewTicket, key: Option<&str>) -> Result<Ticket, StoreError> {
         self.prepare_cached(
             "INSERT INTO tickets (tenant, subject, body, email, created_at, idempotency_key)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
@@ -472,7 +472,7 @@ impl Tx for Connection {
         })
     }
 
-    fn list_tickets(&mut self, tenant: &str, limit: i64) -> Result<Vec<Ticket>, Failure> {
+    fn list_tickets(&mut self, tenant: &str, limit: i64) -> Result<Vec<Ticket>, StoreError> {
         let mut stmt = self.prepare_cached(
             "SELECT id, subject, body, email, created_at FROM tickets
              WHERE tenant = ?1 ORDER BY id DESC LIMIT ?2",
@@ -489,7 +489,7 @@ impl Tx for Connection {
         Ok(rows.collect::<Result<_, _>>()?)
     }
 
-    fn counts(&mut self, tenant: &str) -> Result<Counts, Failure> {
+    fn counts(&mut self, tenant: &str) -> Result<Counts, StoreError> {
         let tickets = self
             .prepare_cached("SELECT count(*) FROM tickets WHERE tenant = ?1")?
             .query_row([tenant], |r| r.get(0))?;
@@ -506,7 +506,7 @@ impl Tx for Connection {
         })
     }
 
-    fn sweep(&mut self, before: i64) -> Result<usize, Failure> {
+    fn sweep(&mut self, before: i64) -> Result<usize, StoreError> {
         Ok(self
             .prepare_cached("DELETE FROM receipts WHERE created_at < ?1")?
             .execute([before])?)
