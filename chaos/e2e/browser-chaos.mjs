@@ -74,7 +74,7 @@ const plan = []
   }
 }
 
-const counts = { reloads: 0, offline: 0, doubleClicks: 0, conditions: {}, tryAgain: 0, sendAgain: 0, reopened: 0, refilled: 0, foundInList: 0, duplicated: 0, duplicatedPending: 0 }
+const counts = { reloads: 0, offline: 0, doubleClicks: 0, conditions: {}, tryAgain: 0, sendAgain: 0, reopened: 0, refilled: 0, foundInList: 0, duplicated: 0, duplicatedPending: 0, duplicateReopened: 0 }
 const results = new Map()
 /** What duplicated tabs that held a copy of a pending submission settled: [{ i, s }]. */
 const duplicateResults = []
@@ -85,9 +85,11 @@ const stuck = []
 // The tabs share one context, so offline spells overlap: the context is back online when the
 // last spell ends, or at once when a person finds a form unsure.
 let offlineSpells = 0
+let offlineStarts = 0
 async function offlineSpell(context, spell) {
   await sleep(spell.after)
   offlineSpells += 1
+  offlineStarts += 1
   await context.setOffline(true)
   await sleep(spell.for)
   offlineSpells = Math.max(0, offlineSpells - 1)
@@ -204,15 +206,16 @@ async function untilDefinite(page, context, url, p) {
   }
 }
 
-/** Errors of a page itself (not the network's) are findings: listed with the violations. */
-function watch(page) {
+/** Errors of a page itself (not the network's) are findings: listed with the violations.
+ * `sink.list` is where they go (a duplicate's first load keeps its own, see duplicate()). */
+function watch(page, sink = { list: pageErrors }) {
   page.on('pageerror', (e) => {
-    pageErrors.push(String(e).split('\n')[0])
+    sink.list.push(String(e).split('\n')[0])
     debug(`page error: ${e.stack ?? e}`)
   })
   page.on('console', (m) => {
     if (m.type() === 'error' && !/Failed to load resource|net::ERR_/.test(m.text())) {
-      pageErrors.push(m.text().split('\n')[0])
+      sink.list.push(m.text().split('\n')[0])
       debug(`console error: ${m.text()}`)
     }
   })
@@ -248,7 +251,11 @@ async function duplicate(context, page, url, p) {
   const pending = copy.some(([k, v]) => k.startsWith('oncekey:') && v.includes(subjectOf(p.i)))
   if (pending) counts.duplicatedPending += 1
   const twin = await context.newPage()
-  watch(twin)
+  // A duplicate opened while the context is offline may get its page but not the package
+  // (the demo's init() then fails to fetch it, and the form is never attached): a person opens
+  // it again once online. The errors of such a failed load are the network's, not findings.
+  const sink = { list: [] }
+  watch(twin, sink)
   await twin.addInitScript((entries) => {
     // Once: a reload of the twin keeps its own storage, as a duplicated tab's would.
     if (sessionStorage.getItem('chaos:copied')) return
@@ -256,8 +263,22 @@ async function duplicate(context, page, url, p) {
     sessionStorage.setItem('chaos:copied', '1')
   }, copy)
   try {
-    await twin.goto(url)
-    await twin.waitForSelector(`${KIT}[data-oncekey-state]`)
+    for (let load = 1; ; load++) {
+      const [wasOffline, starts] = [offlineSpells > 0, offlineStarts]
+      await twin.goto(url).catch(() => {})
+      const attached = await twin
+        .waitForSelector(`${KIT}[data-oncekey-state]`, { timeout: 20000 })
+        .then(() => true)
+        .catch(() => false)
+      const offline = wasOffline || offlineSpells > 0 || offlineStarts !== starts
+      if (attached) break
+      if (!offline || load === 3) throw new Error(`the duplicated tab's form was not attached (load ${load}, ${offline ? 'offline' : 'online'})`)
+      counts.duplicateReopened += 1
+      sink.list = []
+      await backOnline(context)
+    }
+    pageErrors.push(...sink.list)
+    sink.list = pageErrors
     debug(`submission ${p.i}: duplicated tab (${pending ? 'with' : 'without'} it pending)`)
     if (pending) {
       const until = Date.now() + 60000
@@ -408,7 +429,7 @@ try {
   row('outcomes', Object.entries(outcomes).map(([k, v]) => `${k} ${v}`).join(', '))
   row('tickets', list.length)
   row('chaos', `reloads ${counts.reloads}, offline spells ${counts.offline}, double-clicks ${counts.doubleClicks}, Try again pressed ${counts.tryAgain}, Send pressed again on an idle form ${counts.sendAgain}, page opened again after an offline reload ${counts.reopened}, typed again after a reload emptied the form ${counts.refilled}, found in the ticket list instead ${counts.foundInList}`)
-  row('duplicated tabs', `${counts.duplicated} (${counts.duplicatedPending} with the submission pending in the copy, ${duplicateResults.length} of those settled: ${duplicateResults.filter((d) => d.s.state === 'succeeded').length} succeeded, ${duplicateResults.filter((d) => d.s.state === 'refused').length} refused)`)
+  row('duplicated tabs', `${counts.duplicated} (opened again after an offline load ${counts.duplicateReopened}; ${counts.duplicatedPending} with the submission pending in the copy, ${duplicateResults.length} of those settled: ${duplicateResults.filter((d) => d.s.state === 'succeeded').length} succeeded, ${duplicateResults.filter((d) => d.s.state === 'refused').length} refused)`)
   row('conditions picked', Object.entries(counts.conditions).map(([k, v]) => `${k} ${v}`).join(', ') || '-')
   row('server counters', `faults ${st.faults}, replays ${st.replays}, in progress (409) ${st.in_progress}, takeovers ${st.takeovers}, invalid ${st.invalid}, errors ${st.errors}`)
   row('time', `${((Date.now() - started) / 1000).toFixed(1)} s`)
