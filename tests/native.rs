@@ -636,7 +636,8 @@ async fn a_dead_clients_lease_runs_out_and_another_takes_its_submission_over() {
     };
     let lease = oncekey::Lease {
         owner: "dead-process".into(),
-        until: oncekey::Timestamp::from_millis(now_ms() + 300),
+        // Long enough that a loaded machine still finds it held at the first resume.
+        until: oncekey::Timestamp::from_millis(now_ms() + 1500),
     };
     store
         .claim("d", &lease, oncekey::Timestamp::from_millis(now_ms()))
@@ -649,7 +650,7 @@ async fn a_dead_clients_lease_runs_out_and_another_takes_its_submission_over() {
         .unwrap();
     let r = client.resume_pending().await.unwrap();
     assert!(r[0].result.as_ref().unwrap_err().is_busy());
-    tokio::time::sleep(Duration::from_millis(350)).await;
+    tokio::time::sleep(Duration::from_millis(1600)).await;
     let r = client.resume_pending().await.unwrap();
     let s = r[0].result.as_ref().unwrap();
     assert_eq!(s.outcome(), Outcome::Succeeded, "{s}");

@@ -145,6 +145,8 @@ fn prepare(path: &Path, conn: &mut Connection) -> Result<()> {
     let err = |what: &str, e| sql_error(path, what, e);
     conn.busy_timeout(Duration::from_secs(10))
         .map_err(|e| err("opened", e))?;
+    // Every statement the store runs, its own and the writer's, stays parsed.
+    conn.set_prepared_statement_cache_capacity(64);
     let mode: String = conn
         .query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))
         .map_err(|e| err("read", e))?;
@@ -272,34 +274,36 @@ fn write_batches(path: &Path, conn: Connection, queue: mpsc::Receiver<Job>, sync
             }
         };
         if durable != full {
-            let level = if durable { "FULL" } else { "NORMAL" };
-            if let Err(e) = conn.pragma_update(None, "synchronous", level) {
+            let level = if durable {
+                "PRAGMA synchronous = FULL"
+            } else {
+                "PRAGMA synchronous = NORMAL"
+            };
+            if let Err(e) = exec(&conn, level) {
                 fail_all(batch, "written", e);
                 continue;
             }
             full = durable;
         }
-        if let Err(e) = conn.execute_batch("BEGIN IMMEDIATE") {
+        if let Err(e) = exec(&conn, "BEGIN IMMEDIATE") {
             fail_all(batch, "written", e);
             continue;
         }
         let mut answers = Vec::with_capacity(batch.len());
         let mut replies = Vec::with_capacity(batch.len());
         for job in batch {
-            let answer =
-                conn.execute_batch("SAVEPOINT oncekey_op")
-                    .and_then(|()| match (job.run)(&conn) {
-                        Ok(done) => conn.execute_batch("RELEASE oncekey_op").map(|()| done),
-                        Err(e) => {
-                            let _ =
-                                conn.execute_batch("ROLLBACK TO oncekey_op; RELEASE oncekey_op");
-                            Err(e)
-                        }
-                    });
+            let answer = exec(&conn, "SAVEPOINT oncekey_op").and_then(|()| match (job.run)(&conn) {
+                Ok(done) => exec(&conn, "RELEASE oncekey_op").map(|()| done),
+                Err(e) => {
+                    let _ = exec(&conn, "ROLLBACK TO oncekey_op");
+                    let _ = exec(&conn, "RELEASE oncekey_op");
+                    Err(e)
+                }
+            });
             answers.push(answer);
             replies.push(job.reply);
         }
-        match conn.execute_batch("COMMIT") {
+        match exec(&conn, "COMMIT") {
             Ok(()) => {
                 if durable {
                     syncs.fetch_add(1, Ordering::Relaxed);
@@ -322,6 +326,12 @@ fn write_batches(path: &Path, conn: Connection, queue: mpsc::Receiver<Job>, sync
             }
         }
     }
+}
+
+/// Runs one statement of the writer's own (transaction control, the sync level) from the
+/// statement cache: they run several times per batch, and are parsed once.
+fn exec(conn: &Connection, sql: &str) -> rusqlite::Result<()> {
+    conn.prepare_cached(sql)?.execute([]).map(|_| ())
 }
 
 #[cfg(unix)]
