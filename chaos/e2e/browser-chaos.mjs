@@ -123,9 +123,22 @@ const DEFINITE = ['succeeded', 'refused', 'conflict', 'misconfigured']
 /** Waits until the form can take a new submission. */
 async function untilReady(page, what) {
   const until = Date.now() + 60000
+  let unattachedSince = null
   for (;;) {
     const s = await formState(page).catch(() => null)
     if (s && !s.busy && (s.state === 'idle' || DEFINITE.includes(s.state))) return
+    // The form never attached (the package did not load offline): open the page again.
+    if (s && s.state === null) {
+      unattachedSince ??= Date.now()
+      if (Date.now() - unattachedSince > 10000) {
+        unattachedSince = null
+        counts.reopened += 1
+        await backOnline(page.context())
+        await page.goto(page.url()).catch(() => {})
+      }
+    } else {
+      unattachedSince = null
+    }
     if (s && s.state === 'unsure') {
       const button = page.locator(`${KIT} .oncekey-try-again`)
       if (await button.count()) await button.first().click().catch(() => {})
@@ -148,10 +161,12 @@ async function untilDefinite(page, context, url, p) {
   for (;;) {
     // Null mid-reload (the page's context was replaced), or after a reload while offline (the
     // browser's error page): back online, a person opens the page again.
+    // Or the page came but the package did not (a reload during an offline spell): the form is
+    // never attached, and a person opens the page again too.
     const s = await formState(page).catch(() => null)
-    if (!s) {
+    if (!s || s.state === null) {
       goneSince ??= Date.now()
-      if (Date.now() - goneSince > 3000) {
+      if (Date.now() - goneSince > (s ? 10000 : 3000)) {
         counts.reopened += 1
         debug(`submission ${p.i}: page gone (${page.url()}: ${(await page.content().catch(() => "")).slice(0, 300)}), opening it again`)
         goneSince = null
