@@ -34,7 +34,8 @@ expect_caught() {
     echo "ok: --break $mistake was caught (exit 1, as it must)"
 }
 
-# The browser run: headless Chromium through the demo's form kit, $1 submissions on $2 pages.
+# The browser run: headless Chromium through the demo's form kit, $1 submissions over $2 tabs of one
+# browser context.
 # CHAOS_BROWSER=0 skips it. Needs the built demo (www/dist) and package (pkg), as tests/e2e does.
 browser_run() {
     [ "${CHAOS_BROWSER:-1}" != 0 ] || return 0

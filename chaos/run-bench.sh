@@ -1,21 +1,30 @@
 #!/usr/bin/env bash
-# The large chaos run for `make bench` / `make chaos`: release build, 20 runs of 500 submissions
-# by 8 workers (override with arguments, e.g. `chaos/run-bench.sh --runs 40`), then each
-# --break case, each of which must be caught, then the browser run (100 submissions).
-# CHAOS_SEED picks the seed (1 by default); CHAOS_BREAKS=0 skips the --break cases.
+# The large chaos run for `make bench` / `make chaos`: release build; 100,000 native submissions
+# with client and server SIGKILLs (80 runs of 1,000 on SQLite files, then, beside PostgreSQL,
+# 20 runs of 1,000 with the server and every worker's store on PostgreSQL); then each --break
+# case, each of which must be caught; then the browser run (1,000 submissions over 4 tabs of one
+# browser context). Extra arguments go to both native runs (e.g. `--workers 4`).
+# CHAOS_SEED picks the seed (1 by default); CHAOS_RUNS, CHAOS_PG_RUNS, CHAOS_SUBMISSIONS,
+# CHAOS_BROWSER_SUBMISSIONS and CHAOS_BROWSER_TABS the sizes; CHAOS_BREAKS=0 skips the --break
+# cases, CHAOS_BROWSER=0 the browser run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source chaos/lib.sh
 
 seed=${CHAOS_SEED:-1}
+runs=${CHAOS_RUNS:-80}
+pg_runs=${CHAOS_PG_RUNS:-20}
+submissions=${CHAOS_SUBMISSIONS:-1000}
 build_chaos release
 
-echo "== chaos: large run (seed $seed)"
-"$chaos" --runs 20 --submissions 500 --workers 8 --seed "$seed" "$@"
+echo "== chaos: large run on SQLite, $runs runs of $submissions (seed $seed)"
+"$chaos" --runs "$runs" --submissions "$submissions" --workers 8 --seed "$seed" "$@"
 
 if [ -n "${ONCEKEY_PG_URL:-}" ]; then
-    echo "== chaos: large run on PostgreSQL (seed $seed)"
-    "$chaos" --runs 5 --submissions 500 --workers 8 --seed "$seed" --db "$ONCEKEY_PG_URL" "$@"
+    echo "== chaos: large run on PostgreSQL, $pg_runs runs of $submissions (seed $seed)"
+    "$chaos" --runs "$pg_runs" --submissions "$submissions" --workers 8 --seed "$seed" --db "$ONCEKEY_PG_URL" "$@"
+else
+    echo "SKIPPED chaos on PostgreSQL: no PostgreSQL (ONCEKEY_PG_URL is unset; make chaos starts one)"
 fi
 
 if [ "${CHAOS_BREAKS:-1}" != 0 ]; then
@@ -23,4 +32,4 @@ if [ "${CHAOS_BREAKS:-1}" != 0 ]; then
         expect_caught "$mistake" 500 8
     done
 fi
-browser_run 100 4
+browser_run "${CHAOS_BROWSER_SUBMISSIONS:-1000}" "${CHAOS_BROWSER_TABS:-4}"

@@ -23,4 +23,4 @@ if [ -n "${ONCEKEY_PG_URL:-}" ]; then
 else
     echo "SKIPPED chaos on PostgreSQL: no PostgreSQL (ONCEKEY_PG_URL is unset; make test starts one)"
 fi
-browser_run 24 3
+browser_run 24 4

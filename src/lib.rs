@@ -60,8 +60,9 @@ if_native! {
     mod native;
     pub use crate::native::{
         BoxError, Claim, Client, ClientBuilder, Due, Error, HeaderProvider, Lease, Listed,
-        MemoryStore, Outgoing, Pending, Quarantined, Result, Resumed, Settlement, SqliteStore,
-        Store, SubmissionBuilder,
+        DEFAULT_MAX_RESPONSE_BYTES,
+        MemoryStore, Outgoing, Pending, Quarantined, Result, Resumed, Settlement, SqliteStore, Store,
+        SubmissionBuilder,
     };
     #[cfg(feature = "postgres")]
     pub use crate::native::PostgresStore;

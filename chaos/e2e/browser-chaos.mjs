@@ -1,12 +1,16 @@
 // The browser chaos run: headless Chromium submits tickets through the demo's form (the form
-// kit) while this script reloads the page mid-request, takes the browser offline and back,
-// double-clicks Send, and picks the demo's network conditions; the server also injects random
-// faults (--fault-rate). Then the guarantees are checked against the server:
+// kit) in several tabs of one browser context while this script reloads tabs mid-request,
+// duplicates them (a new tab with a copy of the tab's sessionStorage, as the browser's
+// "Duplicate tab" makes), takes the context offline and back, double-clicks Send, and picks the
+// demo's network conditions; the server also injects random faults (--fault-rate). Then the
+// guarantees are checked against the server:
 //   1. every intended submission has exactly one ticket, or was refused (an invalid email) and
 //      has none;
 //   2. no ticket exists that no submission intended;
 //   3. the answer the page showed for each success names its one ticket (#id), replayed or not;
-//   4. nothing is left pending in any page's sessionStorage, every form is settled.
+//   4. nothing is left pending in any page's sessionStorage, every form is settled;
+//   5. a duplicated tab that holds a copy of a pending submission settles it with the same
+//      ticket as the tab it was copied from (a replay), never a second one.
 // Prints a table; the last line is "guarantee violations 0", or the script exits 1 listing them.
 //
 //   node chaos/e2e/browser-chaos.mjs [--submissions 100] [--pages 4] [--seed 1] [--fault-rate 0.2]
@@ -65,15 +69,36 @@ const plan = []
       doubleClick: r.unit() < 0.3,
       reloadAfter: r.unit() < 0.3 ? r.below(1500) : null,
       offline: r.unit() < 0.2 ? { after: r.below(500), for: 200 + r.below(2500) } : null,
+      duplicateAfter: r.unit() < 0.15 ? r.below(400) : null,
     })
   }
 }
 
-const counts = { reloads: 0, offline: 0, doubleClicks: 0, conditions: {}, tryAgain: 0, sendAgain: 0, reopened: 0, refilled: 0, foundInList: 0 }
+const counts = { reloads: 0, offline: 0, doubleClicks: 0, conditions: {}, tryAgain: 0, sendAgain: 0, reopened: 0, refilled: 0, foundInList: 0, duplicated: 0, duplicatedPending: 0, duplicateReopened: 0 }
 const results = new Map()
+/** What duplicated tabs that held a copy of a pending submission settled: [{ i, s }]. */
+const duplicateResults = []
 const violations = []
 const pageErrors = []
 const stuck = []
+
+// The tabs share one context, so offline spells overlap: the context is back online when the
+// last spell ends, or at once when a person finds a form unsure.
+let offlineSpells = 0
+let offlineStarts = 0
+async function offlineSpell(context, spell) {
+  await sleep(spell.after)
+  offlineSpells += 1
+  offlineStarts += 1
+  await context.setOffline(true)
+  await sleep(spell.for)
+  offlineSpells = Math.max(0, offlineSpells - 1)
+  if (offlineSpells === 0) await context.setOffline(false)
+}
+async function backOnline(context) {
+  offlineSpells = 0
+  await context.setOffline(false)
+}
 
 async function fill(page, p) {
   await page.fill(`${KIT} [name=subject]`, subjectOf(p.i))
@@ -98,9 +123,22 @@ const DEFINITE = ['succeeded', 'refused', 'conflict', 'misconfigured']
 /** Waits until the form can take a new submission. */
 async function untilReady(page, what) {
   const until = Date.now() + 60000
+  let unattachedSince = null
   for (;;) {
     const s = await formState(page).catch(() => null)
     if (s && !s.busy && (s.state === 'idle' || DEFINITE.includes(s.state))) return
+    // The form never attached (the package did not load offline): open the page again.
+    if (s && s.state === null) {
+      unattachedSince ??= Date.now()
+      if (Date.now() - unattachedSince > 10000) {
+        unattachedSince = null
+        counts.reopened += 1
+        await backOnline(page.context())
+        await page.goto(page.url()).catch(() => {})
+      }
+    } else {
+      unattachedSince = null
+    }
     if (s && s.state === 'unsure') {
       const button = page.locator(`${KIT} .oncekey-try-again`)
       if (await button.count()) await button.first().click().catch(() => {})
@@ -123,14 +161,16 @@ async function untilDefinite(page, context, url, p) {
   for (;;) {
     // Null mid-reload (the page's context was replaced), or after a reload while offline (the
     // browser's error page): back online, a person opens the page again.
+    // Or the page came but the package did not (a reload during an offline spell): the form is
+    // never attached, and a person opens the page again too.
     const s = await formState(page).catch(() => null)
-    if (!s) {
+    if (!s || s.state === null) {
       goneSince ??= Date.now()
-      if (Date.now() - goneSince > 3000) {
+      if (Date.now() - goneSince > (s ? 10000 : 3000)) {
         counts.reopened += 1
         debug(`submission ${p.i}: page gone (${page.url()}: ${(await page.content().catch(() => "")).slice(0, 300)}), opening it again`)
         goneSince = null
-        await context.setOffline(false)
+        await backOnline(context)
         await page.goto(url).catch(() => {})
       }
     } else {
@@ -141,7 +181,7 @@ async function untilDefinite(page, context, url, p) {
       if (s.state !== 'succeeded' && DEFINITE.includes(s.state) && s.subject === subject) return s
     }
     if (s && s.state === 'unsure') {
-      await context.setOffline(false)
+      await backOnline(context)
       const button = page.locator(`${KIT} .oncekey-try-again`)
       if (await button.count()) {
         counts.tryAgain += 1
@@ -181,27 +221,124 @@ async function untilDefinite(page, context, url, p) {
   }
 }
 
-async function drive(browser, base, tenant, slice) {
-  const context = await browser.newContext()
-  const page = await context.newPage()
-  // Errors of the page itself (not the network's) are findings: listed with the violations.
+/** Errors of a page itself (not the network's) are findings: listed with the violations.
+ * `sink.list` is where they go (a duplicate's first load keeps its own, see duplicate()). */
+function watch(page, sink = { list: pageErrors }) {
   page.on('pageerror', (e) => {
-    pageErrors.push(String(e).split('\n')[0])
+    sink.list.push(String(e).split('\n')[0])
     debug(`page error: ${e.stack ?? e}`)
   })
   page.on('console', (m) => {
     if (m.type() === 'error' && !/Failed to load resource|net::ERR_/.test(m.text())) {
-      pageErrors.push(m.text().split('\n')[0])
+      sink.list.push(m.text().split('\n')[0])
       debug(`console error: ${m.text()}`)
     }
   })
-  const url = `${base}/?tenant=${tenant}&attempts=30&base=50&cap=1000&budget=60000`
-  await page.goto(url)
-  await page.waitForSelector(`${KIT}[data-oncekey-state]`)
   page.on('crash', () => {
     pageErrors.push('the page crashed')
     debug('page crashed')
   })
+}
+
+/** The submissions pending in a page's sessionStorage, as [storage key, value] pairs. */
+async function pendingIn(page) {
+  return page.evaluate(() =>
+    Object.entries(sessionStorage).filter(([k]) => k.startsWith('oncekey:') && k !== 'oncekey:probe'),
+  )
+}
+
+/** (4) Nothing pending in a page's storage. */
+async function nothingLeftIn(page, which) {
+  const left = await pendingIn(page)
+    .then((entries) => entries.map(([k]) => k))
+    .catch((e) => [`(sessionStorage unreadable: ${e.message})`])
+  for (const k of left) violations.push(`(4) ${k} is still stored in ${which}'s sessionStorage`)
+}
+
+/** Duplicates `page` as the browser's "Duplicate tab" does: a new tab of the same context whose
+ * sessionStorage starts as a copy of this one's, before any of the page's scripts run. If the
+ * copy holds submission `p` pending, the new tab must settle it with the same key (5). */
+async function duplicate(context, page, url, p) {
+  // All of it, as the browser copies it, not only oncekey's records.
+  const copy = await page.evaluate(() => Object.entries(sessionStorage)).catch(() => null)
+  if (!copy) return
+  counts.duplicated += 1
+  const pending = copy.some(([k, v]) => k.startsWith('oncekey:') && v.includes(subjectOf(p.i)))
+  if (pending) counts.duplicatedPending += 1
+  const twin = await context.newPage()
+  // A duplicate opened while the context is offline may get its page but not the package
+  // (the demo's init() then fails to fetch it, and the form is never attached): a person opens
+  // it again once online. The errors of such a failed load are the network's, not findings.
+  const sink = { list: [] }
+  watch(twin, sink)
+  await twin.addInitScript((entries) => {
+    // Once: a reload of the twin keeps its own storage, as a duplicated tab's would.
+    if (sessionStorage.getItem('chaos:copied')) return
+    for (const [k, v] of entries) sessionStorage.setItem(k, v)
+    sessionStorage.setItem('chaos:copied', '1')
+  }, copy)
+  try {
+    for (let load = 1; ; load++) {
+      const [wasOffline, starts] = [offlineSpells > 0, offlineStarts]
+      await twin.goto(url).catch(() => {})
+      const attached = await twin
+        .waitForSelector(`${KIT}[data-oncekey-state]`, { timeout: 20000 })
+        .then(() => true)
+        .catch(() => false)
+      const offline = wasOffline || offlineSpells > 0 || offlineStarts !== starts
+      if (attached) break
+      if (!offline || load === 3) throw new Error(`the duplicated tab's form was not attached (load ${load}, ${offline ? 'offline' : 'online'})`)
+      counts.duplicateReopened += 1
+      sink.list = []
+      await backOnline(context)
+    }
+    pageErrors.push(...sink.list)
+    sink.list = pageErrors
+    debug(`submission ${p.i}: duplicated tab (${pending ? 'with' : 'without'} it pending)`)
+    if (pending) {
+      const until = Date.now() + 60000
+      let idleSince = null
+      for (;;) {
+        const s = await formState(twin).catch(() => null)
+        if (s && !s.busy && DEFINITE.includes(s.state)) {
+          duplicateResults.push({ i: p.i, s })
+          break
+        }
+        if (s && s.state === 'unsure') {
+          await backOnline(context)
+          const button = twin.locator(`${KIT} .oncekey-try-again`)
+          if (await button.count()) await button.first().click().catch(() => {})
+        }
+        // Idle without it for 2 s: the kit did not take the copied record up.
+        if (s && s.state === 'idle' && !s.busy && s.subject !== subjectOf(p.i)) {
+          idleSince ??= Date.now()
+          if (Date.now() - idleSince > 2000) {
+            violations.push(`(5) submission ${p.i}: the duplicated tab held it pending but its form is idle without it`)
+            break
+          }
+        } else {
+          idleSince = null
+        }
+        if (Date.now() > until) {
+          stuck.push(`submission ${p.i}: its duplicated tab had no definite outcome within 60 s (last ${JSON.stringify(s)})`)
+          break
+        }
+        await sleep(100)
+      }
+    }
+    await nothingLeftIn(twin, `submission ${p.i}'s duplicated tab`)
+  } catch (e) {
+    stuck.push(`submission ${p.i}: its duplicated tab: ${String(e.message ?? e).split('\n')[0]}`)
+  }
+  await twin.close().catch(() => {})
+}
+
+async function drive(context, base, tenant, slice) {
+  const page = await context.newPage()
+  watch(page)
+  const url = `${base}/?tenant=${tenant}&attempts=30&base=50&cap=1000&budget=60000`
+  await page.goto(url)
+  await page.waitForSelector(`${KIT}[data-oncekey-state]`)
   for (const [n, p] of slice.entries()) {
     try {
       await untilReady(page, `before submission ${p.i}`)
@@ -217,14 +354,7 @@ async function drive(browser, base, tenant, slice) {
       const chaos = []
       if (p.offline) {
         counts.offline += 1
-        chaos.push(
-          (async () => {
-            await sleep(p.offline.after)
-            await context.setOffline(true)
-            await sleep(p.offline.for)
-            await context.setOffline(false)
-          })().catch(() => {}),
-        )
+        chaos.push(offlineSpell(context, p.offline).catch(() => {}))
       }
       if (p.doubleClick) {
         counts.doubleClicks += 1
@@ -232,15 +362,17 @@ async function drive(browser, base, tenant, slice) {
       } else {
         await page.click(`${KIT} button[type=submit]`)
       }
+      if (p.duplicateAfter !== null) {
+        chaos.push(sleep(p.duplicateAfter).then(() => duplicate(context, page, url, p)).catch(() => {}))
+      }
       if (p.reloadAfter !== null) {
         counts.reloads += 1
         await sleep(p.reloadAfter)
         await page.reload().catch(() => {})
         await page.waitForSelector(`${KIT}[data-oncekey-state]`).catch(() => {})
       }
-      await Promise.all(chaos)
-      await context.setOffline(false)
       const s = await untilDefinite(page, context, url, p)
+      await Promise.all(chaos)
       if (s) results.set(p.i, s)
     } catch (e) {
       stuck.push(`submission ${p.i}: ${String(e.message ?? e).split('\n')[0]}`)
@@ -248,15 +380,12 @@ async function drive(browser, base, tenant, slice) {
         for (const q of slice.slice(n + 1)) stuck.push(`submission ${q.i}: not sent, its page is gone`)
         return
       }
-      await context.setOffline(false).catch(() => {})
+      await backOnline(context).catch(() => {})
     }
   }
   // (4) Nothing pending in this page's storage, the form settled.
-  const left = await page
-    .evaluate(() => Object.keys(sessionStorage).filter((k) => k.startsWith('oncekey:') && k !== 'oncekey:probe'))
-    .catch((e) => [`(sessionStorage unreadable: ${e.message})`])
-  for (const k of left) violations.push(`(4) ${k} is still stored in a page's sessionStorage`)
-  await context.close().catch(() => {})
+  await nothingLeftIn(page, 'a tab')
+  await page.close().catch(() => {})
 }
 
 let listTickets = async () => []
@@ -268,7 +397,10 @@ listTickets = async () =>
   (await fetch(`${server.url}/api/tickets?limit=10000`, { headers: { 'X-Tenant': tenant } })).json()
 try {
   const slices = Array.from({ length: PAGES }, (_, k) => plan.filter((p) => p.i % PAGES === k))
-  await Promise.all(slices.map((slice) => drive(browser, server.url, tenant, slice)))
+  // Every tab in one context, as one person's browser window.
+  const context = await browser.newContext()
+  await Promise.all(slices.map((slice) => drive(context, server.url, tenant, slice)))
+  await context.close().catch(() => {})
 
   const list = await (await fetch(`${server.url}/api/tickets?limit=10000`, { headers: { 'X-Tenant': tenant } })).json()
   const bySubmission = new Map()
@@ -294,13 +426,25 @@ try {
       if (p.valid) violations.push(`(1) submission ${p.i}: a valid submission was refused (${JSON.stringify(r.status)})`)
     } else violations.push(`(1) submission ${p.i}: ended ${r.state} (${JSON.stringify(r.status)})`)
   }
+  // (5) A duplicated tab's outcome is its original's: the same ticket, replayed.
+  for (const { i, s } of duplicateResults) {
+    const found = bySubmission.get(i) ?? []
+    const original = results.get(i)
+    if (s.state === 'succeeded') {
+      if (found.length !== 1) violations.push(`(5) submission ${i}: its duplicated tab succeeded, with ${found.length} tickets`)
+      else if (!new RegExp(`#${found[0].id}\\b`).test(s.status)) violations.push(`(5) submission ${i}: its duplicated tab said ${JSON.stringify(s.status)}, its ticket is #${found[0].id}`)
+    } else if (s.state !== original?.state) {
+      violations.push(`(5) submission ${i}: its duplicated tab ended ${s.state} (${JSON.stringify(s.status)}), the original ${original?.state}`)
+    }
+  }
   const st = await stats(server.url, tenant)
   const row = (label, value) => console.log(`${label.padEnd(28)} ${value}`)
-  console.log(`oncekey browser chaos: seed ${SEED}, fault rate ${FAULT_RATE}, ${PAGES} pages`)
+  console.log(`oncekey browser chaos: seed ${SEED}, fault rate ${FAULT_RATE}, ${PAGES} tabs of one browser context`)
   row('submissions', `${SUBMISSIONS} (${plan.filter((p) => p.valid).length} valid, ${plan.filter((p) => !p.valid).length} invalid)`)
   row('outcomes', Object.entries(outcomes).map(([k, v]) => `${k} ${v}`).join(', '))
   row('tickets', list.length)
   row('chaos', `reloads ${counts.reloads}, offline spells ${counts.offline}, double-clicks ${counts.doubleClicks}, Try again pressed ${counts.tryAgain}, Send pressed again on an idle form ${counts.sendAgain}, page opened again after an offline reload ${counts.reopened}, typed again after a reload emptied the form ${counts.refilled}, found in the ticket list instead ${counts.foundInList}`)
+  row('duplicated tabs', `${counts.duplicated} (opened again after an offline load ${counts.duplicateReopened}; ${counts.duplicatedPending} with the submission pending in the copy, ${duplicateResults.length} of those settled: ${duplicateResults.filter((d) => d.s.state === 'succeeded').length} succeeded, ${duplicateResults.filter((d) => d.s.state === 'refused').length} refused)`)
   row('conditions picked', Object.entries(counts.conditions).map(([k, v]) => `${k} ${v}`).join(', ') || '-')
   row('server counters', `faults ${st.faults}, replays ${st.replays}, in progress (409) ${st.in_progress}, takeovers ${st.takeovers}, invalid ${st.invalid}, errors ${st.errors}`)
   row('time', `${((Date.now() - started) / 1000).toFixed(1)} s`)

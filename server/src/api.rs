@@ -38,6 +38,8 @@ pub struct App {
     pub(crate) lease: Duration,
     pub(crate) receipt_ttl: Duration,
     pub(crate) key_check: bool,
+    pub(crate) max_body: usize,
+    pub(crate) body_read_timeout: Duration,
     pub(crate) counters: Mutex<HashMap<String, Counters>>,
     pub(crate) next_token: AtomicI64,
 }
@@ -116,9 +118,9 @@ pub async fn create_ticket(
     if let Some(early) = faults::before_work(&app, &tenant, Some(key.short()), fault) {
         return finish(early, &abort).await;
     }
-    let bytes = match read_body(&headers, body).await {
+    let bytes = match read_body(&headers, body, app.max_body, app.body_read_timeout).await {
         Ok(b) => b,
-        Err(problem) => return respond(&problem),
+        Err(refusal) => return refusal,
     };
     let request = read_ticket(&tenant, &headers, &bytes);
     let keyed = Keyed {
@@ -165,9 +167,9 @@ async fn plain(app: Arc<App>, headers: HeaderMap, body: Body, abort: ConnectionA
     if let Some(early) = faults::before_work(&app, &tenant, None, fault) {
         return finish(early, &abort).await;
     }
-    let bytes = match read_body(&headers, body).await {
+    let bytes = match read_body(&headers, body, app.max_body, app.body_read_timeout).await {
         Ok(b) => b,
-        Err(problem) => return respond(&problem),
+        Err(refusal) => return refusal,
     };
     let new = match read_ticket(&tenant, &headers, &bytes).ticket {
         Ok(t) => t,

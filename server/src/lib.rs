@@ -14,6 +14,7 @@
 #![deny(missing_docs, missing_debug_implementations)]
 
 pub mod api;
+mod connection;
 pub mod faults;
 mod idempotency;
 mod problem;
@@ -77,7 +78,34 @@ pub struct Config {
     pub key_check: bool,
     /// How often expired receipts are removed.
     pub sweep_every: Duration,
+    /// How long a client has to send a request's whole header section, counted from when the
+    /// connection is ready for one (accepted, or its previous answer written); then the
+    /// connection is closed with no answer. 10 s by default.
+    pub header_read_timeout: Duration,
+    /// How long a connection may sit idle (no request in flight, no byte moved) before it is
+    /// closed. 5 s by default; at most `header_read_timeout`, which ends an idle connection too.
+    pub keep_alive_timeout: Duration,
+    /// The largest header section (request line and headers) read, in bytes; a larger one is
+    /// answered `431`. 16 KiB by default (at least 8 KiB).
+    pub max_header_bytes: usize,
+    /// The most connections open at once; at the cap, new ones wait in the listen backlog.
+    /// 1024 by default.
+    pub max_connections: usize,
+    /// The largest request body read, in bytes; a larger one is answered `413`. 64 KiB by
+    /// default.
+    pub max_body: usize,
+    /// How long a client has to send a request's body once its header section is read; then
+    /// the answer is `408` and the connection is closed. 30 s by default.
+    pub body_read_timeout: Duration,
+    /// A `Content-Security-Policy` sent with every answer that has none (`--csp`); none by
+    /// default.
+    pub csp: Option<HeaderValue>,
 }
+
+/// The default of [`Config::max_header_bytes`].
+pub const DEFAULT_MAX_HEADER_BYTES: usize = 16 * 1024;
+/// The default of [`Config::max_connections`].
+pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
 
 impl Default for Config {
     fn default() -> Config {
@@ -96,6 +124,13 @@ impl Default for Config {
             cors_origins: Vec::new(),
             key_check: true,
             sweep_every: Duration::from_secs(60),
+            header_read_timeout: Duration::from_secs(10),
+            keep_alive_timeout: Duration::from_secs(5),
+            max_header_bytes: DEFAULT_MAX_HEADER_BYTES,
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+            max_body: api::MAX_BODY,
+            body_read_timeout: Duration::from_secs(30),
+            csp: None,
         }
     }
 }
@@ -245,6 +280,7 @@ pub async fn start(config: Config) -> Result<Server, StartError> {
     if config.lease.is_zero() {
         return Err(StartError::Config("--lease must be positive".into()));
     }
+    let limits = limits(&config)?;
     let db = store::describe(&config.db);
     let (store, writer) =
         Store::open_with(&config.db, config.db_connections).map_err(|error| StartError::Store {
@@ -264,6 +300,8 @@ pub async fn start(config: Config) -> Result<Server, StartError> {
         lease: config.lease,
         receipt_ttl: config.receipt_ttl,
         key_check: config.key_check,
+        max_body: config.max_body,
+        body_read_timeout: config.body_read_timeout,
         counters: Mutex::new(HashMap::new()),
         // Unique across restarts and across the servers sharing a database, so a dead or other
         // process's token never matches this one's.
@@ -276,7 +314,22 @@ pub async fn start(config: Config) -> Result<Server, StartError> {
         config.receipt_ttl,
         config.sweep_every,
     ));
-    let task = tokio::spawn(serve(listener, router, stop.clone(), async move {
+    let router = match config.csp.clone() {
+        Some(csp) => router.layer(axum::middleware::map_response(
+            move |mut response: axum::response::Response| {
+                let csp = csp.clone();
+                async move {
+                    response
+                        .headers_mut()
+                        .entry(axum::http::header::CONTENT_SECURITY_POLICY)
+                        .or_insert(csp);
+                    response
+                }
+            },
+        )),
+        None => router,
+    };
+    let task = tokio::spawn(serve(listener, router, limits, stop.clone(), async move {
         sweeper.abort();
         store.stop();
         let _ = tokio::task::spawn_blocking(move || writer.join()).await;
@@ -284,6 +337,42 @@ pub async fn start(config: Config) -> Result<Server, StartError> {
     }));
     tracing::info!(%addr, %db, faults = config.faults, "serving");
     Ok(Server { addr, stop, task })
+}
+
+/// The connection limits, checked.
+fn limits(config: &Config) -> Result<connection::Limits, StartError> {
+    let positive = [
+        ("--header-read-timeout", config.header_read_timeout),
+        ("--keep-alive-timeout", config.keep_alive_timeout),
+        ("--body-read-timeout", config.body_read_timeout),
+    ];
+    if let Some((flag, _)) = positive.iter().find(|(_, d)| d.is_zero()) {
+        return Err(StartError::Config(format!("{flag} must be positive")));
+    }
+    if config.keep_alive_timeout > config.header_read_timeout {
+        return Err(StartError::Config(format!(
+            "--keep-alive-timeout ({}) must not be longer than --header-read-timeout ({}): a connection waiting for its next request is waiting for a header section, and is closed after the header read timeout",
+            humantime::format_duration(config.keep_alive_timeout),
+            humantime::format_duration(config.header_read_timeout)
+        )));
+    }
+    if config.max_header_bytes < 8192 {
+        return Err(StartError::Config(format!(
+            "--max-header-bytes must be at least 8192, not {}",
+            config.max_header_bytes
+        )));
+    }
+    if config.max_connections == 0 {
+        return Err(StartError::Config(
+            "--max-connections must be at least 1".into(),
+        ));
+    }
+    Ok(connection::Limits {
+        header_read_timeout: config.header_read_timeout,
+        keep_alive_timeout: config.keep_alive_timeout,
+        max_header_bytes: config.max_header_bytes,
+        max_connections: config.max_connections,
+    })
 }
 
 /// A random start for this process's claim tokens, in `0..2^62` (the counter after it has room
@@ -304,11 +393,18 @@ fn first_token() -> i64 {
 async fn serve(
     listener: TcpListener,
     router: Router,
+    limits: connection::Limits,
     stop: CancellationToken,
     close: impl std::future::Future<Output = ()>,
 ) {
     let graceful = GracefulShutdown::new();
+    let builder = limits.builder();
+    let slots = connection::Slots::new(limits.max_connections);
     loop {
+        let slot = tokio::select! {
+            _ = stop.cancelled() => break,
+            slot = slots.take() => slot,
+        };
         let (stream, _peer) = tokio::select! {
             _ = stop.cancelled() => break,
             accepted = listener.accept() => match accepted {
@@ -325,14 +421,28 @@ async fn serve(
         let abort = ConnectionAbort::default();
         let router = router.clone();
         let token = abort.clone();
+        let activity = connection::Activity::new();
+        let requests = activity.clone();
         let service = hyper::service::service_fn(move |mut request: Request<Incoming>| {
             request.extensions_mut().insert(token.clone());
-            router.clone().oneshot(request)
+            let in_flight = requests.begin();
+            let refused = not_a_path(&request);
+            let answer = router.clone().oneshot(request);
+            async move {
+                let answer = match refused {
+                    Some(refusal) => refusal,
+                    None => answer.await?,
+                };
+                Ok::<_, std::convert::Infallible>(in_flight.until_written(answer))
+            }
         });
-        let connection = hyper::server::conn::http1::Builder::new()
-            .serve_connection(TokioIo::new(stream), service);
+        let connection = builder.serve_connection(
+            TokioIo::new(connection::Watched::new(stream, activity.clone())),
+            service,
+        );
         let connection = graceful.watch(connection);
         tokio::spawn(async move {
+            let _slot = slot;
             tokio::select! {
                 result = connection => {
                     if let Err(e) = result {
@@ -341,6 +451,9 @@ async fn serve(
                 }
                 // Dropping the connection closes the socket with no answer written.
                 _ = abort.0.cancelled() => {}
+                _ = activity.idle_for(limits.keep_alive_timeout) => {
+                    tracing::debug!("idle connection closed");
+                }
             }
         });
     }
@@ -353,6 +466,28 @@ async fn serve(
         }
     }
     close.await;
+}
+
+/// `400` for a request target that is not a path (`GET abc`, authority-form outside `CONNECT`):
+/// hyper passes it on, and the static folders cannot serve it (tower-http answered `500`).
+fn not_a_path(request: &Request<Incoming>) -> Option<axum::response::Response> {
+    let path = request.uri().path();
+    if path.starts_with('/') || (path == "*" && request.method() == Method::OPTIONS) {
+        return None;
+    }
+    let problem = serde_json::json!({
+        "type": "urn:oncekey:problem:bad-request-target",
+        "title": "Bad request target",
+        "status": 400,
+        "detail": "the request target must be a path that starts with /",
+    });
+    let mut response = axum::response::Response::new(axum::body::Body::from(problem.to_string()));
+    *response.status_mut() = axum::http::StatusCode::BAD_REQUEST;
+    response.headers_mut().insert(
+        axum::http::header::CONTENT_TYPE,
+        HeaderValue::from_static("application/problem+json"),
+    );
+    Some(response)
 }
 
 #[cfg(test)]

@@ -5,6 +5,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use axum::http::HeaderValue;
 use clap::Parser;
 use oncekey_server::Config;
 
@@ -55,6 +56,38 @@ struct Args {
     /// Serve `POST /api/tickets` without the key check (the benchmark's baseline only).
     #[arg(long)]
     no_key_check: bool,
+    /// How long a client has to send a request's header section, counted from when the
+    /// connection is ready for one; then it is closed with no answer.
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    header_read_timeout: Duration,
+    /// How long a connection may sit idle between requests before it is closed (at most
+    /// --header-read-timeout).
+    #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
+    keep_alive_timeout: Duration,
+    /// The largest header section (request line and headers) read, in bytes; larger is `431`.
+    #[arg(long, default_value_t = oncekey_server::DEFAULT_MAX_HEADER_BYTES)]
+    max_header_bytes: usize,
+    /// The most connections open at once; at the cap new ones wait in the listen backlog.
+    #[arg(long, default_value_t = oncekey_server::DEFAULT_MAX_CONNECTIONS)]
+    max_connections: usize,
+    /// The largest request body read, in bytes; larger is `413`.
+    #[arg(long, default_value_t = oncekey_server::api::MAX_BODY)]
+    max_body: usize,
+    /// How long a client has to send a request's body once its header section is read; then
+    /// `408` and the connection is closed.
+    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
+    body_read_timeout: Duration,
+    /// A `Content-Security-Policy` header sent with every answer, e.g. `script-src 'self'
+    /// 'wasm-unsafe-eval'; require-trusted-types-for 'script'` (the end-to-end CSP test's).
+    #[arg(long, value_parser = parse_csp)]
+    csp: Option<HeaderValue>,
+}
+
+fn parse_csp(s: &str) -> Result<HeaderValue, String> {
+    HeaderValue::from_str(s.trim())
+        .ok()
+        .filter(|v| !v.is_empty())
+        .ok_or_else(|| "the policy must be visible ASCII text, not empty".to_owned())
 }
 
 fn parse_mount(s: &str) -> Result<(String, PathBuf), String> {
@@ -93,6 +126,13 @@ async fn main() {
         lease: args.lease,
         cors_origins: args.cors_origins,
         key_check: !args.no_key_check,
+        header_read_timeout: args.header_read_timeout,
+        keep_alive_timeout: args.keep_alive_timeout,
+        max_header_bytes: args.max_header_bytes,
+        max_connections: args.max_connections,
+        max_body: args.max_body,
+        body_read_timeout: args.body_read_timeout,
+        csp: args.csp,
         ..Config::default()
     };
     let server = match oncekey_server::start(config).await {

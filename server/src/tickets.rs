@@ -5,17 +5,18 @@
 //! alone (every request makes a ticket); `POST /api/tickets` is this handler under the
 //! idempotency layer (`idempotency`).
 
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use axum::body::{Body, Bytes};
-use axum::http::{header, HeaderMap, StatusCode};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::Response;
 use oncekey::core::body::{self as canonical, Value};
 use sha2::{Digest, Sha256};
 
-use crate::problem::{param, problem, JSON};
+use crate::problem::{param, problem, respond, JSON};
 use crate::store::{NewTicket, StoreError, Stored, Tx};
 
-/// The largest request body read, in bytes.
+/// The largest request body read unless configured otherwise (`--max-body`), in bytes.
 pub const MAX_BODY: usize = 64 * 1024;
 /// The longest subject, in characters.
 pub const MAX_SUBJECT: usize = 200;
@@ -197,26 +198,69 @@ fn check_email(email: &str) -> Result<(), String> {
     }
 }
 
-pub(crate) async fn read_body(headers: &HeaderMap, body: Body) -> Result<Bytes, Stored> {
+/// The request's body: `413` above `limit` (`--max-body`), `408` when it does not arrive within
+/// `timeout` (a body shorter than its `Content-Length` that never ends), `400` when it cannot be
+/// read (bad chunked encoding). The last two close the connection: what is left of the body
+/// cannot be told from the next request.
+pub(crate) async fn read_body(
+    headers: &HeaderMap,
+    body: Body,
+    limit: usize,
+    timeout: Duration,
+) -> Result<Bytes, Response> {
     let too_large = || {
-        problem(
-            StatusCode::BAD_REQUEST,
-            "invalid-ticket",
-            "Invalid ticket",
-            &format!("body: is larger than {MAX_BODY} bytes"),
-            vec![param("body", format!("is larger than {MAX_BODY} bytes"))],
-        )
+        respond(&problem(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "body-too-large",
+            "Request body too large",
+            &format!("body: is larger than {limit} bytes"),
+            vec![param("body", format!("is larger than {limit} bytes"))],
+        ))
+    };
+    let closing = |status: StatusCode, slug: &str, title: &str, reason: String| {
+        let mut r = respond(&problem(
+            status,
+            slug,
+            title,
+            &format!("body: {reason}"),
+            vec![param("body", reason.clone())],
+        ));
+        r.headers_mut()
+            .insert(header::CONNECTION, HeaderValue::from_static("close"));
+        r
     };
     let declared = headers
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
-    if declared.is_some_and(|n| n > MAX_BODY as u64) {
+    if declared.is_some_and(|n| n > limit as u64) {
         return Err(too_large());
     }
-    axum::body::to_bytes(body, MAX_BODY)
-        .await
-        .map_err(|_| too_large())
+    match tokio::time::timeout(timeout, axum::body::to_bytes(body, limit)).await {
+        Ok(Ok(bytes)) => Ok(bytes),
+        Ok(Err(e)) => {
+            let e = e.into_inner();
+            if e.is::<http_body_util::LengthLimitError>() {
+                Err(too_large())
+            } else {
+                Err(closing(
+                    StatusCode::BAD_REQUEST,
+                    "body-unreadable",
+                    "Request body unreadable",
+                    format!("could not be read: {e}"),
+                ))
+            }
+        }
+        Err(_) => Err(closing(
+            StatusCode::REQUEST_TIMEOUT,
+            "body-timeout",
+            "Request body timeout",
+            format!(
+                "did not arrive within {}",
+                humantime::format_duration(timeout)
+            ),
+        )),
+    }
 }
 
 /// Creates the ticket `new` in the transaction `tx` (under `key` for a keyed request): the

@@ -208,13 +208,15 @@ async fn invalid_fields_are_400s_that_name_each_field() {
 }
 
 #[tokio::test]
-async fn a_body_over_64_kib_is_a_400() {
+async fn a_body_over_64_kib_is_a_413() {
     let desk = Desk::start("too-large").await;
     let body = format!(
         r#"{{"subject":"s","body":"{}","email":"ada@example.com"}}"#,
         "x".repeat(64 * 1024)
     );
-    let answer = refused(&desk, "k-large", &body).await;
+    let answer = send(desk.post(Some("k-large"), &body)).await;
+    assert_eq!(answer.status, 413);
+    assert_eq!(answer.content_type, "application/problem+json");
     assert_eq!(answer.invalid_names(), ["body"]);
     assert!(answer.json()["detail"].as_str().unwrap().contains("65536"));
     assert_eq!(desk.stat("tickets").await, 0);

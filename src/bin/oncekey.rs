@@ -85,9 +85,13 @@ The answer's body goes to stdout; a one-line summary to stderr.";
         /// environment variable: NAME=ENV_VAR (e.g. Authorization=API_AUTH). Repeatable.
         #[arg(long = "secret-header", value_name = "NAME=ENV_VAR")]
         secret_headers: Vec<String>,
-        /// Per-attempt timeout (e.g. 30s, 500ms).
+        /// Per-attempt timeout, the answer's body included (e.g. 30s, 500ms).
         #[arg(long, default_value = "30s", value_parser = duration)]
         timeout: Duration,
+        /// The largest answer body kept and printed, in bytes; a larger one is not read, and its
+        /// status alone decides the outcome.
+        #[arg(long, default_value_t = oncekey::DEFAULT_MAX_RESPONSE_BYTES)]
+        max_response_bytes: usize,
         /// How long a lease outlives the step it covers; a crashed process's work is taken over
         /// after it.
         #[arg(long, default_value = "30s", value_parser = duration)]
@@ -256,6 +260,7 @@ The answer's body goes to stdout; a one-line summary to stderr.";
         let mut b = Client::builder()
             .shared_store(store)
             .timeout(o.timeout)
+            .max_response_bytes(o.max_response_bytes)
             .lease(o.lease)
             .retry(RetryPolicy {
                 attempts: o.attempts,
@@ -369,6 +374,9 @@ The answer's body goes to stdout; a one-line summary to stderr.";
                 let _ = out.write_all(s.body());
                 if !s.body().is_empty() && !s.body().ends_with(b"\n") {
                     let _ = out.write_all(b"\n");
+                }
+                if let Some(e) = s.body_error() {
+                    eprintln!("oncekey: {e}");
                 }
                 Ok(report(&s))
             }

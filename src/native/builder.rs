@@ -33,6 +33,8 @@ pub struct ClientBuilder {
     secrets: Vec<(String, String)>,
     provider: Option<Arc<dyn HeaderProvider>>,
     resume_concurrency: usize,
+    max_response_bytes: usize,
+    redirects_across_origins: bool,
 }
 
 impl fmt::Debug for ClientBuilder {
@@ -64,6 +66,8 @@ impl Default for ClientBuilder {
             secrets: Vec::new(),
             provider: None,
             resume_concurrency: 64,
+            max_response_bytes: super::limits::DEFAULT_MAX_RESPONSE_BYTES,
+            redirects_across_origins: false,
         }
     }
 }
@@ -99,8 +103,10 @@ impl ClientBuilder {
         self
     }
 
-    /// How long one attempt may take before it is abandoned as a timeout (and retried with the
-    /// same key). 30 s by default.
+    /// How long one attempt may take, from its first byte sent to its answer's last byte read.
+    /// No status by then is a timeout (retried with the same key); a status without its whole
+    /// body decides the outcome, and the body is not kept ([`Settlement::body_error`]). 30 s by
+    /// default.
     pub fn timeout(mut self, timeout: Duration) -> ClientBuilder {
         self.timeout = timeout;
         self
@@ -154,8 +160,27 @@ impl ClientBuilder {
         self
     }
 
+    /// The largest answer body kept, in bytes (16 MiB by default, [`DEFAULT_MAX_RESPONSE_BYTES`]).
+    /// A larger one is not read further nor kept; its status still decides the outcome (a `201`
+    /// is `succeeded`), and [`Settlement::body_error`] says so ([`Error::is_body_too_large`]).
+    ///
+    /// [`DEFAULT_MAX_RESPONSE_BYTES`]: crate::DEFAULT_MAX_RESPONSE_BYTES
+    pub fn max_response_bytes(mut self, bytes: usize) -> ClientBuilder {
+        self.max_response_bytes = bytes;
+        self
+    }
+
+    /// Follows `307` and `308` redirects to other origins too, sending the key and the body
+    /// there (off by default: a redirect to another origin is the answer, not followed). Only
+    /// for the client's own reqwest client, not one given with [`ClientBuilder::http_client`].
+    pub fn follow_redirects_across_origins(mut self, follow: bool) -> ClientBuilder {
+        self.redirects_across_origins = follow;
+        self
+    }
+
     /// The reqwest client to send with (proxies, roots, pools). Its own timeout, if any, also
-    /// applies.
+    /// applies, and its redirect policy replaces oncekey's (see
+    /// [`ClientBuilder::follow_redirects_across_origins`]).
     pub fn http_client(mut self, http: reqwest::Client) -> ClientBuilder {
         self.http = Some(http);
         self
@@ -203,7 +228,10 @@ impl ClientBuilder {
             Some(http) => http,
             None => {
                 install_crypto();
-                reqwest::Client::builder().build().map_err(|e| {
+                reqwest::Client::builder()
+                    .redirect(super::limits::redirect_policy(self.redirects_across_origins))
+                    .build()
+                    .map_err(|e| {
                     Error::builder("the HTTP client could not be built").with_source(e)
                 })?
             }
@@ -225,6 +253,7 @@ impl ClientBuilder {
                 secrets,
                 provider: self.provider,
                 resume_concurrency: self.resume_concurrency,
+                max_response_bytes: self.max_response_bytes,
                 flights: Flights::default(),
             }),
         })

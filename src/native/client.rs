@@ -99,6 +99,7 @@ pub(super) struct Inner {
     pub(super) secrets: HeaderMap,
     pub(super) provider: Option<Arc<dyn HeaderProvider>>,
     pub(super) resume_concurrency: usize,
+    pub(super) max_response_bytes: usize,
     pub(super) flights: Flights,
 }
 

@@ -19,7 +19,7 @@ impl Client {
     pub(super) async fn drive(&self, name: &str, lead: &Lead<'_>) -> Result<Settlement> {
         let flights = &self.inner.flights;
         let core = |f: &mut dyn FnMut(&mut crate::core::Submission)| flights.with(name, lead.id, f);
-        let mut last: Option<(HeaderMap, Vec<u8>)> = None;
+        let mut last: Option<(HeaderMap, Vec<u8>, Option<Error>)> = None;
         let mut actions = Vec::new();
         loop {
             let mut send: Option<Attempt> = None;
@@ -65,12 +65,13 @@ impl Client {
                             let due = self.lease_until(now()).until;
                             self.release(name, Some(due)).await;
                         }
-                        let (headers, body) = last.take().unwrap_or_default();
+                        let (headers, body, body_error) = last.take().unwrap_or_default();
                         return Ok(Settlement {
                             name: name.to_owned(),
                             settled,
                             headers,
                             body,
+                            body_error: body_error.map(std::sync::Arc::new),
                         });
                     }
                 }
@@ -86,7 +87,7 @@ impl Client {
                 let result = self.attempt(name, &attempt).instrument(span.clone()).await;
                 let t = now();
                 match result {
-                    Ok((answer, headers, body)) => {
+                    Ok((answer, headers, body, body_error)) => {
                         let mut state = State::Sending;
                         core(&mut |sub| {
                             sub.handle_answer(t, attempt.id, &answer, jitter());
@@ -95,7 +96,10 @@ impl Client {
                         let verdict = traced(state);
                         span.record("outcome", format!("{} {verdict}", answer.status));
                         span.in_scope(|| tracing::info!(status = answer.status, verdict, "answer"));
-                        last = Some((headers, body));
+                        if let Some(e) = &body_error {
+                            span.in_scope(|| tracing::warn!(status = answer.status, "{e}"));
+                        }
+                        last = Some((headers, body, body_error));
                     }
                     Err(failure) => {
                         let what = match failure {
@@ -145,8 +149,10 @@ impl Client {
         &self,
         name: &str,
         attempt: &Attempt,
-    ) -> std::result::Result<(Answer, HeaderMap, Vec<u8>), Failure> {
+    ) -> std::result::Result<(Answer, HeaderMap, Vec<u8>, Option<Error>), Failure> {
         let inner = &*self.inner;
+        // One deadline for the whole attempt, the body's last byte included (limits.rs).
+        let deadline = tokio::time::Instant::now() + inner.timeout;
         let request = &attempt.request;
         let failure = |e: reqwest::Error| {
             if e.is_timeout() {
@@ -191,14 +197,16 @@ impl Client {
             .map_err(|_| Failure::Network)?;
         headers.insert(inner.key_header.clone(), key);
         let body = request.wire_body().map_err(|_| Failure::Network)?;
-        let response = inner
+        let sent = inner
             .http
             .request(method, &request.url)
             .headers(headers)
             .body(body)
             .timeout(inner.timeout)
-            .send()
+            .send();
+        let response = tokio::time::timeout_at(deadline, sent)
             .await
+            .map_err(|_| Failure::Timeout)?
             .map_err(failure)?;
         let status = response.status().as_u16();
         // Copied, not cloned: a parsed header value is a slice of the connection's whole read
@@ -212,7 +220,12 @@ impl Client {
                 headers.append(n, v);
             }
         }
-        let bytes = response.bytes().await.map_err(failure)?;
+        // Once the status has come it decides the outcome, whatever becomes of the body.
+        let (bytes, body_error) =
+            match super::limits::read_body(response, inner.max_response_bytes, deadline).await {
+                Ok(bytes) => (bytes, None),
+                Err(e) => (Vec::new(), Some(e)),
+            };
         let text = if status == 400 {
             String::from_utf8_lossy(&bytes).into_owned()
         } else {
@@ -226,7 +239,7 @@ impl Client {
             &text,
             inner.key_header.as_str(),
         );
-        Ok((answer, headers, bytes.to_vec()))
+        Ok((answer, headers, bytes, body_error))
     }
 }
 

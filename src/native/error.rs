@@ -40,6 +40,9 @@ pub(crate) enum Kind {
     Corrupt,
     UnreadableRecord,
     Cancelled,
+    BodyTooLarge,
+    BodyTimeout,
+    BodyIncomplete,
 }
 
 impl Error {
@@ -148,6 +151,35 @@ impl Error {
         e
     }
 
+    pub(crate) fn body_too_large(limit: usize, declared: Option<u64>) -> Error {
+        Error::new(
+            Kind::BodyTooLarge,
+            match declared {
+                Some(n) => format!(
+                    "the answer's body is {n} bytes, more than max_response_bytes ({limit}); it was not read, and the status alone decided the outcome"
+                ),
+                None => format!(
+                    "the answer's body is larger than max_response_bytes ({limit}); it was not kept, and the status alone decided the outcome"
+                ),
+            },
+        )
+    }
+
+    pub(crate) fn body_timeout(read: usize) -> Error {
+        Error::new(
+            Kind::BodyTimeout,
+            format!("the answer's body did not arrive whole within the attempt's timeout ({read} bytes came); it was not kept, and the status alone decided the outcome"),
+        )
+    }
+
+    pub(crate) fn body_incomplete(read: usize, source: impl Into<BoxError>) -> Error {
+        Error::new(
+            Kind::BodyIncomplete,
+            format!("the answer's body was cut off after {read} bytes; it was not kept, and the status alone decided the outcome"),
+        )
+        .with_source(source)
+    }
+
     pub(crate) fn with_source(mut self, source: impl Into<BoxError>) -> Error {
         self.inner.source = Some(source.into());
         self
@@ -225,6 +257,24 @@ impl Error {
     /// The send this call joined (the same submission, in the same client) was cancelled.
     pub fn is_cancelled(&self) -> bool {
         self.inner.kind == Kind::Cancelled
+    }
+
+    /// An answer's body was larger than
+    /// [`max_response_bytes`](crate::ClientBuilder::max_response_bytes) and was not kept
+    /// ([`Settlement::body_error`](crate::Settlement::body_error)).
+    pub fn is_body_too_large(&self) -> bool {
+        self.inner.kind == Kind::BodyTooLarge
+    }
+
+    /// An answer's body did not arrive whole within the attempt's
+    /// [`timeout`](crate::ClientBuilder::timeout) and was not kept.
+    pub fn is_timeout(&self) -> bool {
+        self.inner.kind == Kind::BodyTimeout
+    }
+
+    /// An answer's body was cut off (the connection failed) and was not kept.
+    pub fn is_body_incomplete(&self) -> bool {
+        self.inner.kind == Kind::BodyIncomplete
     }
 
     /// The submission the error is about, if it is about one.

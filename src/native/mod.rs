@@ -19,6 +19,8 @@
 //! - A fleet of instances can share one PostgreSQL table (`PostgresStore`, feature `postgres`):
 //!   [`Client::resume_due`] takes what no live instance holds, and
 //!   `PostgresStore::enqueue` writes a submission in the caller's own transaction.
+//! - What an attempt reads is bounded in size and time, and redirects never re-send a `POST` as
+//!   something else nor take the key to another origin (see [`ClientBuilder::max_response_bytes`]).
 //! - Each attempt is a `tracing` span `oncekey.attempt` with the submission's name, the key's
 //!   short form, the attempt's number and its outcome.
 //!
@@ -43,6 +45,7 @@ mod client;
 mod drive;
 mod error;
 mod flight;
+mod limits;
 mod owner;
 #[cfg(feature = "postgres")]
 mod pg;
@@ -53,6 +56,7 @@ mod store;
 pub use builder::{ClientBuilder, SubmissionBuilder};
 pub use client::{Client, HeaderProvider, Outgoing};
 pub use error::{BoxError, Error, Result};
+pub use limits::DEFAULT_MAX_RESPONSE_BYTES;
 #[cfg(feature = "postgres")]
 pub use pg::PostgresStore;
 pub use settlement::{Pending, Resumed, Settlement};

@@ -5,10 +5,11 @@
 //! stored submission as [`Client::pending`](crate::Client::pending) lists it ([`Pending`]).
 
 use std::fmt;
+use std::sync::Arc;
 
 use reqwest::header::HeaderMap;
 
-use super::error::Result;
+use super::error::{Error, Result};
 use super::store::Lease;
 use crate::core::{GiveUp, Key, Outcome, Record, Settled};
 
@@ -19,6 +20,7 @@ pub struct Settlement {
     pub(super) settled: Settled,
     pub(super) headers: HeaderMap,
     pub(super) body: Vec<u8>,
+    pub(super) body_error: Option<Arc<Error>>,
 }
 
 impl Settlement {
@@ -63,9 +65,18 @@ impl Settlement {
         &self.headers
     }
 
-    /// The body of the last answer (empty without one).
+    /// The body of the last answer (empty without one, and when it was not kept: see
+    /// [`Settlement::body_error`]).
     pub fn body(&self) -> &[u8] {
         &self.body
+    }
+
+    /// Why the last answer's body was not kept, though its status came and decided the
+    /// outcome: larger than [`max_response_bytes`](crate::ClientBuilder::max_response_bytes)
+    /// ([`Error::is_body_too_large`]), not whole within the attempt's timeout
+    /// ([`Error::is_timeout`]), or cut off ([`Error::is_body_incomplete`]).
+    pub fn body_error(&self) -> Option<&Error> {
+        self.body_error.as_deref()
     }
 
     /// The body of the last answer as JSON.

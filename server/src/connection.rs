@@ -1,0 +1,221 @@
+//! # What the accept loop holds a connection to
+//!
+//! hyper itself bounds the header section (`431` above [`Limits::max_header_bytes`], or above
+//! 100 header lines) and the time to send it ([`Limits::header_read_timeout`]: counted from when
+//! the connection is ready for a request, so it also ends a connection that sits idle that long).
+//! This module adds what hyper's HTTP/1 connection does not have:
+//!
+//! - an idle keep-alive timeout: a connection with no request in flight and no byte read or
+//!   written for [`Limits::keep_alive_timeout`] is closed. A request is in flight from its head
+//!   until its answer's body has been written out (or dropped), so a slow answer or a handler
+//!   waiting on the database never counts as idle.
+//! - the cap on open connections ([`Limits::max_connections`]): at the cap the loop stops
+//!   accepting, so new connections wait in the listen backlog until one closes, and says so in
+//!   one log line each time the cap is reached.
+
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::response::Response;
+use http_body_util::BodyExt;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::time::Instant;
+
+/// The limits of one server's connections (see [`crate::Config`] for their defaults).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Limits {
+    pub header_read_timeout: Duration,
+    pub keep_alive_timeout: Duration,
+    pub max_header_bytes: usize,
+    pub max_connections: usize,
+}
+
+impl Limits {
+    /// The HTTP/1 connection builder with these limits.
+    pub fn builder(&self) -> hyper::server::conn::http1::Builder {
+        let mut builder = hyper::server::conn::http1::Builder::new();
+        builder
+            .timer(hyper_util::rt::TokioTimer::new())
+            .header_read_timeout(self.header_read_timeout)
+            // A header section larger than this is answered 431 once read whole; the read buffer
+            // is bounded by it too, so a section that never ends is answered 431 as soon as it
+            // fills the buffer, rather than held in memory (hyper's floor is 8 KiB).
+            .max_header_size(self.max_header_bytes)
+            .max_buf_size(self.max_header_bytes.max(8192));
+        builder
+    }
+}
+
+/// When a connection last moved a byte, and how many of its requests are in flight.
+#[derive(Debug)]
+pub(crate) struct Activity {
+    opened: Instant,
+    /// Milliseconds after `opened`.
+    last: AtomicU64,
+    in_flight: AtomicUsize,
+}
+
+impl Activity {
+    pub fn new() -> Arc<Activity> {
+        Arc::new(Activity {
+            opened: Instant::now(),
+            last: AtomicU64::new(0),
+            in_flight: AtomicUsize::new(0),
+        })
+    }
+
+    fn touch(&self) {
+        let ms = u64::try_from(self.opened.elapsed().as_millis()).unwrap_or(u64::MAX);
+        self.last.fetch_max(ms, Ordering::Relaxed);
+    }
+
+    fn last(&self) -> Instant {
+        self.opened + Duration::from_millis(self.last.load(Ordering::Relaxed))
+    }
+
+    /// A request has begun; it is in flight until the guard is dropped.
+    pub fn begin(self: &Arc<Activity>) -> InFlight {
+        self.in_flight.fetch_add(1, Ordering::SeqCst);
+        self.touch();
+        InFlight(self.clone())
+    }
+
+    /// Resolves once the connection has been idle for `timeout`: nothing in flight, no byte
+    /// moved.
+    pub async fn idle_for(&self, timeout: Duration) {
+        loop {
+            let due = self.last() + timeout;
+            if Instant::now() >= due && self.in_flight.load(Ordering::SeqCst) == 0 {
+                return;
+            }
+            // Busy past the deadline: look again a timeout later (the end of a request touches).
+            tokio::time::sleep_until(due.max(Instant::now() + timeout / 4)).await;
+        }
+    }
+}
+
+/// One request in flight on its connection.
+#[derive(Debug)]
+pub(crate) struct InFlight(Arc<Activity>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.touch();
+        self.0.in_flight.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+impl InFlight {
+    /// The answer, with this guard kept until its body has been written out or dropped.
+    pub fn until_written(self, response: Response) -> Response {
+        response.map(|body| {
+            Body::new(body.map_frame(move |frame| {
+                let _in_flight = &self;
+                frame
+            }))
+        })
+    }
+}
+
+/// A socket that notes every byte it moves in its connection's [`Activity`].
+#[derive(Debug)]
+pub(crate) struct Watched<S> {
+    inner: S,
+    activity: Arc<Activity>,
+}
+
+impl<S> Watched<S> {
+    pub fn new(inner: S, activity: Arc<Activity>) -> Watched<S> {
+        Watched { inner, activity }
+    }
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for Watched<S> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let polled = Pin::new(&mut self.inner).poll_read(cx, buf);
+        if buf.filled().len() > before {
+            self.activity.touch();
+        }
+        polled
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for Watched<S> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        let polled = Pin::new(&mut self.inner).poll_write(cx, buf);
+        if matches!(polled, Poll::Ready(Ok(n)) if n > 0) {
+            self.activity.touch();
+        }
+        polled
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        let polled = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
+        if matches!(polled, Poll::Ready(Ok(n)) if n > 0) {
+            self.activity.touch();
+        }
+        polled
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+}
+
+/// Permits for open connections; says once each time the cap is reached.
+#[derive(Debug)]
+pub(crate) struct Slots {
+    permits: Arc<tokio::sync::Semaphore>,
+    max: usize,
+}
+
+impl Slots {
+    pub fn new(max: usize) -> Slots {
+        Slots {
+            permits: Arc::new(tokio::sync::Semaphore::new(max)),
+            max,
+        }
+    }
+
+    /// A slot for the next connection, waiting (without accepting) while all are taken.
+    pub async fn take(&self) -> tokio::sync::OwnedSemaphorePermit {
+        if let Ok(permit) = self.permits.clone().try_acquire_owned() {
+            return permit;
+        }
+        tracing::warn!(
+            max_connections = self.max,
+            "connection limit reached: {} connections open; new connections wait in the listen backlog until one closes (--max-connections)",
+            self.max
+        );
+        match self.permits.clone().acquire_owned().await {
+            Ok(permit) => permit,
+            // The semaphore is never closed.
+            Err(_) => std::future::pending().await,
+        }
+    }
+}
