@@ -537,6 +537,11 @@ async fn unsure_after_the_budget_then_try_again_succeeds_with_the_same_key() {
     assert!(states.contains(&"waiting".to_owned()), "{states:?}");
     assert_eq!(states.last().unwrap(), "unsure");
     assert!(case.stored().is_some(), "still stored while unsure");
+    // A listener added now hears the state as it is: unsure, with no attempt due (the key's
+    // deadline, which the driver's timer waits for, is not an attempt).
+    let now = listen(&s).get(0);
+    assert_eq!(text(&now, "state"), "unsure");
+    assert!(get(&now, "nextAttemptAt").is_null(), "{now:?}");
     assert_eq!(case.tickets().await, 0.0);
     case.plan(&[]);
     let again = settle(s.try_again()).await.unwrap();

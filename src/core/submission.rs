@@ -374,6 +374,27 @@ impl Submission {
         self.online
     }
 
+    /// In [`State::Waiting`]: what the submission waits for, a retry's time or the connection.
+    pub fn waiting_for(&self) -> Option<WaitingFor> {
+        let p = self
+            .pending
+            .as_ref()
+            .filter(|_| self.state == State::Waiting)?;
+        Some(match p.wake_at {
+            Some(at) if self.online => WaitingFor::Timer(at),
+            _ => WaitingFor::Online,
+        })
+    }
+
+    /// When the next attempt is due: in [`State::Waiting`] on a timer, else none (not the key's
+    /// deadline, which [`Submission::poll_timeout`] also gives).
+    pub fn next_attempt_at(&self) -> Option<Timestamp> {
+        match self.waiting_for() {
+            Some(WaitingFor::Timer(at)) => Some(at),
+            _ => None,
+        }
+    }
+
     /// The name.
     pub fn name(&self) -> &str {
         &self.name
@@ -847,26 +868,15 @@ impl Submission {
     }
 
     fn changed(&mut self) {
-        let waiting = self.state == State::Waiting;
         let change = match &self.pending {
-            Some(p) => {
-                let waiting_for = match p.wake_at {
-                    _ if !waiting => None,
-                    Some(at) if self.online => Some(WaitingFor::Timer(at)),
-                    _ => Some(WaitingFor::Online),
-                };
-                Change {
-                    state: self.state,
-                    key: Some(p.record.key.clone()),
-                    attempts: p.record.attempts,
-                    next_attempt_at: match waiting_for {
-                        Some(WaitingFor::Timer(at)) => Some(at),
-                        _ => None,
-                    },
-                    waiting_for,
-                    key_deadline: (p.record.attempts > 0).then(|| p.record.key_deadline()),
-                }
-            }
+            Some(p) => Change {
+                state: self.state,
+                key: Some(p.record.key.clone()),
+                attempts: p.record.attempts,
+                next_attempt_at: self.next_attempt_at(),
+                waiting_for: self.waiting_for(),
+                key_deadline: (p.record.attempts > 0).then(|| p.record.key_deadline()),
+            },
             None => Change {
                 state: self.state,
                 key: self.last_key.clone(),

@@ -559,7 +559,7 @@ impl Driver {
             state: m.core.state(),
             key: pending.map(|r| r.key.clone()),
             attempts: pending.map_or(0, |r| r.attempts),
-            next_attempt_at: m.core.poll_timeout(),
+            next_attempt_at: m.core.next_attempt_at(),
             warning,
         }
     }
