@@ -15,6 +15,9 @@ use wasm_bindgen_test::{wasm_bindgen_test as test, wasm_bindgen_test_configure};
 
 wasm_bindgen_test_configure!(run_in_browser);
 
+mod web_support;
+use web_support::*;
+
 #[wasm_bindgen(inline_js = r#"
 export function spy_install() {
   if (globalThis.__oncekeySpy) return;
@@ -99,24 +102,8 @@ extern "C" {
     fn with_function() -> JsValue;
 }
 
-fn server() -> &'static str {
-    // Read at compile time, so that `cargo clippy` builds the tests without a server.
-    match option_env!("ONCEKEY_TEST_SERVER") {
-        Some(url) => url,
-        None => {
-            panic!("ONCEKEY_TEST_SERVER is not set: run the browser tests with scripts/test-web.sh")
-        }
-    }
-}
-
 const TICKET: &str =
     r#"{"subject":"Printer on fire","body":"3rd floor","email":"ana@example.com"}"#;
-
-/// A name unique to this run, for a tenant or a submission.
-fn unique(what: &str) -> String {
-    let n = (js_sys::Math::random() * 2f64.powi(48)) as u64;
-    format!("{what}-{n:012x}")
-}
 
 /// Every event the submitter emits from now on (the first is its current state).
 fn listen(s: &Submitter) -> js_sys::Array {
@@ -179,19 +166,7 @@ impl Case {
     }
 
     async fn stats(&self) -> JsValue {
-        let init = web_sys::RequestInit::new();
-        let headers = web_sys::Headers::new().unwrap();
-        headers.set("X-Tenant", &self.tenant).unwrap();
-        init.set_headers(&headers);
-        let request =
-            web_sys::Request::new_with_str_and_init(&format!("{}/api/stats", server()), &init)
-                .unwrap();
-        let window = web_sys::window().unwrap();
-        let response: web_sys::Response = JsFuture::from(window.fetch_with_request(&request))
-            .await
-            .unwrap()
-            .unchecked_into();
-        JsFuture::from(response.json().unwrap()).await.unwrap()
+        stats(&self.tenant).await
     }
 
     async fn tickets(&self) -> f64 {
@@ -199,18 +174,8 @@ impl Case {
     }
 
     fn stored(&self) -> Option<String> {
-        session()
-            .get_item(&format!("oncekey:{}", self.name))
-            .unwrap()
+        stored(&self.name)
     }
-}
-
-fn session() -> web_sys::Storage {
-    web_sys::window()
-        .unwrap()
-        .session_storage()
-        .unwrap()
-        .unwrap()
 }
 
 fn json(text: &str) -> JsValue {

@@ -23,6 +23,9 @@ use web_sys::{Element, HtmlElement, HtmlFormElement, HtmlInputElement};
 
 wasm_bindgen_test_configure!(run_in_browser);
 
+mod web_support;
+use web_support::*;
+
 #[wasm_bindgen(
     inline_js = "export function sleep(ms) { return new Promise((r) => setTimeout(r, ms)); }"
 )]
@@ -30,32 +33,8 @@ extern "C" {
     fn sleep(ms: u32) -> js_sys::Promise;
 }
 
-fn server() -> &'static str {
-    // Read at compile time, so that `cargo clippy` builds the tests without a server.
-    match option_env!("ONCEKEY_TEST_SERVER") {
-        Some(url) => url,
-        None => {
-            panic!("ONCEKEY_TEST_SERVER is not set: run the browser tests with scripts/test-web.sh")
-        }
-    }
-}
-
 fn document() -> web_sys::Document {
     web_sys::window().unwrap().document().unwrap()
-}
-
-fn session() -> web_sys::Storage {
-    web_sys::window()
-        .unwrap()
-        .session_storage()
-        .unwrap()
-        .unwrap()
-}
-
-/// A name unique to this run, for a tenant or a submission.
-fn unique(what: &str) -> String {
-    let n = (js_sys::Math::random() * 2f64.powi(48)) as u64;
-    format!("{what}-{n:012x}")
 }
 
 const FIELDS: &str = r#"
@@ -140,29 +119,11 @@ impl Case {
     }
 
     fn stored(&self) -> Option<String> {
-        session()
-            .get_item(&format!("oncekey:{}", self.name))
-            .unwrap()
-    }
-
-    /// The server's counts for this tenant.
-    async fn stats(&self) -> JsValue {
-        let init = web_sys::RequestInit::new();
-        let headers = web_sys::Headers::new().unwrap();
-        headers.set("X-Tenant", &self.tenant).unwrap();
-        init.set_headers(&headers);
-        let url = format!("{}/api/stats", server());
-        let request = web_sys::Request::new_with_str_and_init(&url, &init).unwrap();
-        let window = web_sys::window().unwrap();
-        let response: web_sys::Response = JsFuture::from(window.fetch_with_request(&request))
-            .await
-            .unwrap()
-            .unchecked_into();
-        JsFuture::from(response.json().unwrap()).await.unwrap()
+        stored(&self.name)
     }
 
     async fn count(&self, what: &str) -> f64 {
-        let stats = self.stats().await;
+        let stats = stats(&self.tenant).await;
         js_sys::Reflect::get(&stats, &what.into())
             .unwrap()
             .as_f64()
