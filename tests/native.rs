@@ -617,26 +617,8 @@ async fn a_dead_clients_lease_runs_out_and_another_takes_its_submission_over() {
     let store = MemoryStore::new();
     // A "process" that stored its record, took its lease and died before sending.
     let key = Key::derive(&NS, "dead");
-    let record = oncekey::core::Record {
-        name: "d".into(),
-        key: key.clone(),
-        request: oncekey::Request::new(
-            "POST",
-            &server.tickets_url(),
-            &ticket("d").to_string(),
-            oncekey::Encoding::Json,
-        )
-        .unwrap()
-        .header("X-Tenant", &tenant)
-        .unwrap(),
-        started_at: oncekey::Timestamp::from_millis(now_ms()),
-        attempts: 1,
-        round_started_at: oncekey::Timestamp::from_millis(now_ms()),
-        round_attempts: 1,
-        key_lifetime: oncekey::core::DEFAULT_KEY_LIFETIME,
-        offline: Duration::ZERO,
-        offline_since: None,
-    };
+    let now = oncekey::Timestamp::from_millis(now_ms());
+    let record = sent_once(&server.tickets_url(), &tenant, "d", key.clone(), now);
     let lease = oncekey::Lease {
         owner: "dead-process".into(),
         // Long enough that a loaded machine still finds it held at the first resume.
@@ -661,13 +643,6 @@ async fn a_dead_clients_lease_runs_out_and_another_takes_its_submission_over() {
     assert_eq!(s.attempts(), 2);
     assert_eq!(server.tickets(&tenant).await, 1);
     assert!(store.list().unwrap().is_empty());
-}
-
-fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as u64
 }
 
 #[tokio::test]

@@ -9,7 +9,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use oncekey::{Client, HeaderProvider, Key, MemoryStore, Outgoing, RetryPolicy};
+use oncekey::core::Record;
+use oncekey::{Client, HeaderProvider, Key, MemoryStore, Outgoing, RetryPolicy, Timestamp};
 use reqwest::header::{HeaderMap, HeaderValue};
 
 /// Where the reference server's binary is: `ONCEKEY_SERVER_BIN`, else next to this test's
@@ -379,6 +380,30 @@ pub fn pg_blocking<T: Send>(f: impl FnOnce() -> T + Send) -> T {
     })
 }
 
+/// The record of a ticket `name` sent once at `at` under `key`, as its process stored it.
+pub fn sent_once(url: &str, tenant: &str, name: &str, key: Key, at: Timestamp) -> Record {
+    Record {
+        name: name.into(),
+        key,
+        request: oncekey::Request::new(
+            "POST",
+            url,
+            &ticket(name).to_string(),
+            oncekey::Encoding::Json,
+        )
+        .unwrap()
+        .header("X-Tenant", tenant)
+        .unwrap(),
+        started_at: at,
+        attempts: 1,
+        round_started_at: at,
+        round_attempts: 1,
+        key_lifetime: oncekey::core::DEFAULT_KEY_LIFETIME,
+        offline: Duration::ZERO,
+        offline_since: None,
+    }
+}
+
 /// A record as a process that died `age` ago left it in `store`: sent once, then nothing.
 pub fn left_behind(
     store: &dyn oncekey::Store,
@@ -391,40 +416,22 @@ pub fn left_behind(
         &uuid::Uuid::from_u128(0x6f6e_6365_6b65_7900_8000_0000_0000_00bb),
         name,
     );
-    let then = oncekey::Timestamp::from_millis(now_ms() - age.as_millis() as u64);
-    let record = oncekey::core::Record {
-        name: name.into(),
-        key: key.clone(),
-        request: oncekey::Request::new(
-            "POST",
-            url,
-            &ticket(name).to_string(),
-            oncekey::Encoding::Json,
-        )
-        .unwrap()
-        .header("X-Tenant", tenant)
-        .unwrap(),
-        started_at: then,
-        attempts: 1,
-        round_started_at: then,
-        round_attempts: 1,
-        key_lifetime: oncekey::core::DEFAULT_KEY_LIFETIME,
-        offline: Duration::ZERO,
-        offline_since: None,
-    };
+    let then = Timestamp::from_millis(now_ms() - age.as_millis() as u64);
+    let record = sent_once(url, tenant, name, key.clone(), then);
     let lease = oncekey::Lease {
         owner: "gone".into(),
-        until: oncekey::Timestamp::from_millis(now_ms() + 60_000),
+        until: Timestamp::from_millis(now_ms() + 60_000),
     };
     store
-        .claim(name, &lease, oncekey::Timestamp::from_millis(now_ms()))
+        .claim(name, &lease, Timestamp::from_millis(now_ms()))
         .unwrap();
     assert!(store.save(name, &record.to_json(), &lease).unwrap());
     store.release(name, "gone").unwrap();
     key
 }
 
-fn now_ms() -> u64 {
+/// The wall clock in milliseconds, as the stores count it.
+pub fn now_ms() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
