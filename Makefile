@@ -7,6 +7,10 @@ SHELL := /bin/bash
 WASM := wasm32-unknown-unknown
 TARGET_DIR := $(or $(CARGO_TARGET_DIR),$(CURDIR)/target)
 export ONCEKEY_SERVER_BIN := $(TARGET_DIR)/debug/oncekey-server
+# The Leptos example is a workspace of its own (its own Cargo.lock and features): its own target
+# directory, or its wasm-bindgen build and the browser tests' meet in one deps folder and rustc
+# sees two different JsValue types.
+LEPTOS_TARGET := $(TARGET_DIR)/leptos
 # Benchmarks and the demo run optimized native code; the release profile itself is tuned for
 # the size of the browser package.
 RELEASE_NATIVE := CARGO_PROFILE_RELEASE_OPT_LEVEL=3
@@ -32,7 +36,7 @@ lint: setup
 	RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --all-features -p oncekey -p oncekey-server
 	RUSTDOCFLAGS="-D warnings" cargo doc --no-deps -p oncekey --target $(WASM) --features small-alloc
 	cargo fmt --manifest-path examples/leptos/Cargo.toml --check
-	CARGO_TARGET_DIR=$(TARGET_DIR) cargo clippy --manifest-path examples/leptos/Cargo.toml --target $(WASM) -- -D warnings
+	CARGO_TARGET_DIR=$(LEPTOS_TARGET) cargo clippy --manifest-path examples/leptos/Cargo.toml --target $(WASM) -- -D warnings
 
 # The reference server: the peer of the native, browser, end-to-end and chaos tests.
 server: setup
@@ -71,9 +75,9 @@ frameworks: pkg leptos
 
 # The Leptos example (its own cargo workspace, sharing this target directory): built for wasm32,
 # wasm-bindgen's output beside its page and the demo's stylesheet.
-LEPTOS_WASM := $(TARGET_DIR)/$(WASM)/debug/oncekey_example_leptos.wasm
+LEPTOS_WASM := $(LEPTOS_TARGET)/$(WASM)/debug/oncekey_example_leptos.wasm
 leptos: setup
-	CARGO_TARGET_DIR=$(TARGET_DIR) cargo build --manifest-path examples/leptos/Cargo.toml --target $(WASM)
+	CARGO_TARGET_DIR=$(LEPTOS_TARGET) cargo build --manifest-path examples/leptos/Cargo.toml --target $(WASM)
 	rm -rf examples/leptos/dist
 	wasm-bindgen --target web --no-typescript --out-dir examples/leptos/dist/pkg $(LEPTOS_WASM)
 	cp examples/leptos/index.html www/src/style.css examples/leptos/dist/
