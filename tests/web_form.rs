@@ -802,8 +802,13 @@ async fn an_expired_form_says_to_check_and_offers_send_as_a_new_ticket_and_disca
     assert!(button(&form, "Send as a new ticket").is_some() && button(&form, "Discard").is_some());
     assert_eq!(busy(&form).as_deref(), Some("true"));
     assert!(disabled(&form, "[name=subject]") && disabled(&form, "button[type=submit]"));
-    // The form's own submit sends nothing with the expired key.
+    // The form's own submit, and the kit's tryAgain(), send nothing with the expired key.
     form.request_submit().unwrap();
+    kit.try_again();
+    assert!(
+        button(&form, "Send as a new ticket").is_some(),
+        "still offered"
+    );
     JsFuture::from(sleep(100)).await.unwrap();
     assert_eq!(case.keys().len(), 1);
     // A reload finds it expired too: the fields back, locked, the same offer.
