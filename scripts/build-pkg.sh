@@ -68,6 +68,15 @@ const fresh = (prefix) => {
   return n;
 };
 const renames = new Map();
+// An export only the glue calls (`wasm.submitter_submit(...)`, `wasm.__wbindgen_malloc`), by a
+// name found nowhere else in it (not `attachForm`, which the glue also exports by that name, nor
+// `memory`, which `init()` hands to the page): its name is the glue's business, so a short one.
+const tokens = (re) => (js.match(re) || []).length;
+const onlyGlue = (field) => {
+  if (field === 'memory' || !/^[A-Za-z_$][\w$]*$/.test(field)) return false;
+  const n = tokens(new RegExp(`(?<![\\w$])wasm\\.${field.replace(/\$/g, '\\$')}(?![\\w$])`, 'g'));
+  return n > 0 && n === tokens(new RegExp(`(?<![\\w$])${field.replace(/\$/g, '\\$')}(?![\\w$])`, 'g'));
+};
 
 if (wasm.readUInt32LE(0) !== 0x6d736100) fail('pkg/oncekey_bg.wasm is not a wasm module');
 const out = [wasm.subarray(0, 8)];
@@ -98,7 +107,7 @@ while (pos < wasm.length) {
     let renamed = field;
     if (module === MODULE) {
       renamed = fresh('$');
-    } else if (id === 7 && /_h[0-9a-f]{16}$/.test(field)) {
+    } else if (id === 7 && (/_h[0-9a-f]{16}$/.test(field) || onlyGlue(field))) {
       renamed = fresh('_');
     }
     if (renamed !== field) renames.set(field, renamed);

@@ -1,0 +1,86 @@
+// scripts/profile-web.sh's browser half: starts the reference server serving the named package
+// at /pkg, profiles N submissions per storage with a fetch that answers at once, and prints
+// microseconds per submission by function (inclusive: the function and all it calls; self:
+// its own code). Usage: node scripts/profile-web.mjs SERVER_BIN NAMED_PKG_DIR N
+import { spawn } from 'node:child_process';
+import { createRequire } from 'node:module';
+
+const require = createRequire(new URL('../tests/pages/package.json', import.meta.url));
+const { chromium } = require('playwright-core');
+const [bin, pkg, n] = [process.argv[2], process.argv[3], Number(process.argv[4] || 2000)];
+const pages = new URL('../tests/pages', import.meta.url).pathname;
+
+const server = spawn(bin, ['--addr', '127.0.0.1:0', '--db', ':memory:', '--mount', `/pages=${pages}`, '--pkg', pkg], {
+  stdio: ['ignore', 'pipe', 'ignore'],
+});
+const url = await new Promise((resolve, reject) => {
+  let seen = '';
+  server.stdout.on('data', (d) => {
+    const m = (seen += d).match(/listening on (http:\/\/[\d.:]+)/);
+    if (m) resolve(m[1]);
+  });
+  server.once('exit', (code) => reject(new Error(`oncekey-server exited (${code})`)));
+});
+const browser = await chromium.launch({
+  executablePath: process.env.CHROMIUM ?? '/usr/bin/chromium',
+  args: ['--headless=new', '--no-sandbox', '--disable-gpu', '--disable-dev-shm-usage', '--no-first-run'],
+});
+// The functions of one node of the profile: a wasm function's name without its hash.
+const label = (frame) => (frame.functionName || '(anonymous)').replace(/::h[0-9a-f]{16}/g, '').slice(0, 130);
+try {
+  const page = await browser.newPage();
+  await page.goto(`${url}/pages/bench.html`);
+  await page.waitForFunction(() => window.benchReady === true);
+  const cdp = await page.context().newCDPSession(page);
+  await cdp.send('Profiler.enable');
+  await cdp.send('Profiler.setSamplingInterval', { interval: 20 });
+  for (const storage of ['memory', 'session']) {
+    const run = (count) =>
+      page.evaluate(
+        async ([storage, count]) => {
+          const m = await import('/pkg/oncekey.js');
+          await m.default();
+          const real = globalThis.fetch;
+          globalThis.fetch = async () =>
+            new Response('{"id":1,"subject":"Bench"}', { status: 201, headers: { 'Content-Type': 'application/json' } });
+          try {
+            const s = new m.Submitter(`profile-${storage}-${count}`, { url: '/api/tickets', headers: { 'X-Tenant': 'p' }, storage });
+            const t = performance.now();
+            for (let i = 0; i < count; i++) await s.submit({ subject: 'Bench', body: 'overhead', email: 'ana@example.com' });
+            return (performance.now() - t) / count;
+          } finally {
+            globalThis.fetch = real;
+          }
+        },
+        [storage, count],
+      );
+    await run(200); // warm-up
+    await cdp.send('Profiler.start');
+    const ms = await run(n);
+    const { profile } = await cdp.send('Profiler.stop');
+    const byId = new Map(profile.nodes.map((node) => [node.id, node]));
+    const parent = new Map();
+    for (const node of profile.nodes) for (const c of node.children || []) parent.set(c, node.id);
+    const inclusive = new Map();
+    const self = new Map();
+    profile.samples.forEach((id, i) => {
+      const dt = profile.timeDeltas[i] || 0;
+      const seen = new Set();
+      for (let at = id; at !== undefined; at = parent.get(at)) {
+        const name = label(byId.get(at).callFrame);
+        if (at === id) self.set(name, (self.get(name) || 0) + dt);
+        if (!seen.has(name)) inclusive.set(name, (inclusive.get(name) || 0) + dt);
+        seen.add(name);
+      }
+    });
+    const skip = /^\((root|idle|program|anonymous)\)$/;
+    const top = (map, count) =>
+      [...map].filter(([k]) => !skip.test(k)).sort((a, b) => b[1] - a[1]).slice(0, count)
+        .map(([k, us]) => `  ${(us / n).toFixed(1).padStart(7)} µs  ${k}`).join('\n');
+    console.log(`profile, ${storage} storage: ${n} submissions, ${(ms * 1000).toFixed(0)} µs each (profiled, so slower than bench-web's own cost)`);
+    console.log(`inclusive:\n${top(inclusive, 40)}\nself:\n${top(self, 25)}\n`);
+  }
+} finally {
+  await browser.close();
+  server.kill('SIGTERM');
+}
