@@ -63,6 +63,11 @@ export interface SubmitterOptions {
   encoding?: "json" | "form";
   /** Resend a pending submission found at start-up at once, instead of waiting `unsure`. */
   resume?: boolean;
+  /**
+   * The largest upload (`submit(formData)`: fields and files) in bytes, default 25000000; a
+   * larger one is refused (code "body") before anything is stored.
+   */
+  maxBodyBytes?: number;
 }
 
 /** How a submission ended, or why its retries stopped (`unsure`). */
@@ -366,12 +371,23 @@ impl JsSubmitter {
     /// Sends `body` once: resolves when the outcome is definite, or `unsure` when retries
     /// stopped. The same body while one is pending joins it. Rejects, with nothing stored or
     /// sent, for a body JSON cannot carry (code "body") or when another body is pending
-    /// ("pending").
+    /// ("pending"). A `FormData` is an upload: sent as `multipart/form-data`, kept with its
+    /// files in IndexedDB until a definite answer, its files' SHA-256, names and types part of
+    /// "same body"; over `maxBodyBytes` it rejects ("body") before anything is stored.
     #[wasm_bindgen(unchecked_return_type = "Promise<SubmitResult>")]
     pub fn submit(
         &self,
-        #[wasm_bindgen(unchecked_param_type = "unknown")] body: JsValue,
+        #[wasm_bindgen(unchecked_param_type = "unknown | FormData")] body: JsValue,
     ) -> Promise {
+        if let Some(form) = body.dyn_ref::<web_sys::FormData>() {
+            let (driver, form) = (self.inner.driver().clone(), form.clone());
+            return wasm_bindgen_futures::future_to_promise(async move {
+                match super::upload::submit(driver, form).await {
+                    Ok(s) => Ok(result(&s)),
+                    Err(e) => Err(e.into()),
+                }
+            });
+        }
         match to_json(&body) {
             Ok(text) => settle(self.inner.driver().submit(&text)),
             Err(e) => Promise::reject(&e.into()),

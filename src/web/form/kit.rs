@@ -21,7 +21,7 @@ use super::answer::clear_field_errors;
 use super::fields::{read_fields, restore_fields, secret_field_names};
 use super::view::{set, status_of, RELOADED};
 use super::{FormLock, FormOptions, Resume, SuccessMessage};
-use crate::web::{Error, ErrorCode, Listener, Settling, Submitter, Update};
+use crate::web::{Error, ErrorCode, Listener, Settlement, Submitter, Update};
 
 /// A form wired to a submitter.
 pub(super) struct Kit {
@@ -172,7 +172,12 @@ impl Kit {
         let Some(pending) = kit.submitter.pending() else {
             return;
         };
-        if let Value::Object(fields) = pending.body() {
+        // An upload's body is its description: its fields are under "fields".
+        let body = match pending.body() {
+            Value::Object(b) if matches!(b.get("files"), Some(Value::Array(_))) => b.get("fields"),
+            b => Some(b),
+        };
+        if let Some(Value::Object(fields)) = body {
             restore_fields(&kit.form, fields);
         }
         if !kit.secret_names.is_empty() {
@@ -223,6 +228,19 @@ impl Kit {
         if let Err(e) = kit.submitter.set_secrets(read.secrets) {
             return kit.say(e.message());
         }
+        if read.files {
+            // An upload: fields and files as the browser reads them, less the secrets (sent
+            // from memory, never stored).
+            let data = match web_sys::FormData::new_with_form(&kit.form) {
+                Ok(data) => data,
+                Err(e) => return kit.say(&super::view::describe(&e)),
+            };
+            for name in &kit.secret_names {
+                data.delete(name);
+            }
+            kit.hold(false);
+            return Kit::settle_later(kit, kit.submitter.submit_form(data));
+        }
         // Locked in the submit's own task, before the driver's first step.
         kit.hold(false);
         // Begun now: key and body are stored before the submit event is over.
@@ -246,7 +264,10 @@ impl Kit {
     }
 
     /// Shows the settlement of `work` when it comes, unless the kit moved on meanwhile.
-    fn settle_later(kit: &Rc<Kit>, work: Settling) {
+    fn settle_later(
+        kit: &Rc<Kit>,
+        work: impl ::core::future::Future<Output = Result<Settlement, Error>> + 'static,
+    ) {
         let round = kit.round.get().wrapping_add(1);
         kit.round.set(round);
         kit.in_flight.set(true);
