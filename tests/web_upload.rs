@@ -439,3 +439,67 @@ async fn the_form_kit_sends_a_form_with_a_file_as_an_upload_with_one_key() {
     assert_one_ticket_with(&case, &bytes, "photo.jpg").await;
     form.remove();
 }
+
+#[test]
+async fn list_pending_names_every_unconfirmed_submission_of_a_storage() {
+    let case = Case::new("upload-list");
+    case.plan(&["fail-before"]);
+    let s = case.submitter(r#""retry":{"attempts":1}"#);
+    let bytes = file_bytes(30_000, 9);
+    let first = JsFuture::from(s.submit(ticket_form(&bytes, "l.png", "image/png").into()))
+        .await
+        .expect("resolves");
+    assert_eq!(text(&first, "outcome"), "unsure");
+    let listed = JsFuture::from(oncekey::js::list_pending("indexeddb".into()))
+        .await
+        .unwrap();
+    let mine: Vec<JsValue> = js_sys::Array::from(&listed)
+        .iter()
+        .filter(|e| text(e, "name") == case.name)
+        .collect();
+    assert_eq!(mine.len(), 1, "listed once");
+    assert_eq!(text(&mine[0], "key"), text(&first, "key"));
+    assert_eq!(get(&mine[0], "attempts").as_f64(), Some(1.0));
+    assert!(get(&mine[0], "startedAt").as_f64().unwrap() > 0.0);
+    assert!(
+        get(&mine[0], "size").as_f64().unwrap() >= 30_000.0,
+        "the file counts"
+    );
+    // Not in sessionStorage: uploads live in IndexedDB; a JSON submission does.
+    let json = Case::new("list-json");
+    json.plan(&["fail-before"]);
+    let j = json.submitter(r#""retry":{"attempts":1}"#);
+    let body = JSON::parse(r#"{"subject":"Printer","body":"x","email":"a@b.co"}"#).unwrap();
+    let unsure = JsFuture::from(j.submit(body)).await.expect("resolves");
+    assert_eq!(text(&unsure, "outcome"), "unsure");
+    let session = JsFuture::from(oncekey::js::list_pending(JsValue::UNDEFINED))
+        .await
+        .unwrap();
+    let session: Vec<JsValue> = js_sys::Array::from(&session).iter().collect();
+    assert!(session.iter().all(|e| text(e, "name") != case.name));
+    let listed_json: Vec<&JsValue> = session
+        .iter()
+        .filter(|e| text(e, "name") == json.name)
+        .collect();
+    assert_eq!(listed_json.len(), 1);
+    assert_eq!(text(listed_json[0], "key"), text(&unsure, "key"));
+    j.discard();
+    let wrong = JsFuture::from(oncekey::js::list_pending("cookies".into()))
+        .await
+        .expect_err("refused");
+    assert_eq!(error_code(&wrong), "option");
+    // Discarded: no longer listed.
+    s.discard();
+    for _ in 0..50 {
+        if case.stored().await.is_null() {
+            break;
+        }
+        JsFuture::from(sleep(10)).await.unwrap();
+    }
+    let listed = JsFuture::from(oncekey::js::list_pending("indexeddb".into()))
+        .await
+        .unwrap();
+    assert!(js_sys::Array::from(&listed)
+        .iter()
+        .all(|e| text(&e, "name") != case.name));
+}

@@ -175,3 +175,13 @@ fn read(found: &JsValue) -> Result<Stored, Why> {
         files,
     })
 }
+
+/// Everything stored, readable or not (an unreadable value is left out).
+pub(crate) async fn all(db: &IdbDatabase) -> Result<Vec<Stored>, Why> {
+    let (_tx, store) = store(db, IdbTransactionMode::Readonly)?;
+    let found = request(&store.get_all().map_err(|e| describe(&e))?).await?;
+    let Ok(values) = found.dyn_into::<Array>() else {
+        return Ok(Vec::new());
+    };
+    Ok(values.iter().filter_map(|v| read(&v).ok()).collect())
+}

@@ -70,6 +70,17 @@ export interface SubmitterOptions {
   maxBodyBytes?: number;
 }
 
+/** A pending submission of the origin, as `listPending(storage)` lists it. */
+export interface PendingEntry {
+  name: string;
+  key: string;
+  /** When its first attempt was made, Unix milliseconds. */
+  startedAt: number;
+  attempts: number;
+  /** The stored body's bytes (an upload's with its files). */
+  size: number;
+}
+
 /** How a submission ended, or why its retries stopped (`unsure`). */
 export interface SubmitResult {
   outcome: Outcome;

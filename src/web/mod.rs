@@ -58,6 +58,7 @@ mod form;
 mod global;
 mod idb;
 pub(crate) mod js;
+pub(crate) mod listing;
 mod options;
 mod storage;
 mod upload;

@@ -66,6 +66,8 @@ pub(crate) struct Uploads {
     next: Option<Payload>,
     /// A record is being written: the driver carries out no action until it is.
     pub(crate) blocked: bool,
+    /// An upload stored in IndexedDB was taken up at start-up.
+    taken_up: bool,
 }
 
 fn db(d: &Driver) -> Option<IdbDatabase> {
@@ -98,7 +100,11 @@ pub(crate) fn start(d: &Rc<Driver>) {
                             files: stored.files,
                         };
                         match d.take_up(&stored.record) {
-                            Ok(true) => d.uploads.borrow_mut().payload = Some(payload),
+                            Ok(true) => {
+                                let mut u = d.uploads.borrow_mut();
+                                u.payload = Some(payload);
+                                u.taken_up = true;
+                            }
                             Ok(false) => warn_all(
                                 &d,
                                 "an upload stored in IndexedDB under this name was left there: another submission is pending".into(),
@@ -311,6 +317,20 @@ async fn describe_body(payload: &Payload) -> Result<String, Error> {
 }
 
 impl super::Submitter {
+    /// Calls `f` once IndexedDB was looked at, with whether an upload stored there was taken
+    /// up (it is pending then).
+    pub(crate) fn when_loaded(&self, f: impl FnOnce(bool) + 'static) {
+        let driver = self.driver().clone();
+        let ready = driver.uploads.borrow().ready.clone();
+        spawn_local(async move {
+            if let Some(ready) = ready {
+                let _ = JsFuture::from(ready).await;
+            }
+            let taken_up = driver.uploads.borrow().taken_up;
+            f(taken_up);
+        });
+    }
+
     /// Sends `form` (fields and files, as `FormData`) once as `multipart/form-data`, kept in
     /// IndexedDB with its files until a definite answer (see the module docs). Refused with
     /// [`ErrorCode::Body`] over [`Options::max_body_bytes`](super::Options::max_body_bytes)

@@ -112,7 +112,22 @@ impl Kit {
         });
         Kit::wire(&kit);
         let _ = form.set_attribute("data-oncekey-state", kit.submitter.state().as_str());
+        let had = kit.submitter.pending().is_some();
         Kit::take_up_pending(&kit, o.resume);
+        if !had {
+            // An upload is found in IndexedDB a moment later: taken up the same way.
+            let weak = Rc::downgrade(&kit);
+            let resume = o.resume;
+            kit.submitter.when_loaded(move |taken_up| {
+                if let Some(kit) = weak.upgrade() {
+                    // Only what came from IndexedDB: an unsure submission of this page's own
+                    // is the person's to try again.
+                    if taken_up && kit.submitter.state() == State::Unsure && !kit.in_flight.get() {
+                        Kit::take_up_pending(&kit, resume);
+                    }
+                }
+            });
+        }
         Ok(kit)
     }
 
