@@ -43,9 +43,9 @@ pub use crate::core::{
 if_wasm! {
     mod web;
     pub use crate::web::{
-        AttemptHeaders, Credentials, Error, ErrorCode, FormKit, FormLock, FormOptions, Listener,
-        Options, Pending, Resume, Settlement, Settling, StorageKind, Submitter, SuccessMessage,
-        SuccessText, Update,
+        AbortHandle, AttemptHeaders, Credentials, Error, ErrorCode, FormKit, FormLock, FormOptions, Listener,
+        Messages, Options, Pending, Resume, Settlement, Settling, StorageKind, Submitter,
+        SuccessMessage, SuccessText, Update,
     };
 
     /// The npm package's JavaScript face, for Rust code that works with JavaScript values

@@ -215,9 +215,10 @@ async fn an_upload_whose_first_reply_is_lost_makes_one_ticket_with_the_files_sha
     case.plan(&["drop-reply"]);
     let s = case.submitter("");
     let bytes = file_bytes(300_000, 1);
-    let result = JsFuture::from(s.submit(ticket_form(&bytes, "screen.png", "image/png").into()))
-        .await
-        .expect("submit resolves");
+    let result =
+        JsFuture::from(s.submit(ticket_form(&bytes, "screen.png", "image/png").into(), None))
+            .await
+            .expect("submit resolves");
     assert_eq!(text(&result, "outcome"), "succeeded");
     assert_eq!(get(&result, "status").as_f64(), Some(201.0));
     let keys = case.keys();
@@ -250,7 +251,7 @@ async fn an_upload_is_stored_in_indexeddb_before_it_is_sent_and_another_file_is_
     case.plan(&["fail-before", "fail-before"]);
     let s = case.submitter(r#""retry":{"attempts":2,"base":10,"cap":2000}"#);
     let bytes = file_bytes(50_000, 2);
-    let first = JsFuture::from(s.submit(ticket_form(&bytes, "a.png", "image/png").into()))
+    let first = JsFuture::from(s.submit(ticket_form(&bytes, "a.png", "image/png").into(), None))
         .await
         .expect("submit resolves");
     assert_eq!(text(&first, "outcome"), "unsure");
@@ -265,7 +266,7 @@ async fn an_upload_is_stored_in_indexeddb_before_it_is_sent_and_another_file_is_
     let sent = case.seen().len();
     // Another file under the same name: refused here, nothing sent.
     let other = file_bytes(50_000, 3);
-    let refused = JsFuture::from(s.submit(ticket_form(&other, "a.png", "image/png").into()))
+    let refused = JsFuture::from(s.submit(ticket_form(&other, "a.png", "image/png").into(), None))
         .await
         .expect_err("refused");
     assert_eq!(
@@ -275,13 +276,13 @@ async fn an_upload_is_stored_in_indexeddb_before_it_is_sent_and_another_file_is_
         error_message(&refused)
     );
     // The same file under another name is another body too.
-    let renamed = JsFuture::from(s.submit(ticket_form(&bytes, "b.png", "image/png").into()))
+    let renamed = JsFuture::from(s.submit(ticket_form(&bytes, "b.png", "image/png").into(), None))
         .await
         .expect_err("refused");
     assert_eq!(error_code(&renamed), "pending");
     assert_eq!(case.seen().len(), sent, "nothing sent");
     // Try again resends the same bytes with the same key.
-    let again = JsFuture::from(s.try_again()).await.expect("resolves");
+    let again = JsFuture::from(s.try_again(None)).await.expect("resolves");
     let statuses: Vec<String> = case
         .seen()
         .iter()
@@ -305,10 +306,12 @@ async fn a_pending_upload_found_in_indexeddb_by_a_new_submitter_is_finished_with
     let bytes = file_bytes(120_000, 4);
     let key = {
         let s = case.submitter(r#""retry":{"attempts":1}"#);
-        let first =
-            JsFuture::from(s.submit(ticket_form(&bytes, "receipt.jpg", "image/jpeg").into()))
-                .await
-                .expect("submit resolves");
+        let first = JsFuture::from(s.submit(
+            ticket_form(&bytes, "receipt.jpg", "image/jpeg").into(),
+            None,
+        ))
+        .await
+        .expect("submit resolves");
         assert_eq!(text(&first, "outcome"), "unsure");
         text(&first, "key")
     };
@@ -336,10 +339,12 @@ async fn an_upload_over_max_body_bytes_is_refused_before_anything_is_stored() {
     let case = Case::new("upload-max");
     let s = case.submitter(r#""maxBodyBytes":10000"#);
     let bytes = file_bytes(20_000, 5);
-    let refused =
-        JsFuture::from(s.submit(ticket_form(&bytes, "big.bin", "application/octet-stream").into()))
-            .await
-            .expect_err("refused");
+    let refused = JsFuture::from(s.submit(
+        ticket_form(&bytes, "big.bin", "application/octet-stream").into(),
+        None,
+    ))
+    .await
+    .expect_err("refused");
     assert_eq!(error_code(&refused), "body");
     assert!(
         error_message(&refused).contains("maxBodyBytes"),
@@ -364,17 +369,19 @@ async fn blocked_indexeddb_falls_back_to_memory_with_a_warning_and_refuses_large
     s.on_change(f.as_ref().clone()).unwrap();
     f.forget();
     let big = file_bytes(6 * 1024 * 1024, 6);
-    let refused =
-        JsFuture::from(s.submit(ticket_form(&big, "big.bin", "application/octet-stream").into()))
-            .await
-            .expect_err("refused");
+    let refused = JsFuture::from(s.submit(
+        ticket_form(&big, "big.bin", "application/octet-stream").into(),
+        None,
+    ))
+    .await
+    .expect_err("refused");
     assert!(
         error_message(&refused).contains("IndexedDB"),
         "{}",
         error_message(&refused)
     );
     let small = file_bytes(10_000, 7);
-    let result = JsFuture::from(s.submit(ticket_form(&small, "s.txt", "text/plain").into()))
+    let result = JsFuture::from(s.submit(ticket_form(&small, "s.txt", "text/plain").into(), None))
         .await
         .expect("resolves");
     restore.call0(&JsValue::UNDEFINED).unwrap();
@@ -446,7 +453,7 @@ async fn list_pending_names_every_unconfirmed_submission_of_a_storage() {
     case.plan(&["fail-before"]);
     let s = case.submitter(r#""retry":{"attempts":1}"#);
     let bytes = file_bytes(30_000, 9);
-    let first = JsFuture::from(s.submit(ticket_form(&bytes, "l.png", "image/png").into()))
+    let first = JsFuture::from(s.submit(ticket_form(&bytes, "l.png", "image/png").into(), None))
         .await
         .expect("resolves");
     assert_eq!(text(&first, "outcome"), "unsure");
@@ -470,7 +477,9 @@ async fn list_pending_names_every_unconfirmed_submission_of_a_storage() {
     json.plan(&["fail-before"]);
     let j = json.submitter(r#""retry":{"attempts":1}"#);
     let body = JSON::parse(r#"{"subject":"Printer","body":"x","email":"a@b.co"}"#).unwrap();
-    let unsure = JsFuture::from(j.submit(body)).await.expect("resolves");
+    let unsure = JsFuture::from(j.submit(body, None))
+        .await
+        .expect("resolves");
     assert_eq!(text(&unsure, "outcome"), "unsure");
     let session = JsFuture::from(oncekey::js::list_pending(JsValue::UNDEFINED))
         .await

@@ -7,6 +7,12 @@
 //! [`Submitter::submit`]. After the actions, the core's [`poll_timeout`](Submission::poll_timeout)
 //! arms the one timer. Whether and when to retry, what a status means, the key, the record and
 //! "same body" are the core's calls, never the driver's.
+//!
+//! What the platform says of the connection goes to the core's
+//! [`handle_online`](Submission::handle_online): `navigator.onLine` when the submitter is made,
+//! at each begin and after a failed attempt, and the global's `online` and `offline` events while
+//! it lives. An [`AbortHandle`] (JavaScript's `{ signal }`) ends one caller's wait; when no caller
+//! is left, the core [stops](Submission::stop) and the fetch under way is aborted, the key kept.
 
 use std::cell::{Cell, OnceCell, RefCell};
 use std::collections::VecDeque;
@@ -16,7 +22,7 @@ use std::rc::{Rc, Weak};
 use std::task::{Context, Poll, Waker};
 
 use super::error::{Error, ErrorCode};
-use super::global::{random_bytes, Timer};
+use super::global::{on_line, random_bytes, Connection, Timer};
 use super::options::{Options, StorageKind};
 use super::storage::Store;
 use super::{attempt, warn};
@@ -24,7 +30,7 @@ use crate::core::body::{self, Fields, Value};
 use crate::core::text::quoted;
 use crate::core::{
     Action, Answer, AttemptId, BeginError, Begun, Failure, GiveUp, Key, NewKey, Outcome, Record,
-    Request, RequestError, Settled, State, Submission, Timestamp,
+    Request, RequestError, Settled, State, Submission, Timestamp, WaitingFor,
 };
 
 pub(crate) fn now() -> Timestamp {
@@ -80,6 +86,8 @@ pub(crate) struct Driver {
     emitting: Cell<bool>,
     /// What the constructor warned of, told to every new listener.
     warnings: Vec<String>,
+    /// The global's `online` and `offline` events, fed to the core while the submitter lives.
+    connection: RefCell<Option<Connection>>,
     /// Uploads (`upload.rs`): IndexedDB, and the pending upload's fields and files.
     pub(crate) uploads: RefCell<super::upload::Uploads>,
 }
@@ -117,6 +125,8 @@ pub struct Update {
     pub attempts: u32,
     /// In [`State::Waiting`]: when the next attempt is due.
     pub next_attempt_at: Option<Timestamp>,
+    /// In [`State::Waiting`]: why it waits, a retry due at a time or the connection to be back.
+    pub waiting_for: Option<WaitingFor>,
     /// Storage degraded to memory, or an unreadable record was removed.
     pub warning: Option<String>,
 }
@@ -250,10 +260,37 @@ struct Slot {
 
 /// The settlement of a [`Submitter::submit`] or [`Submitter::try_again`], to `.await`. The
 /// submission began when the call returned (its record is already stored); dropping this only
-/// stops waiting, never the submission.
+/// stops waiting, never the submission. To stop its retries, use [`Settling::abort_handle`].
 #[must_use = "the submission goes on; await this for its settlement"]
 pub struct Settling {
     slot: Result<Rc<RefCell<Slot>>, Option<Error>>,
+    driver: Weak<Driver>,
+}
+
+/// Aborts the wait of one [`Settling`] (JavaScript's `{ signal }`): it resolves with
+/// [`ErrorCode::Aborted`], and when no other caller waits on the submission, its retries stop
+/// and an attempt under way is aborted. The submission stays pending with its key and record
+/// ([`State::Unsure`]), for [`Submitter::try_again`] (the same key) or a discard; an abort never
+/// makes a new key. Aborting after the settlement, or twice, does nothing.
+#[derive(Clone)]
+pub struct AbortHandle {
+    slot: Weak<RefCell<Slot>>,
+    driver: Weak<Driver>,
+}
+
+impl ::core::fmt::Debug for AbortHandle {
+    fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
+        f.write_str("AbortHandle")
+    }
+}
+
+impl AbortHandle {
+    /// Stops waiting, and the retries when nobody else waits (see [`AbortHandle`]).
+    pub fn abort(&self) {
+        if let (Some(slot), Some(driver)) = (self.slot.upgrade(), self.driver.upgrade()) {
+            driver.abort(&slot);
+        }
+    }
 }
 
 impl ::core::fmt::Debug for Settling {
@@ -286,6 +323,14 @@ impl Future for Settling {
 }
 
 impl Settling {
+    /// A handle that aborts this wait (and the retries, when nobody else waits).
+    pub fn abort_handle(&self) -> AbortHandle {
+        AbortHandle {
+            slot: self.slot.as_ref().map_or_else(|_| Weak::new(), Rc::downgrade),
+            driver: self.driver.clone(),
+        }
+    }
+
     /// Hands the settlement to `f` when it comes (at once when it has), instead of a task that
     /// awaits it: how the JavaScript face resolves its promise without a future.
     pub(crate) fn then(self, f: impl FnOnce(Result<Settlement, Error>) + 'static) {
@@ -337,6 +382,8 @@ impl Submitter {
         let (text, warning) = store.read(name);
         warnings.extend(warning);
         let mut core = Submission::new(name, options.retry);
+        // Before a record is taken up: offline, a resumed one waits for the connection.
+        core.handle_online(now(), on_line());
         if let Some(text) = text {
             if let Some(why) = restore(&mut core, &text, options.resume) {
                 store.remove(name);
@@ -367,8 +414,17 @@ impl Submitter {
             queue: RefCell::new(VecDeque::new()),
             emitting: Cell::new(false),
             warnings,
+            connection: RefCell::new(None),
             uploads: RefCell::default(),
         });
+        let weak = Rc::downgrade(&driver);
+        let connection = Connection::watch(move |online| {
+            if let Some(d) = weak.upgrade() {
+                d.machine.borrow_mut().core.handle_online(now(), online);
+                d.drive();
+            }
+        });
+        *driver.connection.borrow_mut() = connection;
         driver.drive();
         super::upload::start(&driver);
         Ok(Submitter { driver })
@@ -414,12 +470,49 @@ impl Submitter {
     /// Resends the pending submission with the same key and body, in a new round of retries
     /// ([`ErrorCode::State`] when nothing is pending).
     pub fn try_again(&self) -> Settling {
-        let result = self.driver.machine.borrow_mut().core.try_again(now());
+        let result = {
+            let mut m = self.driver.machine.borrow_mut();
+            m.core.handle_online(now(), on_line());
+            m.core.try_again(now())
+        };
         match result {
             Ok(()) => self.driver.wait(),
             Err(e) => Settling {
                 slot: Err(Some(Error::new(ErrorCode::State, e.message()))),
+                driver: Weak::new(),
             },
+        }
+    }
+
+    /// "Send as new": the person (or caller) checked an [`Outcome::Expired`] (or unsure)
+    /// submission and means to send its request again, deliberately, as a new one, under a new
+    /// key ([`ErrorCode::State`] when nothing expired or unsure is pending).
+    pub fn send_as_new(&self) -> Settling {
+        let d = &self.driver;
+        let refused = |e: Error| Settling {
+            slot: Err(Some(e)),
+            driver: Weak::new(),
+        };
+        let key = match random_bytes() {
+            Ok(bytes) => bytes,
+            Err(e) => {
+                return refused(Error::new(
+                    ErrorCode::State,
+                    "no key can be made: ".to_owned() + &super::error::describe(&e),
+                ))
+            }
+        };
+        let result = {
+            let mut m = d.machine.borrow_mut();
+            m.core.handle_online(now(), on_line());
+            m.core.send_as_new(now(), NewKey::Random(key))
+        };
+        match result {
+            Ok(()) => {
+                d.machine.borrow_mut().last_text = None;
+                d.wait()
+            }
+            Err(e) => refused(Error::new(ErrorCode::State, e.message())),
         }
     }
 
@@ -501,7 +594,10 @@ fn restore(core: &mut Submission, text: &str, resume: bool) -> Option<String> {
 impl Driver {
     /// Begins the submission of `body` (JSON text).
     pub(crate) fn submit(self: &Rc<Self>, body: &str) -> Settling {
-        let refused = |e: Error| Settling { slot: Err(Some(e)) };
+        let refused = |e: Error| Settling {
+            slot: Err(Some(e)),
+            driver: Weak::new(),
+        };
         let o = &self.options;
         let request = match Request::new(&o.method, &o.url, body, o.encoding) {
             Ok(request) => request,
@@ -528,11 +624,11 @@ impl Driver {
                 }
             }
         };
-        let begun = self
-            .machine
-            .borrow_mut()
-            .core
-            .begin(now(), request, NewKey::Random(key));
+        let begun = {
+            let mut m = self.machine.borrow_mut();
+            m.core.handle_online(now(), on_line());
+            m.core.begin(now(), request, NewKey::Random(key))
+        };
         match begun {
             Ok(Begun::Started) => {
                 super::upload::started(self);
@@ -576,7 +672,43 @@ impl Driver {
         let slot = Rc::new(RefCell::new(Slot::default()));
         self.machine.borrow_mut().waiters.push(slot.clone());
         self.drive();
-        Settling { slot: Ok(slot) }
+        Settling {
+            slot: Ok(slot),
+            driver: Rc::downgrade(self),
+        }
+    }
+
+    /// One caller stops waiting ([`AbortHandle`]): it hears [`ErrorCode::Aborted`]; when it was
+    /// the last to wait, the core stops (no retry, the attempt under way abandoned) and the fetch
+    /// is aborted. Nothing happens for a wait already settled.
+    fn abort(self: &Rc<Self>, slot: &Rc<RefCell<Slot>>) {
+        let (found, flight) = {
+            let mut m = self.machine.borrow_mut();
+            let before = m.waiters.len();
+            m.waiters.retain(|w| !Rc::ptr_eq(w, slot));
+            let found = m.waiters.len() != before;
+            let flight = if found && m.waiters.is_empty() {
+                m.core.stop();
+                m.flight.take()
+            } else {
+                None
+            };
+            (found, flight)
+        };
+        if !found {
+            return;
+        }
+        self.drive();
+        if let Some((_, controller)) = flight {
+            controller.abort();
+        }
+        resolve(
+            slot,
+            Err(Error::new(
+                ErrorCode::Aborted,
+                "aborted: the submission stays pending with its key; try it again or discard it",
+            )),
+        );
     }
 
     /// The state as a listener sees it now.
@@ -588,6 +720,7 @@ impl Driver {
             key: pending.map(|r| r.key.clone()),
             attempts: pending.map_or(0, |r| r.attempts),
             next_attempt_at: m.core.next_attempt_at(),
+            waiting_for: m.core.waiting_for(),
             warning,
         }
     }
@@ -650,6 +783,7 @@ impl Driver {
                     key: c.key,
                     attempts: c.attempts,
                     next_attempt_at: c.next_attempt_at,
+                    waiting_for: c.waiting_for,
                     warning: None,
                 }),
                 Action::Settled(settled) => {
@@ -716,6 +850,9 @@ impl Driver {
                 return;
             }
             m.flight = None;
+            // Failed because the platform is offline: the core gives the attempt back and
+            // waits for the connection.
+            m.core.handle_online(now(), on_line());
             m.core.handle_failure(now(), id, failure, jitter());
         }
         self.drive();

@@ -7,9 +7,10 @@
 //! `OncekeyError`s with their `code` ([`Error`]). The TypeScript declarations are wasm-bindgen's,
 //! from these exports, with the types they name in the custom section below.
 
-use js_sys::{Function, Promise, JSON};
+use js_sys::{Function, Promise, Reflect, JSON};
 use serde::Serialize;
 use wasm_bindgen::prelude::*;
+use web_sys::AbortSignal;
 
 use super::driver::{Settlement, Settling, Submitter as Driven, Update};
 use super::error::{describe, Error, ErrorCode};
@@ -64,6 +65,13 @@ export interface SubmitterOptions {
   /** Resend a pending submission found at start-up at once, instead of waiting `unsure`. */
   resume?: boolean;
   /**
+   * How long the server keeps a key, in ms; default 86400000 (24 h). No attempt is ever sent
+   * with a key older than this less a margin of min(10 %, 5 min), counted from its first attempt
+   * across reloads and `tryAgain()`: the submission settles `expired` instead. Kept in the
+   * stored record. Given without `retry.budget`, the default budget is shortened to fit in it.
+   */
+  keyLifetimeMs?: number;
+  /**
    * The largest upload (`submit(formData)`: fields and files) in bytes, default 25000000; a
    * larger one is refused (code "body") before anything is stored.
    */
@@ -98,6 +106,16 @@ export interface SubmitResult {
   gaveUp: string | null;
 }
 
+/** What `submit` and `tryAgain` take besides the body. */
+export interface SubmitOptions {
+  /**
+   * Aborting rejects this call's promise with an OncekeyError of code "aborted" and, when no
+   * other call waits on the submission, stops its retries (an attempt under way is aborted).
+   * The submission stays pending with its key (`unsure`): `tryAgain()` resends the same key.
+   */
+  signal?: AbortSignal;
+}
+
 /** The pending submission, as stored. */
 export interface PendingSubmission {
   key: string;
@@ -114,6 +132,11 @@ export interface SubmitterChange {
   attempts: number;
   /** In `waiting`: when the next attempt is due, ms since the epoch. */
   nextAttemptAt: number | null;
+  /**
+   * In `waiting`: why it waits. "retry": an attempt is due at `nextAttemptAt`; "online": the
+   * browser is offline, and it is sent, with the same key, as soon as it is back online.
+   */
+  waitingFor: "retry" | "online" | null;
   /** Storage degraded to memory, or an unreadable record was removed. */
   warning: string | null;
 }
@@ -268,6 +291,7 @@ struct Change<'a> {
     key: Option<&'a str>,
     attempts: u32,
     next_attempt_at: Option<f64>,
+    waiting_for: Option<&'static str>,
     warning: Option<&'a str>,
 }
 
@@ -276,6 +300,7 @@ out_object!(Change {
     key: "key",
     attempts: "attempts",
     next_attempt_at: "nextAttemptAt",
+    waiting_for: "waitingFor",
     warning: "warning",
 });
 
@@ -285,6 +310,7 @@ fn change(u: &Update) -> JsValue {
         key: u.key.as_ref().map(|k| k.as_str()),
         attempts: u.attempts,
         next_attempt_at: u.next_attempt_at.map(|t| t.as_millis() as f64),
+        waiting_for: u.waiting_for.map(super::form::waiting_for),
         warning: u.warning.as_deref(),
     })
 }
@@ -303,12 +329,25 @@ out_object!(PendingOut {
     started_at: "startedAt",
 });
 
-/// The settlement as a promise, resolved straight from the driver (no task to poll it).
-fn settle(settling: Settling) -> Promise {
-    let mut settling = Some(settling);
+/// The settlement as a promise, resolved straight from the driver (no task to poll it); an
+/// `abort` of `signal` aborts its wait ([`AbortHandle`](super::AbortHandle)).
+fn settle(settling: Settling, signal: Option<AbortSignal>) -> Promise {
+    let on_abort = signal.map(|signal| {
+        let handle = settling.abort_handle();
+        let f = Closure::<dyn FnMut()>::new(move || handle.abort());
+        let _ = signal.add_event_listener_with_callback("abort", f.as_ref().unchecked_ref());
+        (signal, f)
+    });
+    let mut settling = Some((settling, on_abort));
     Promise::new(&mut |resolve, reject| {
-        if let Some(settling) = settling.take() {
+        if let Some((settling, on_abort)) = settling.take() {
             settling.then(move |settled| {
+                if let Some((signal, f)) = on_abort {
+                    let _ = signal
+                        .remove_event_listener_with_callback("abort", f.as_ref().unchecked_ref());
+                    // Dropped after the current call: this may run inside that listener.
+                    wasm_bindgen_futures::spawn_local(async move { drop(f) });
+                }
                 let _ = match settled {
                     Ok(s) => resolve.call1(&JsValue::UNDEFINED, &result(&s)),
                     Err(e) => reject.call1(&JsValue::UNDEFINED, &e.into()),
@@ -316,6 +355,34 @@ fn settle(settling: Settling) -> Promise {
             });
         }
     })
+}
+
+/// `{ signal }` of `submit` and `tryAgain`: `Ok(None)` without one; an already aborted signal is
+/// an `aborted` error, with nothing begun.
+fn signal_of(options: &JsValue) -> Result<Option<AbortSignal>, Error> {
+    if options.is_undefined() || options.is_null() {
+        return Ok(None);
+    }
+    let signal = if options.is_object() {
+        Reflect::get(options, &"signal".into()).unwrap_or_default()
+    } else {
+        JsValue::UNDEFINED
+    };
+    if !options.is_object() || !(signal.is_undefined() || signal.is_instance_of::<AbortSignal>()) {
+        return Err(Error::option(
+            "submit's and tryAgain's options must be an object such as { signal: controller.signal }",
+        ));
+    }
+    let Some(signal) = signal.dyn_into::<AbortSignal>().ok() else {
+        return Ok(None);
+    };
+    if signal.aborted() {
+        return Err(Error::new(
+            ErrorCode::Aborted,
+            "aborted before it began: nothing was stored or sent",
+        ));
+    }
+    Ok(Some(signal))
 }
 
 /// `body` as JSON text, refusing what JSON cannot carry (a cycle, a BigInt, a function, a
@@ -385,10 +452,12 @@ impl JsSubmitter {
     /// ("pending"). A `FormData` is an upload: sent as `multipart/form-data`, kept with its
     /// files in IndexedDB until a definite answer, its files' SHA-256, names and types part of
     /// "same body"; over `maxBodyBytes` it rejects ("body") before anything is stored.
+    /// `options.signal` aborts the wait ("aborted"; see `SubmitOptions`; not for an upload).
     #[wasm_bindgen(unchecked_return_type = "Promise<SubmitResult>")]
     pub fn submit(
         &self,
         #[wasm_bindgen(unchecked_param_type = "unknown | FormData")] body: JsValue,
+        #[wasm_bindgen(unchecked_optional_param_type = "SubmitOptions")] options: Option<JsValue>,
     ) -> Promise {
         if let Some(form) = body.dyn_ref::<web_sys::FormData>() {
             let (driver, form) = (self.inner.driver().clone(), form.clone());
@@ -399,16 +468,32 @@ impl JsSubmitter {
                 }
             });
         }
-        match to_json(&body) {
-            Ok(text) => settle(self.inner.driver().submit(&text)),
+        let begun = signal_of(&options.unwrap_or_default()).and_then(|signal| {
+            let text = to_json(&body)?;
+            Ok(settle(self.inner.driver().submit(&text), signal))
+        });
+        begun.unwrap_or_else(|e| Promise::reject(&e.into()))
+    }
+
+    /// Resends the pending submission: same key, same body ("state" when nothing is pending).
+    /// `options.signal` aborts the wait ("aborted"; see `SubmitOptions`).
+    #[wasm_bindgen(js_name = tryAgain, unchecked_return_type = "Promise<SubmitResult>")]
+    pub fn try_again(
+        &self,
+        #[wasm_bindgen(unchecked_optional_param_type = "SubmitOptions")] options: Option<JsValue>,
+    ) -> Promise {
+        match signal_of(&options.unwrap_or_default()) {
+            Ok(signal) => settle(self.inner.try_again(), signal),
             Err(e) => Promise::reject(&e.into()),
         }
     }
 
-    /// Resends the pending submission: same key, same body ("state" when nothing is pending).
-    #[wasm_bindgen(js_name = tryAgain, unchecked_return_type = "Promise<SubmitResult>")]
-    pub fn try_again(&self) -> Promise {
-        settle(self.inner.try_again())
+    /// "Send as new", for an `expired` (or `unsure`) submission, once a person has checked that
+    /// it was not done: its request sent again under a new key, deliberately ("state" when
+    /// nothing expired or unsure is pending).
+    #[wasm_bindgen(js_name = sendAsNew, unchecked_return_type = "Promise<SubmitResult>")]
+    pub fn send_as_new(&self) -> Promise {
+        settle(self.inner.send_as_new(), None)
     }
 
     /// Drops an unconfirmed submission: the record is removed, an attempt under way is aborted,

@@ -85,7 +85,10 @@ pub(crate) struct Read {
 
 /// Reads the form's fields as the browser would submit them (the files only noted: an upload
 /// reads them itself); a message for the person when the form cannot be read.
-pub(crate) fn read_fields(form: &HtmlFormElement, secret_names: &[String]) -> Result<Read, String> {
+pub(crate) fn read_fields(
+    form: &HtmlFormElement,
+    secret_names: &[String],
+) -> Result<Read, String> {
     let data = FormData::new_with_form(form).map_err(|e| super::view::describe(&e))?;
     let mut read = Read {
         body: Fields::new(),
