@@ -23,7 +23,7 @@ export WASM_BINDGEN_TEST_TIMEOUT=${WASM_BINDGEN_TEST_TIMEOUT:-300}
 
 echo "== wasm-bindgen-test in headless Chromium"
 # With the package's own allocator (feature small-alloc), as the package is built.
-wasm-pack test --headless --chrome --chromedriver "$CHROMEDRIVER" -- --lib --test web --test web_form --features small-alloc
+wasm-pack test --headless --chrome --chromedriver "$CHROMEDRIVER" -- --lib --test web --test web_form --test web_upload --features small-alloc
 
 echo "== the built package in a plain module page"
 node tests/pages/pkg-test.mjs "$ONCEKEY_SERVER_URL"

@@ -53,6 +53,7 @@ if_wasm! {
     /// `Submitter` class.
     pub mod js {
         pub use crate::web::js::JsSubmitter as Submitter;
+        pub use crate::web::listing::list_pending;
     }
 }
 

@@ -7,6 +7,8 @@
 //!   (`faults`); with `--no-key-check`, the handler alone.
 //! - `POST /api/plain/tickets`: the tickets handler alone: every request makes a ticket.
 //! - `GET /api/tickets`, `GET /api/stats`: a tenant's tickets, and counts for the tests.
+//! - `GET /api/tickets/{id}/attachments/{n}`: the bytes of a ticket's file `n` (0-based, in
+//!   the order of the ticket's `attachments`).
 
 use std::collections::HashMap;
 use std::sync::atomic::AtomicI64;
@@ -14,8 +16,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::body::Body;
-use axum::extract::{Query, State};
-use axum::http::HeaderMap;
+use axum::extract::{Path, Query, State};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Extension;
 use serde::Serialize;
@@ -24,10 +26,13 @@ use tokio_util::sync::CancellationToken;
 use crate::faults::{self, finish, RandomFaults};
 use crate::idempotency::{self, Keyed};
 pub use crate::problem::InvalidParam;
-use crate::problem::{respond, unavailable};
+use crate::problem::{problem, respond, unavailable};
 use crate::store::{Store, StoreError, Tx};
-use crate::tickets::{self, read_body, read_ticket, tenant};
-pub use crate::tickets::{MAX_BODY, MAX_EMAIL, MAX_SUBJECT, MAX_TENANT};
+use crate::tickets::{self, read_body, read_request, tenant};
+pub use crate::tickets::{
+    MAX_ATTACHMENTS, MAX_BODY, MAX_EMAIL, MAX_FILE_NAME, MAX_MEDIA_TYPE, MAX_SUBJECT, MAX_TENANT,
+    MAX_UPLOAD, MAX_UPLOAD_CAP,
+};
 
 /// Everything a request needs.
 #[derive(Debug)]
@@ -39,6 +44,7 @@ pub struct App {
     pub(crate) receipt_ttl: Duration,
     pub(crate) key_check: bool,
     pub(crate) max_body: usize,
+    pub(crate) max_upload: usize,
     pub(crate) body_read_timeout: Duration,
     pub(crate) counters: Mutex<HashMap<String, Counters>>,
     pub(crate) next_token: AtomicI64,
@@ -75,6 +81,16 @@ pub struct Counters {
 }
 
 impl App {
+    /// The largest body read for this request: `--max-upload` for a multipart one (a ticket
+    /// with files), `--max-body` for any other.
+    pub(crate) fn body_limit(&self, headers: &HeaderMap) -> usize {
+        if tickets::is_multipart(headers) {
+            self.max_upload
+        } else {
+            self.max_body
+        }
+    }
+
     pub(crate) fn count(&self, tenant: &str, f: impl FnOnce(&mut Counters)) {
         let mut all = self.counters.lock().unwrap_or_else(|e| e.into_inner());
         f(all.entry(tenant.to_owned()).or_default());
@@ -118,11 +134,12 @@ pub async fn create_ticket(
     if let Some(early) = faults::before_work(&app, &tenant, Some(key.short()), fault) {
         return finish(early, &abort).await;
     }
-    let bytes = match read_body(&headers, body, app.max_body, app.body_read_timeout).await {
+    let limit = app.body_limit(&headers);
+    let bytes = match read_body(&headers, body, limit, app.body_read_timeout).await {
         Ok(b) => b,
         Err(refusal) => return refusal,
     };
-    let request = read_ticket(&tenant, &headers, &bytes);
+    let request = read_request(&tenant, &headers, bytes).await;
     let keyed = Keyed {
         tenant,
         key,
@@ -167,11 +184,12 @@ async fn plain(app: Arc<App>, headers: HeaderMap, body: Body, abort: ConnectionA
     if let Some(early) = faults::before_work(&app, &tenant, None, fault) {
         return finish(early, &abort).await;
     }
-    let bytes = match read_body(&headers, body, app.max_body, app.body_read_timeout).await {
+    let limit = app.body_limit(&headers);
+    let bytes = match read_body(&headers, body, limit, app.body_read_timeout).await {
         Ok(b) => b,
         Err(refusal) => return refusal,
     };
-    let new = match read_ticket(&tenant, &headers, &bytes).ticket {
+    let new = match read_request(&tenant, &headers, bytes).await.ticket {
         Ok(t) => t,
         Err(refusal) => {
             app.count(&tenant, |c| c.invalid += 1);
@@ -237,6 +255,79 @@ pub async fn list_tickets(
             unavailable("the store is unavailable; retry")
         }
     }
+}
+
+/// `GET /api/tickets/{id}/attachments/{n}`: the bytes of the tenant's ticket `id`'s file `n`
+/// (0-based), with the media type it was sent with. Served as a download
+/// (`Content-Disposition: attachment`, `nosniff`, a sandboxing CSP), never rendered as a page of
+/// this origin: a file is whatever its sender wrote.
+pub async fn get_attachment(
+    State(app): State<Arc<App>>,
+    Path((id, n)): Path<(String, String)>,
+    headers: HeaderMap,
+) -> Response {
+    let tenant = match tenant(&headers) {
+        Ok(t) => t,
+        Err(problem) => return respond(&problem),
+    };
+    let not_found = || {
+        respond(&problem(
+            StatusCode::NOT_FOUND,
+            "attachment-not-found",
+            "No such attachment",
+            "this tenant has no ticket with this id, or the ticket has no file with this number",
+            vec![],
+        ))
+    };
+    let (Ok(id), Ok(n)) = (id.parse::<i64>(), n.parse::<i64>()) else {
+        return not_found();
+    };
+    match app
+        .store
+        .run_light(move |tx| tx.attachment(&tenant, id, n))
+        .await
+    {
+        Ok(Some(file)) => {
+            let mut r = Response::new(Body::from(file.bytes));
+            let h = r.headers_mut();
+            h.insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_str(&file.media_type)
+                    .unwrap_or(HeaderValue::from_static("application/octet-stream")),
+            );
+            if let Ok(v) = HeaderValue::from_str(&content_disposition(&file.name)) {
+                h.insert(header::CONTENT_DISPOSITION, v);
+            }
+            h.insert(
+                header::X_CONTENT_TYPE_OPTIONS,
+                HeaderValue::from_static("nosniff"),
+            );
+            h.insert(
+                header::CONTENT_SECURITY_POLICY,
+                HeaderValue::from_static("sandbox; default-src 'none'"),
+            );
+            r
+        }
+        Ok(None) => not_found(),
+        Err(e) => {
+            tracing::error!("reading an attachment failed: {e}");
+            unavailable("the store is unavailable; retry")
+        }
+    }
+}
+
+/// `attachment; filename*=UTF-8''...` (RFC 6266 and 8187): the name percent-encoded, so any
+/// name is a valid header value.
+fn content_disposition(name: &str) -> String {
+    let mut out = String::from("attachment; filename*=UTF-8''");
+    for b in name.bytes() {
+        if b.is_ascii_alphanumeric() || b"!#$&+-.^_`|~".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
 }
 
 #[derive(Debug, Serialize)]

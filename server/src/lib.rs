@@ -94,6 +94,10 @@ pub struct Config {
     /// The largest request body read, in bytes; a larger one is answered `413`. 64 KiB by
     /// default.
     pub max_body: usize,
+    /// The largest `multipart/form-data` body (a ticket with files) read, in bytes; a larger
+    /// one is answered `413`. 25 MiB by default, at most [`api::MAX_UPLOAD_CAP`] (256 MiB):
+    /// a body is held in memory while it is read and stored.
+    pub max_upload: usize,
     /// How long a client has to send a request's body once its header section is read; then
     /// the answer is `408` and the connection is closed. 30 s by default.
     pub body_read_timeout: Duration,
@@ -129,6 +133,7 @@ impl Default for Config {
             max_header_bytes: DEFAULT_MAX_HEADER_BYTES,
             max_connections: DEFAULT_MAX_CONNECTIONS,
             max_body: api::MAX_BODY,
+            max_upload: api::MAX_UPLOAD,
             body_read_timeout: Duration::from_secs(30),
             csp: None,
         }
@@ -206,6 +211,10 @@ fn router(app: Arc<App>, config: &Config) -> Router {
         .route(
             "/api/tickets",
             post(api::create_ticket).get(api::list_tickets),
+        )
+        .route(
+            "/api/tickets/{id}/attachments/{n}",
+            get(api::get_attachment),
         )
         .route("/api/plain/tickets", post(api::create_plain_ticket))
         .route("/api/stats", get(api::stats))
@@ -301,6 +310,7 @@ pub async fn start(config: Config) -> Result<Server, StartError> {
         receipt_ttl: config.receipt_ttl,
         key_check: config.key_check,
         max_body: config.max_body,
+        max_upload: config.max_upload,
         body_read_timeout: config.body_read_timeout,
         counters: Mutex::new(HashMap::new()),
         // Unique across restarts and across the servers sharing a database, so a dead or other
@@ -360,6 +370,13 @@ fn limits(config: &Config) -> Result<connection::Limits, StartError> {
         return Err(StartError::Config(format!(
             "--max-header-bytes must be at least 8192, not {}",
             config.max_header_bytes
+        )));
+    }
+    if config.max_upload > api::MAX_UPLOAD_CAP {
+        return Err(StartError::Config(format!(
+            "--max-upload must be at most {} (256 MiB; a body is held in memory), not {}",
+            api::MAX_UPLOAD_CAP,
+            config.max_upload
         )));
     }
     if config.max_connections == 0 {

@@ -73,6 +73,10 @@ struct Args {
     /// The largest request body read, in bytes; larger is `413`.
     #[arg(long, default_value_t = oncekey_server::api::MAX_BODY)]
     max_body: usize,
+    /// The largest `multipart/form-data` body (a ticket with files) read, in bytes; larger is
+    /// `413`. At most 268435456 (256 MiB): a body is held in memory while it is read.
+    #[arg(long, default_value_t = oncekey_server::api::MAX_UPLOAD)]
+    max_upload: usize,
     /// How long a client has to send a request's body once its header section is read; then
     /// `408` and the connection is closed.
     #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
@@ -131,6 +135,7 @@ async fn main() {
         max_header_bytes: args.max_header_bytes,
         max_connections: args.max_connections,
         max_body: args.max_body,
+        max_upload: args.max_upload,
         body_read_timeout: args.body_read_timeout,
         csp: args.csp,
         ..Config::default()

@@ -1,7 +1,8 @@
 //! # The tickets handler
 //!
 //! The help desk itself, with no idempotency in it: reading a ticket request (tenant, body,
-//! fields) and creating the ticket in a transaction. `POST /api/plain/tickets` is this handler
+//! fields, and the files of a `multipart/form-data` one) and creating the ticket, with its
+//! attachments, in a transaction. `POST /api/plain/tickets` is this handler
 //! alone (every request makes a ticket); `POST /api/tickets` is this handler under the
 //! idempotency layer (`idempotency`).
 
@@ -14,10 +15,22 @@ use oncekey::core::body::{self as canonical, Value};
 use sha2::{Digest, Sha256};
 
 use crate::problem::{param, problem, respond, JSON};
-use crate::store::{NewTicket, StoreError, Stored, Tx};
+use crate::store::{hex, NewAttachment, NewTicket, StoreError, Stored, Tx};
 
 /// The largest request body read unless configured otherwise (`--max-body`), in bytes.
 pub const MAX_BODY: usize = 64 * 1024;
+/// The largest `multipart/form-data` body (a ticket with files) read unless configured
+/// otherwise (`--max-upload`), in bytes: 25 MiB.
+pub const MAX_UPLOAD: usize = 25 * 1024 * 1024;
+/// The largest `--max-upload` the server accepts: a body is held in memory while it is read
+/// and stored, so the flag is bounded (256 MiB).
+pub const MAX_UPLOAD_CAP: usize = 256 * 1024 * 1024;
+/// The most files one ticket may carry.
+pub const MAX_ATTACHMENTS: usize = 16;
+/// The longest attachment file name, in bytes.
+pub const MAX_FILE_NAME: usize = 255;
+/// The longest attachment media type, in bytes.
+pub const MAX_MEDIA_TYPE: usize = 127;
 /// The longest subject, in characters.
 pub const MAX_SUBJECT: usize = 200;
 /// The longest email address, in characters.
@@ -61,26 +74,53 @@ fn fingerprint(text: &[u8]) -> Vec<u8> {
     Sha256::digest(text).to_vec()
 }
 
-/// Reads a ticket from a JSON or form body. The fingerprint is of the canonical JSON, so a JSON
-/// and a form submission of the same fields match, and key order never matters; a body that
-/// cannot be read is fingerprinted as its bytes, and its `400` is stored like any answer.
-pub(crate) fn read_ticket(tenant: &str, headers: &HeaderMap, bytes: &[u8]) -> TicketRequest {
-    let invalid = |name: &str, reason: String| TicketRequest {
-        fingerprint: fingerprint(bytes),
-        ticket: Err(problem(
-            StatusCode::BAD_REQUEST,
-            "invalid-ticket",
-            "Invalid ticket",
-            &format!("{name}: {reason}"),
-            vec![param(name, reason.clone())],
-        )),
-    };
-    let media = headers
+/// The media type of the request's `Content-Type`, lower-case, without parameters.
+fn media_type(headers: &HeaderMap) -> String {
+    headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.split(';').next())
         .map(|v| v.trim().to_ascii_lowercase())
-        .unwrap_or_default();
+        .unwrap_or_default()
+}
+
+/// Whether the request is a `multipart/form-data` one (a ticket that may carry files).
+pub(crate) fn is_multipart(headers: &HeaderMap) -> bool {
+    media_type(headers) == "multipart/form-data"
+}
+
+/// A `400` for a request whose body cannot be read as a ticket, fingerprinted as its bytes.
+fn unreadable(bytes: &[u8], slug: &str, title: &str, name: &str, reason: String) -> TicketRequest {
+    TicketRequest {
+        fingerprint: fingerprint(bytes),
+        ticket: Err(problem(
+            StatusCode::BAD_REQUEST,
+            slug,
+            title,
+            &format!("{name}: {reason}"),
+            vec![param(name, reason.clone())],
+        )),
+    }
+}
+
+/// Reads a ticket from a JSON, form or multipart body (see [`read_ticket`] and
+/// [`read_multipart`]).
+pub(crate) async fn read_request(tenant: &str, headers: &HeaderMap, bytes: Bytes) -> TicketRequest {
+    if is_multipart(headers) {
+        read_multipart(tenant, headers, bytes).await
+    } else {
+        read_ticket(tenant, headers, &bytes)
+    }
+}
+
+/// Reads a ticket from a JSON or form body. The fingerprint is of the canonical JSON, so a JSON
+/// and a form submission of the same fields match, and key order never matters; a body that
+/// cannot be read is fingerprinted as its bytes, and its `400` is stored like any answer.
+pub(crate) fn read_ticket(tenant: &str, headers: &HeaderMap, bytes: &[u8]) -> TicketRequest {
+    let invalid = |name: &str, reason: String| {
+        unreadable(bytes, "invalid-ticket", "Invalid ticket", name, reason)
+    };
+    let media = media_type(headers);
     let Ok(text) = std::str::from_utf8(bytes) else {
         return invalid("body", "the body is not UTF-8 text".into());
     };
@@ -92,14 +132,172 @@ pub(crate) fn read_ticket(tenant: &str, headers: &HeaderMap, bytes: &[u8]) -> Ti
     } else {
         return invalid(
             "Content-Type",
-            format!("the body must be application/json or application/x-www-form-urlencoded, not {media:?}"),
+            format!("the body must be application/json, application/x-www-form-urlencoded or multipart/form-data, not {media:?}"),
         );
     };
     let (canonical, value) = match parsed {
         Ok(c) => c,
         Err(e) => return invalid("body", e.to_string()),
     };
-    let fingerprint = fingerprint(canonical.as_bytes());
+    check(tenant, value, fingerprint(canonical.as_bytes()), Vec::new())
+}
+
+/// Reads a ticket from a `multipart/form-data` body: parts without a file name are its fields
+/// (a name given twice is an array, as in a form body), parts with one are its attachments (an
+/// empty part with an empty file name, what a browser sends for a file input left empty, is
+/// skipped). The fingerprint is that of the fields' canonical JSON, as for a JSON or form body
+/// of the same fields, followed when there are files by each file's field name, file name,
+/// media type and SHA-256: the same key with other files is another body. A body that is not
+/// well-formed multipart is a `400` naming what was wrong, fingerprinted as its bytes.
+pub(crate) async fn read_multipart(
+    tenant: &str,
+    headers: &HeaderMap,
+    bytes: Bytes,
+) -> TicketRequest {
+    let malformed = |name: &str, reason: String| {
+        unreadable(
+            &bytes,
+            "invalid-multipart",
+            "Malformed multipart body",
+            name,
+            reason,
+        )
+    };
+    let content_type = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default();
+    let boundary = match multer::parse_boundary(content_type) {
+        Ok(b) => b,
+        Err(e) => {
+            return malformed(
+                "Content-Type",
+                format!("multipart/form-data needs a boundary parameter ({e})"),
+            )
+        }
+    };
+    let mut parts = multer::Multipart::new(Body::from(bytes.clone()).into_data_stream(), boundary);
+    let mut fields = canonical::Fields::new();
+    let mut files: Vec<(String, NewAttachment)> = Vec::new();
+    loop {
+        let part = match parts.next_field().await {
+            Ok(Some(part)) => part,
+            Ok(None) => break,
+            Err(e) => return malformed("body", multipart_reason(&e)),
+        };
+        let Some(name) = part.name().map(str::to_owned) else {
+            return malformed(
+                "body",
+                "a part has no name (Content-Disposition: form-data; name=\"...\")".into(),
+            );
+        };
+        let file_name = part.file_name().map(str::to_owned);
+        let media_type = part.content_type().map(|m| m.to_string());
+        let data = match part.bytes().await {
+            Ok(d) => d,
+            Err(e) => return malformed("body", multipart_reason(&e)),
+        };
+        let Some(file_name) = file_name else {
+            let Ok(text) = String::from_utf8(data.to_vec()) else {
+                return malformed(&name, "is not UTF-8 text".into());
+            };
+            fields.append(name, Value::String(text));
+            continue;
+        };
+        if file_name.is_empty() && data.is_empty() {
+            continue;
+        }
+        if let Err(reason) = check_file(&file_name, media_type.as_deref(), files.len()) {
+            return malformed(&name, reason);
+        }
+        let sha256 = Sha256::digest(&data).to_vec();
+        files.push((
+            name,
+            NewAttachment {
+                name: file_name,
+                media_type: media_type.unwrap_or_else(|| "application/octet-stream".into()),
+                bytes: data.to_vec(),
+                sha256,
+            },
+        ));
+    }
+    let value = Value::Object(fields);
+    let mut text = value.to_canonical();
+    if !files.is_empty() {
+        let described: Vec<Value> = files
+            .iter()
+            .map(|(field, f)| {
+                let mut d = canonical::Fields::new();
+                d.insert("field".into(), Value::String(field.clone()));
+                d.insert("name".into(), Value::String(f.name.clone()));
+                d.insert("type".into(), Value::String(f.media_type.clone()));
+                d.insert("sha256".into(), Value::String(hex(&f.sha256)));
+                Value::Object(d)
+            })
+            .collect();
+        text.push('\n');
+        text.push_str(&Value::Array(described).to_canonical());
+    }
+    let files = files.into_iter().map(|(_, f)| f).collect();
+    check(tenant, value, fingerprint(text.as_bytes()), files)
+}
+
+/// What was wrong with a multipart body, in words a client's developer can act on.
+fn multipart_reason(e: &multer::Error) -> String {
+    match e {
+        multer::Error::IncompleteStream => {
+            "the multipart body ends before its closing boundary".into()
+        }
+        multer::Error::IncompleteFieldData { field_name } => format!(
+            "the part {:?} ends before the next boundary",
+            field_name.as_deref().unwrap_or("")
+        ),
+        multer::Error::IncompleteHeaders => "a part's headers are incomplete".into(),
+        multer::Error::ReadHeaderFailed(_) => "a part's headers cannot be read".into(),
+        multer::Error::DecodeHeaderName { .. } | multer::Error::DecodeHeaderValue { .. } => {
+            "a part has a header that is not valid".into()
+        }
+        multer::Error::NoMultipart | multer::Error::NoBoundary => {
+            "no multipart body with this boundary".into()
+        }
+        other => format!("is not well-formed multipart/form-data ({other})"),
+    }
+}
+
+/// A file part's name and type, checked: they are stored and sent back as headers.
+fn check_file(name: &str, media_type: Option<&str>, before: usize) -> Result<(), String> {
+    if before >= MAX_ATTACHMENTS {
+        return Err(format!("at most {MAX_ATTACHMENTS} files are allowed"));
+    }
+    if name.is_empty() {
+        return Err("a file part has an empty file name".into());
+    }
+    if name.len() > MAX_FILE_NAME {
+        return Err(format!(
+            "the file name is {} bytes long; at most {MAX_FILE_NAME} are allowed",
+            name.len()
+        ));
+    }
+    if name.chars().any(char::is_control) {
+        return Err("the file name holds control characters".into());
+    }
+    if let Some(t) = media_type {
+        if t.len() > MAX_MEDIA_TYPE || HeaderValue::from_str(t).is_err() {
+            return Err(format!(
+                "the file's media type must be at most {MAX_MEDIA_TYPE} visible ASCII characters"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Checks a ticket's fields (an object with subject, body and email) and makes the ticket.
+fn check(
+    tenant: &str,
+    value: Value,
+    fingerprint: Vec<u8>,
+    attachments: Vec<NewAttachment>,
+) -> TicketRequest {
     let Value::Object(fields) = value else {
         return TicketRequest {
             fingerprint,
@@ -155,6 +353,7 @@ pub(crate) fn read_ticket(tenant: &str, headers: &HeaderMap, bytes: &[u8]) -> Ti
             body,
             email,
             created_at: humantime::format_rfc3339_millis(SystemTime::now()).to_string(),
+            attachments,
         }),
         _ => {
             let detail = errors

@@ -526,7 +526,7 @@ fn cases() -> Vec<Case> {
         )
         .keeps_answer(),
         case(
-            "content type: multipart/form-data",
+            "multipart: no parts at all (a ticket without fields)",
             raw(keyed(HOSTILE, "k-multipart", "multipart/form-data; boundary=x", "--x--")),
             Status(&[400]),
         )
@@ -615,6 +615,70 @@ fn cases() -> Vec<Case> {
             ),
             StatusOrClosed(&[400]),
         ),
+        case(
+            "multipart: Content-Length 30 MB (over --max-upload)",
+            raw(format!(
+                "POST /api/tickets HTTP/1.1\r\nHost: t\r\nX-Tenant: {HOSTILE}\r\nIdempotency-Key: k-big-upload\r\nContent-Type: multipart/form-data; boundary=b\r\nContent-Length: 31457280\r\n\r\n--b\r\n"
+            )),
+            Status(&[413]),
+        ),
+        case(
+            "multipart: 27 MB chunked, no length",
+            Send::ChunkedFlood {
+                head: format!(
+                    "POST /api/tickets HTTP/1.1\r\nHost: t\r\nX-Tenant: {HOSTILE}\r\nIdempotency-Key: k-upload-flood\r\nContent-Type: multipart/form-data; boundary=b\r\nTransfer-Encoding: chunked\r\n\r\n"
+                )
+                .into_bytes(),
+                size: 64 * 1024,
+                chunks: 420,
+            },
+            StatusOrClosed(&[413]),
+        ),
+        case(
+            "multipart: no boundary",
+            raw(keyed(HOSTILE, "k-mp-1", "multipart/form-data", "--b\r\n\r\n--b--")),
+            Status(&[400]),
+        )
+        .keeps_answer(),
+        case(
+            "multipart: no closing boundary",
+            raw(keyed(
+                HOSTILE,
+                "k-mp-2",
+                "multipart/form-data; boundary=b",
+                "--b\r\nContent-Disposition: form-data; name=\"subject\"\r\n\r\nPrinter",
+            )),
+            Status(&[400]),
+        )
+        .keeps_answer(),
+        case(
+            "multipart: headers that never end",
+            raw(keyed(
+                HOSTILE,
+                "k-mp-3",
+                "multipart/form-data; boundary=b",
+                &format!("--b\r\nContent-Disposition: form-data; name=\"f\"; filename=\"{}", "x".repeat(5000)),
+            )),
+            Status(&[400]),
+        )
+        .keeps_answer(),
+        case(
+            "multipart: JSON sent as multipart",
+            raw(keyed(HOSTILE, "k-mp-4", "multipart/form-data; boundary=b", TICKET)),
+            Status(&[400]),
+        )
+        .keeps_answer(),
+        case(
+            "multipart: a part with no headers, then a NUL boundary",
+            raw(keyed(
+                HOSTILE,
+                "k-mp-5",
+                "multipart/form-data; boundary=\"\"",
+                "--\r\n\r\n\0--\r\n",
+            )),
+            Status(&[400]),
+        )
+        .keeps_answer(),
         case(
             "tenant: 65 characters",
             raw(keyed(&"t".repeat(65), key, json, TICKET)),

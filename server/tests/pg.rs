@@ -441,16 +441,16 @@ async fn a_database_with_a_newer_schema_is_refused_with_a_clear_error() {
     drop(Process::start(&db.url, ARGS)); // creates the schema
     assert_eq!(
         db.count("SELECT max(version)::bigint FROM oncekey_server_schema"),
-        1
+        2
     );
     db.sql(|c| {
-        c.batch_execute("UPDATE oncekey_server_schema SET version = 2")
+        c.batch_execute("UPDATE oncekey_server_schema SET version = 3")
             .unwrap()
     });
     let url = with_password(&db.url, "hunter2");
     let (code, stderr) = refused(&url, ARGS);
     assert_eq!(code, Some(1), "{stderr}");
-    assert!(stderr.contains("schema version 2"), "{stderr}");
+    assert!(stderr.contains("schema version 3"), "{stderr}");
     assert!(stderr.contains("newer oncekey-server"), "{stderr}");
     assert!(stderr.contains(db.name()), "names the database: {stderr}");
     assert!(stderr.contains(":***@"), "{stderr}");

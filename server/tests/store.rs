@@ -29,6 +29,7 @@ fn ticket() -> NewTicket {
         body: "b".into(),
         email: "a@b.c".into(),
         created_at: "2026-01-01T00:00:00.000Z".into(),
+        attachments: Vec::new(),
     }
 }
 
@@ -288,4 +289,70 @@ fn a_newer_sqlite_schema_is_refused() {
     let err = Store::open(path).unwrap_err().to_string();
     assert!(err.contains("schema version 7"), "{err}");
     assert!(err.contains("newer"), "{err}");
+}
+
+on_both!(attachments_are_written_and_rolled_back_with_their_ticket);
+async fn attachments_are_written_and_rolled_back_with_their_ticket(store: Store) {
+    let with_file = |bytes: &[u8]| NewTicket {
+        attachments: vec![oncekey_server::store::NewAttachment {
+            name: "a.bin".into(),
+            media_type: "application/octet-stream".into(),
+            bytes: bytes.to_vec(),
+            sha256: vec![1; 32],
+        }],
+        ..ticket()
+    };
+    // A completion that finds its lease taken over rolls the ticket back, its file with it.
+    let lost = with_file(b"lost");
+    let a = claim_request(1, 1_000, b"fp");
+    claim(&store, &a).await;
+    claim(&store, &claim_request(2, 2_500, b"fp")).await;
+    let rolled_back = store
+        .run(move |tx| {
+            let t = tx.insert_ticket(&lost, Some(&a.key))?;
+            let answer = Stored {
+                status: 201,
+                content_type: "application/json".into(),
+                body: b"{}".to_vec(),
+            };
+            tx.complete(&a, &answer, Some(t.id), a.now)?;
+            Ok(t.id)
+        })
+        .await;
+    assert!(matches!(rolled_back, Err(StoreError::LostLease)));
+    let kept = with_file(b"kept");
+    let id = store
+        .run(move |tx| tx.insert_ticket(&kept, None))
+        .await
+        .unwrap()
+        .id;
+    let listed = store.run(|tx| tx.list_tickets("t", 10)).await.unwrap();
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0].attachments.len(), 1);
+    assert_eq!(listed[0].attachments[0].size, 4);
+    assert_eq!(listed[0].attachments[0].sha256, "01".repeat(32));
+    let file = store
+        .run(move |tx| tx.attachment("t", id, 0))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(file.bytes, b"kept");
+    // Only the kept ticket's file is in the table: the rolled back one left none.
+    for n in [1, -1] {
+        assert!(store
+            .run(move |tx| tx.attachment("t", id, n))
+            .await
+            .unwrap()
+            .is_none());
+    }
+    assert!(store
+        .run(move |tx| tx.attachment("t", id - 1, 0))
+        .await
+        .unwrap()
+        .is_none());
+    assert!(store
+        .run(move |tx| tx.attachment("other", id, 0))
+        .await
+        .unwrap()
+        .is_none());
 }

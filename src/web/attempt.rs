@@ -87,7 +87,11 @@ async fn send(
             &JsValue::from_str(value),
         );
     };
-    set("Content-Type", r.encoding.content_type());
+    // An upload's body is FormData: the browser writes its multipart Content-Type.
+    let upload = super::upload::form_data(driver);
+    if upload.is_none() {
+        set("Content-Type", r.encoding.content_type());
+    }
     for (name, value) in r.headers.iter().chain(&o.headers) {
         set(name, value);
     }
@@ -114,7 +118,9 @@ async fn send(
     });
     init.set_signal(Some(&signal));
     // As fetch takes it: no body for GET and HEAD.
-    if r.method != "GET" && r.method != "HEAD" {
+    if let Some(form) = &upload {
+        init.set_body(form);
+    } else if r.method != "GET" && r.method != "HEAD" {
         init.set_body(&JsValue::from_str(&body));
     }
     let response: Response = JsFuture::from(fetch(&r.url, &init).map_err(failed)?)

@@ -88,6 +88,8 @@ pub(crate) struct Driver {
     warnings: Vec<String>,
     /// The global's `online` and `offline` events, fed to the core while the submitter lives.
     connection: RefCell<Option<Connection>>,
+    /// Uploads (`upload.rs`): IndexedDB, and the pending upload's fields and files.
+    pub(crate) uploads: RefCell<super::upload::Uploads>,
 }
 
 struct Machine {
@@ -413,6 +415,7 @@ impl Submitter {
             emitting: Cell::new(false),
             warnings,
             connection: RefCell::new(None),
+            uploads: RefCell::default(),
         });
         let weak = Rc::downgrade(&driver);
         let connection = Connection::watch(move |online| {
@@ -423,6 +426,7 @@ impl Submitter {
         });
         *driver.connection.borrow_mut() = connection;
         driver.drive();
+        super::upload::start(&driver);
         Ok(Submitter { driver })
     }
 
@@ -627,6 +631,7 @@ impl Driver {
         };
         match begun {
             Ok(Begun::Started) => {
+                super::upload::started(self);
                 self.machine.borrow_mut().last_text = None;
                 self.wait()
             }
@@ -638,6 +643,29 @@ impl Driver {
                 "the body cannot be sent: ".to_owned() + &b.message(),
             )),
         }
+    }
+
+    /// Takes up a record found after start-up (an upload in IndexedDB): `Ok(false)` when
+    /// another submission is pending already, `Err` with why it cannot be taken up.
+    pub(crate) fn take_up(&self, text: &str) -> Result<bool, String> {
+        let mut m = self.machine.borrow_mut();
+        if m.core.pending().is_some() {
+            return Ok(false);
+        }
+        match restore(&mut m.core, text, self.options.resume) {
+            Some(why) => Err(why),
+            None => Ok(true),
+        }
+    }
+
+    /// The fields that are never stored, sent from memory.
+    pub(crate) fn secrets(&self) -> Fields {
+        self.machine.borrow().secrets.clone()
+    }
+
+    /// Tells the listeners of a warning, the state unchanged.
+    pub(crate) fn warned(&self, warning: String) {
+        self.emit(self.snapshot(Some(warning)));
     }
 
     fn wait(self: &Rc<Self>) -> Settling {
@@ -720,9 +748,14 @@ impl Driver {
     /// Carries out the core's actions in order, then arms its timer.
     pub(crate) fn drive(self: &Rc<Self>) {
         loop {
+            // An upload's record is being written to IndexedDB: nothing goes on before it is.
+            if self.uploads.borrow().blocked {
+                break;
+            }
             let action = self.machine.borrow_mut().core.poll_action();
             let Some(action) = action else { break };
             match action {
+                Action::Persist(record) if super::upload::persist(self, record.to_json()) => {}
                 Action::Persist(record) => {
                     let warning = self.store.borrow_mut().write(&self.name, &record.to_json());
                     if let Some(warning) = warning {
@@ -741,6 +774,7 @@ impl Driver {
                     attempt::start(self.clone(), a, wire.0.ok(), wire.1);
                 }
                 Action::Forget => {
+                    super::upload::forget(self);
                     self.store.borrow_mut().remove(&self.name);
                     self.machine.borrow_mut().secrets = Fields::new();
                 }

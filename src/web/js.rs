@@ -71,6 +71,22 @@ export interface SubmitterOptions {
    * stored record. Given without `retry.budget`, the default budget is shortened to fit in it.
    */
   keyLifetimeMs?: number;
+  /**
+   * The largest upload (`submit(formData)`: fields and files) in bytes, default 25000000; a
+   * larger one is refused (code "body") before anything is stored.
+   */
+  maxBodyBytes?: number;
+}
+
+/** A pending submission of the origin, as `listPending(storage)` lists it. */
+export interface PendingEntry {
+  name: string;
+  key: string;
+  /** When its first attempt was made, Unix milliseconds. */
+  startedAt: number;
+  attempts: number;
+  /** The stored body's bytes (an upload's with its files). */
+  size: number;
 }
 
 /** How a submission ended, or why its retries stopped (`unsure`). */
@@ -433,13 +449,25 @@ impl JsSubmitter {
     /// Sends `body` once: resolves when the outcome is definite, or `unsure` when retries
     /// stopped. The same body while one is pending joins it. Rejects, with nothing stored or
     /// sent, for a body JSON cannot carry (code "body") or when another body is pending
-    /// ("pending"). `options.signal` aborts the wait ("aborted"; see `SubmitOptions`).
+    /// ("pending"). A `FormData` is an upload: sent as `multipart/form-data`, kept with its
+    /// files in IndexedDB until a definite answer, its files' SHA-256, names and types part of
+    /// "same body"; over `maxBodyBytes` it rejects ("body") before anything is stored.
+    /// `options.signal` aborts the wait ("aborted"; see `SubmitOptions`; not for an upload).
     #[wasm_bindgen(unchecked_return_type = "Promise<SubmitResult>")]
     pub fn submit(
         &self,
-        #[wasm_bindgen(unchecked_param_type = "unknown")] body: JsValue,
+        #[wasm_bindgen(unchecked_param_type = "unknown | FormData")] body: JsValue,
         #[wasm_bindgen(unchecked_optional_param_type = "SubmitOptions")] options: Option<JsValue>,
     ) -> Promise {
+        if let Some(form) = body.dyn_ref::<web_sys::FormData>() {
+            let (driver, form) = (self.inner.driver().clone(), form.clone());
+            return wasm_bindgen_futures::future_to_promise(async move {
+                match super::upload::submit(driver, form).await {
+                    Ok(s) => Ok(result(&s)),
+                    Err(e) => Err(e.into()),
+                }
+            });
+        }
         let begun = signal_of(&options.unwrap_or_default()).and_then(|signal| {
             let text = to_json(&body)?;
             Ok(settle(self.inner.driver().submit(&text), signal))

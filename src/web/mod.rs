@@ -9,6 +9,7 @@
 //! const tickets = new Submitter('new-ticket', { url: '/api/tickets' })
 //! tickets.pending()            // { key, body, attempts, startedAt } or null, read from storage
 //! await tickets.submit(body)   // { outcome, status, key, body, replayed, attempts, gaveUp }
+//! await tickets.submit(formData) // an upload: multipart/form-data, kept in IndexedDB
 //! await tickets.tryAgain()     // resend the pending submission: same key, same body
 //! tickets.submit(body, { signal }) // an abort rejects ("aborted"); the key stays pending
 //! tickets.sendAsNew()          // an expired submission, checked, sent again under a new key
@@ -48,6 +49,10 @@
 //! feature `small-alloc`, which `scripts/build-pkg.sh` turns on) and carries no `serde_json`
 //! and little formatting machinery: messages are built by concatenation.
 //!
+//! Uploads (`upload.rs`, over IndexedDB in `idb.rs`): a `FormData` body is sent as
+//! `multipart/form-data`, its fields and files kept in IndexedDB until a definite answer, the
+//! driver waiting for that write before its next action.
+//!
 //! The form kit (`form/`) wires a plain HTML form to a [`Submitter`], through its public API
 //! only: `attachForm` and `autoAttach` in JavaScript, [`FormKit`] in Rust.
 
@@ -58,9 +63,12 @@ mod driver;
 mod error;
 mod form;
 mod global;
+mod idb;
 pub(crate) mod js;
+pub(crate) mod listing;
 mod options;
 mod storage;
+mod upload;
 
 #[cfg(all(feature = "small-alloc", not(target_feature = "atomics")))]
 #[global_allocator]

@@ -90,6 +90,9 @@ pub struct Options {
     /// Headers for each attempt (a fresh token, a trace id), never stored. A header that cannot
     /// be sent is left out with a warning; the attempt still goes out.
     pub attempt_headers: Option<AttemptHeaders>,
+    /// The largest upload (`submit(formData)`: fields and files), in bytes; a larger one is
+    /// refused before anything is stored. 25 MB by default.
+    pub max_body_bytes: u64,
 }
 
 impl fmt::Debug for Options {
@@ -107,6 +110,7 @@ impl fmt::Debug for Options {
             .field("encoding", &self.encoding)
             .field("resume", &self.resume)
             .field("attempt_headers", &self.attempt_headers.is_some())
+            .field("max_body_bytes", &self.max_body_bytes)
             .finish()
     }
 }
@@ -126,6 +130,7 @@ impl Default for Options {
             encoding: Encoding::Json,
             resume: false,
             attempt_headers: None,
+            max_body_bytes: 25_000_000,
         }
     }
 }
@@ -145,6 +150,7 @@ const KNOWN: &[&str] = &[
     "encoding",
     "resume",
     "keyLifetimeMs",
+    "maxBodyBytes",
 ];
 const RETRY_KNOWN: &[&str] = &["attempts", "base", "cap", "budget"];
 
@@ -253,6 +259,15 @@ impl Options {
             o.resume = resume
                 .as_bool()
                 .ok_or_else(|| wrong("options.resume", "true or false", &resume))?;
+        }
+        let max = get(value, "maxBodyBytes");
+        if !max.is_undefined() {
+            o.max_body_bytes = match max.as_f64() {
+                Some(n) if (1.0..=9_007_199_254_740_991.0).contains(&n) && n.fract() == 0.0 => {
+                    n as u64
+                }
+                _ => return Err(wrong("options.maxBodyBytes", "a whole number of bytes above 0", &max)),
+            };
         }
         o.headers = headers(&get(value, "headers"))?;
         let attempt_headers = get(value, "attemptHeaders");

@@ -1,4 +1,4 @@
-import init, { attachForm } from 'oncekey'
+import init, { attachForm, listPending } from 'oncekey'
 import './style.css'
 
 // Each visitor (and each end-to-end test) can have its own ticket lists: /?tenant=NAME. The
@@ -38,6 +38,12 @@ function renderTickets(list, count, tickets) {
       const who = document.createElement('span')
       who.textContent = ` ${t.email}`
       li.append(subject, who)
+      for (const a of t.attachments || []) {
+        const file = document.createElement('span')
+        file.className = 'attachment'
+        file.textContent = ` 📎 ${a.name} (${Math.ceil(a.size / 1024)} KB, sha256 ${a.sha256.slice(0, 12)}…)`
+        li.append(file)
+      }
       return li
     }),
   )
@@ -84,12 +90,18 @@ function wirePlainForm(form) {
   const button = form.querySelector('button')
   form.addEventListener('submit', async (event) => {
     event.preventDefault()
-    const body = Object.fromEntries(new FormData(form))
+    const data = new FormData(form)
+    const file = data.get('attachment')
+    // With a file, the usual multipart upload; without, JSON. Either way no key.
+    const upload = file instanceof File && (file.size > 0 || file.name !== '')
+    if (!upload) data.delete('attachment')
     const send = () =>
       fetch(form.action, {
         method: 'POST',
-        headers: { 'Content-Type': 'application/json', 'X-Tenant': plainTenant, ...faultHeaders() },
-        body: JSON.stringify(body),
+        headers: upload
+          ? { 'X-Tenant': plainTenant, ...faultHeaders() }
+          : { 'Content-Type': 'application/json', 'X-Tenant': plainTenant, ...faultHeaders() },
+        body: upload ? data : JSON.stringify(Object.fromEntries(data)),
       })
     button.disabled = true
     status.textContent = 'Sending…'
@@ -123,6 +135,17 @@ attachForm(form, {
   successMessage: (ticket) => `Ticket #${ticket.id} created: “${ticket.subject}”.`,
 })
 wirePlainForm($('plain-form'))
+// What was not confirmed in this origin (uploads are kept in IndexedDB, across closing the tab).
+async function showPending() {
+  const all = [...(await listPending('session')), ...(await listPending('indexeddb'))]
+  const note = $('pending-note')
+  note.hidden = all.length === 0
+  note.textContent = all.length
+    ? `${all.length} submission${all.length > 1 ? 's' : ''} not confirmed yet: ${all.map((p) => `${p.name} (key ${p.key.slice(0, 8)}…, ${p.attempts} attempts)`).join(', ')}`
+    : ''
+}
+form.addEventListener('oncekey:change', () => showPending().catch(() => {}))
+showPending().catch(() => {})
 refreshTickets()
 setInterval(refreshTickets, 2000)
 // The countdown to the next attempt.

@@ -114,8 +114,17 @@ pub trait Tx {
     /// Inserts a ticket and returns it.
     fn insert_ticket(&mut self, t: &NewTicket, key: Option<&str>) -> Result<Ticket, StoreError>;
 
-    /// The tenant's newest tickets, newest first.
+    /// The tenant's newest tickets, newest first, each with its attachments' descriptions.
     fn list_tickets(&mut self, tenant: &str, limit: i64) -> Result<Vec<Ticket>, StoreError>;
+
+    /// The bytes of the tenant's ticket `ticket_id`'s attachment `n` (0-based, in the order of
+    /// `attachments`), with their media type; `None` when there is no such attachment.
+    fn attachment(
+        &mut self,
+        tenant: &str,
+        ticket_id: i64,
+        n: i64,
+    ) -> Result<Option<File>, StoreError>;
 
     /// The tenant's counts.
     fn counts(&mut self, tenant: &str) -> Result<Counts, StoreError>;
@@ -415,6 +424,94 @@ pub struct NewTicket {
     pub email: String,
     /// RFC 3339.
     pub created_at: String,
+    /// Its files, in the order they came (stored in the ticket's transaction).
+    pub attachments: Vec<NewAttachment>,
+}
+
+/// A file sent with a ticket.
+#[derive(Clone)]
+pub struct NewAttachment {
+    /// Its file name, as the client gave it.
+    pub name: String,
+    /// Its media type (`application/octet-stream` when the client gave none).
+    pub media_type: String,
+    /// Its bytes.
+    pub bytes: Vec<u8>,
+    /// The SHA-256 of its bytes.
+    pub sha256: Vec<u8>,
+}
+
+impl std::fmt::Debug for NewAttachment {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NewAttachment")
+            .field("name", &self.name)
+            .field("media_type", &self.media_type)
+            .field("size", &self.bytes.len())
+            .finish()
+    }
+}
+
+impl NewAttachment {
+    /// How the API describes it.
+    pub fn describe(&self) -> Attachment {
+        Attachment {
+            name: self.name.clone(),
+            media_type: self.media_type.clone(),
+            size: i64::try_from(self.bytes.len()).unwrap_or(i64::MAX),
+            sha256: hex(&self.sha256),
+        }
+    }
+}
+
+/// Puts each (ticket id, attachment) in order into its ticket of `tickets`.
+pub(crate) fn attach(tickets: &mut [Ticket], files: Vec<(i64, Attachment)>) {
+    let at: std::collections::HashMap<i64, usize> =
+        tickets.iter().enumerate().map(|(i, t)| (t.id, i)).collect();
+    for (id, file) in files {
+        if let Some(&i) = at.get(&id) {
+            tickets[i].attachments.push(file);
+        }
+    }
+}
+
+/// Lower-case hex of `bytes`.
+pub(crate) fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// A stored attachment's name, media type and bytes.
+#[derive(Clone)]
+pub struct File {
+    /// Its file name.
+    pub name: String,
+    /// Its media type.
+    pub media_type: String,
+    /// Its bytes.
+    pub bytes: Vec<u8>,
+}
+
+impl std::fmt::Debug for File {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("File")
+            .field("name", &self.name)
+            .field("media_type", &self.media_type)
+            .field("size", &self.bytes.len())
+            .finish()
+    }
+}
+
+/// A ticket's file as the API lists it (`GET /api/tickets/{id}/attachments/{n}` has its bytes).
+#[derive(Debug, Clone, serde::Serialize, PartialEq, Eq)]
+pub struct Attachment {
+    /// Its file name.
+    pub name: String,
+    /// Its media type.
+    #[serde(rename = "type")]
+    pub media_type: String,
+    /// Its size in bytes.
+    pub size: i64,
+    /// The SHA-256 of its bytes, lower-case hex.
+    pub sha256: String,
 }
 
 /// A ticket as the API shows it.
@@ -431,6 +528,8 @@ pub struct Ticket {
     /// When it was created, RFC 3339.
     #[serde(rename = "createdAt")]
     pub created_at: String,
+    /// Its files (none for a JSON or form ticket).
+    pub attachments: Vec<Attachment>,
 }
 
 /// Counts kept in the database for one tenant.

@@ -30,12 +30,28 @@ use postgres::{Client, Config, NoTls, Statement};
 use tokio::sync::oneshot;
 
 use super::{
-    chain, ClaimRequest, Claimed, Counts, Decision, Found, KeyClaim, Kind, NewTicket, StoreError,
-    Stored, Ticket, Tx, Work,
+    attach, chain, hex, Attachment, ClaimRequest, Claimed, Counts, Decision, File, Found, KeyClaim,
+    Kind, NewTicket, StoreError, Stored, Ticket, Tx, Work,
 };
 
-/// The schema version this server writes.
-const SCHEMA_VERSION: i32 = 1;
+/// The schema version this server writes: 2 added `attachments` (a version 1 database is
+/// migrated in place).
+const SCHEMA_VERSION: i32 = 2;
+
+/// What version 2 added.
+const ATTACHMENTS: &str = "
+CREATE TABLE attachments (
+    ticket_id BIGINT NOT NULL REFERENCES tickets (id),
+    -- 0-based, in the order the files came.
+    n INTEGER NOT NULL,
+    name TEXT NOT NULL,
+    media_type TEXT NOT NULL,
+    size BIGINT NOT NULL,
+    sha256 BYTEA NOT NULL,
+    bytes BYTEA NOT NULL,
+    PRIMARY KEY (ticket_id, n)
+);
+";
 
 /// The same tables as SQLite's, in PostgreSQL's types.
 const SCHEMA: &str = "
@@ -90,6 +106,9 @@ struct Statements {
     release: Statement,
     insert_ticket: Statement,
     list_tickets: Statement,
+    insert_attachment: Statement,
+    list_attachments: Statement,
+    attachment: Statement,
     count_tickets: Statement,
     count_receipts: Statement,
     sweep: Statement,
@@ -133,6 +152,19 @@ impl Statements {
             list_tickets: client.prepare(
                 "SELECT id, subject, body, email, created_at FROM tickets
                  WHERE tenant = $1 ORDER BY id DESC LIMIT $2",
+            )?,
+            insert_attachment: client.prepare(
+                "INSERT INTO attachments (ticket_id, n, name, media_type, size, sha256, bytes)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7)",
+            )?,
+            list_attachments: client.prepare(
+                "SELECT a.ticket_id, a.name, a.media_type, a.size, a.sha256
+                 FROM attachments a JOIN tickets t ON t.id = a.ticket_id
+                 WHERE t.tenant = $1 AND a.ticket_id >= $2 ORDER BY a.ticket_id, a.n",
+            )?,
+            attachment: client.prepare(
+                "SELECT a.name, a.media_type, a.bytes FROM attachments a JOIN tickets t ON t.id = a.ticket_id
+                 WHERE t.tenant = $1 AND a.ticket_id = $2 AND a.n = $3",
             )?,
             count_tickets: client.prepare("SELECT count(*) FROM tickets WHERE tenant = $1")?,
             count_receipts: client.prepare(
@@ -240,6 +272,7 @@ fn migrate(client: &mut Client) -> Result<(), StoreError> {
         .try_get(0)?;
     if !exists {
         tx.batch_execute(SCHEMA)?;
+        tx.batch_execute(ATTACHMENTS)?;
         tx.execute(
             "INSERT INTO oncekey_server_schema (version) VALUES ($1)",
             &[&SCHEMA_VERSION],
@@ -253,6 +286,16 @@ fn migrate(client: &mut Client) -> Result<(), StoreError> {
         .try_get(0)?;
     match version {
         Some(SCHEMA_VERSION) => Ok(()),
+        Some(1) => {
+            tx.batch_execute(ATTACHMENTS)?;
+            tx.execute(
+                "UPDATE oncekey_server_schema SET version = $1",
+                &[&SCHEMA_VERSION],
+            )?;
+            tx.commit()?;
+            tracing::info!(version = SCHEMA_VERSION, "migrated the PostgreSQL schema");
+            Ok(())
+        }
         Some(v) if v > SCHEMA_VERSION => Err(StoreError::Open(format!(
             "the database has oncekey-server schema version {v}; this server knows version \
              {SCHEMA_VERSION} (a newer oncekey-server made it): refusing to use it"
@@ -530,12 +573,22 @@ impl Tx for PgTx<'_> {
                 &key,
             ],
         )?;
+        let id: i64 = row.try_get(0)?;
+        for (n, a) in t.attachments.iter().enumerate() {
+            let n = i32::try_from(n).unwrap_or(i32::MAX);
+            let size = i64::try_from(a.bytes.len()).unwrap_or(i64::MAX);
+            self.client.execute(
+                &self.st.insert_attachment,
+                &[&id, &n, &a.name, &a.media_type, &size, &a.sha256, &a.bytes],
+            )?;
+        }
         Ok(Ticket {
-            id: row.try_get(0)?,
+            id,
             subject: t.subject.clone(),
             body: t.body.clone(),
             email: t.email.clone(),
             created_at: t.created_at.clone(),
+            attachments: t.attachments.iter().map(|a| a.describe()).collect(),
         })
     }
 
@@ -551,9 +604,57 @@ impl Tx for PgTx<'_> {
                     body: r.try_get(2)?,
                     email: r.try_get(3)?,
                     created_at: r.try_get(4)?,
+                    attachments: Vec::new(),
                 })
             })
-            .collect()
+            .collect::<Result<Vec<_>, StoreError>>()
+            .and_then(|mut tickets| {
+                let Some(oldest) = tickets.last().map(|t| t.id) else {
+                    return Ok(tickets);
+                };
+                let rows = self
+                    .client
+                    .query(&self.st.list_attachments, &[&tenant, &oldest])?;
+                let files = rows
+                    .iter()
+                    .map(|r| {
+                        let sha: Vec<u8> = r.try_get(4)?;
+                        Ok((
+                            r.try_get::<_, i64>(0)?,
+                            Attachment {
+                                name: r.try_get(1)?,
+                                media_type: r.try_get(2)?,
+                                size: r.try_get(3)?,
+                                sha256: hex(&sha),
+                            },
+                        ))
+                    })
+                    .collect::<Result<Vec<_>, StoreError>>()?;
+                attach(&mut tickets, files);
+                Ok(tickets)
+            })
+    }
+
+    fn attachment(
+        &mut self,
+        tenant: &str,
+        ticket_id: i64,
+        n: i64,
+    ) -> Result<Option<File>, StoreError> {
+        let Ok(n) = i32::try_from(n) else {
+            return Ok(None);
+        };
+        let row = self
+            .client
+            .query_opt(&self.st.attachment, &[&tenant, &ticket_id, &n])?;
+        match row {
+            Some(r) => Ok(Some(File {
+                name: r.try_get(0)?,
+                media_type: r.try_get(1)?,
+                bytes: r.try_get(2)?,
+            })),
+            None => Ok(None),
+        }
     }
 
     fn counts(&mut self, tenant: &str) -> Result<Counts, StoreError> {

@@ -26,12 +26,28 @@ use rusqlite::{params, Connection};
 use tokio::sync::oneshot;
 
 use super::{
-    ClaimRequest, Claimed, Counts, Decision, Found, KeyClaim, Kind, NewTicket, StoreError, Stored,
-    Ticket, Tx, Work,
+    attach, hex, Attachment, ClaimRequest, Claimed, Counts, Decision, File, Found, KeyClaim, Kind,
+    NewTicket, StoreError, Stored, Ticket, Tx, Work,
 };
 
-/// The schema version this server writes.
-const SCHEMA_VERSION: i64 = 1;
+/// The schema version this server writes: 2 added `attachments` (a version 1 database is
+/// migrated in place).
+const SCHEMA_VERSION: i64 = 2;
+
+/// What version 2 added.
+const ATTACHMENTS: &str = "
+CREATE TABLE attachments (
+    ticket_id INTEGER NOT NULL REFERENCES tickets (id),
+    -- 0-based, in the order the files came.
+    n INTEGER NOT NULL,
+    name TEXT NOT NULL,
+    media_type TEXT NOT NULL,
+    size INTEGER NOT NULL,
+    sha256 BLOB NOT NULL,
+    bytes BLOB NOT NULL,
+    PRIMARY KEY (ticket_id, n)
+) WITHOUT ROWID;
+";
 
 const SCHEMA: &str = "
 CREATE TABLE tickets (
@@ -234,8 +250,15 @@ fn migrate(conn: &Connection) -> Result<(), StoreError> {
     match version {
         0 => {
             conn.execute_batch(&format!(
-                "BEGIN; {SCHEMA} PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;"
+                "BEGIN; {SCHEMA} {ATTACHMENTS} PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;"
             ))?;
+            Ok(())
+        }
+        1 => {
+            conn.execute_batch(&format!(
+                "BEGIN; {ATTACHMENTS} PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;"
+            ))?;
+            tracing::info!(version = SCHEMA_VERSION, "migrated the SQLite schema");
             Ok(())
         }
         SCHEMA_VERSION => Ok(()),
@@ -463,12 +486,29 @@ impl Tx for Connection {
             t.created_at,
             key
         ])?;
+        let id = self.last_insert_rowid();
+        for (n, a) in t.attachments.iter().enumerate() {
+            self.prepare_cached(
+                "INSERT INTO attachments (ticket_id, n, name, media_type, size, sha256, bytes)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+            )?
+            .execute(params![
+                id,
+                n as i64,
+                a.name,
+                a.media_type,
+                a.bytes.len() as i64,
+                a.sha256,
+                a.bytes
+            ])?;
+        }
         Ok(Ticket {
-            id: self.last_insert_rowid(),
+            id,
             subject: t.subject.clone(),
             body: t.body.clone(),
             email: t.email.clone(),
             created_at: t.created_at.clone(),
+            attachments: t.attachments.iter().map(|a| a.describe()).collect(),
         })
     }
 
@@ -484,9 +524,53 @@ impl Tx for Connection {
                 body: r.get(2)?,
                 email: r.get(3)?,
                 created_at: r.get(4)?,
+                attachments: Vec::new(),
             })
         })?;
-        Ok(rows.collect::<Result<_, _>>()?)
+        let mut tickets: Vec<Ticket> = rows.collect::<Result<_, _>>()?;
+        let Some(oldest) = tickets.last().map(|t| t.id) else {
+            return Ok(tickets);
+        };
+        let mut stmt = self.prepare_cached(
+            "SELECT a.ticket_id, a.name, a.media_type, a.size, a.sha256
+             FROM attachments a JOIN tickets t ON t.id = a.ticket_id
+             WHERE t.tenant = ?1 AND a.ticket_id >= ?2 ORDER BY a.ticket_id, a.n",
+        )?;
+        let files = stmt.query_map(params![tenant, oldest], |r| {
+            let sha: Vec<u8> = r.get(4)?;
+            Ok((
+                r.get::<_, i64>(0)?,
+                Attachment {
+                    name: r.get(1)?,
+                    media_type: r.get(2)?,
+                    size: r.get(3)?,
+                    sha256: hex(&sha),
+                },
+            ))
+        })?;
+        attach(&mut tickets, files.collect::<Result<Vec<_>, _>>()?);
+        Ok(tickets)
+    }
+
+    fn attachment(
+        &mut self,
+        tenant: &str,
+        ticket_id: i64,
+        n: i64,
+    ) -> Result<Option<File>, StoreError> {
+        let mut stmt = self.prepare_cached(
+            "SELECT a.name, a.media_type, a.bytes FROM attachments a JOIN tickets t ON t.id = a.ticket_id
+             WHERE t.tenant = ?1 AND a.ticket_id = ?2 AND a.n = ?3",
+        )?;
+        let mut rows = stmt.query(params![tenant, ticket_id, n])?;
+        match rows.next()? {
+            Some(r) => Ok(Some(File {
+                name: r.get(0)?,
+                media_type: r.get(1)?,
+                bytes: r.get(2)?,
+            })),
+            None => Ok(None),
+        }
     }
 
     fn counts(&mut self, tenant: &str) -> Result<Counts, StoreError> {

@@ -6,8 +6,6 @@
 //! and a stored body put back into the fields after a reload.
 
 use crate::core::body::{Fields, Value};
-use super::messages::{Message, Messages};
-use crate::core::text::quoted;
 use crate::prelude::*;
 use js_sys::{Array, Reflect};
 use wasm_bindgen::{JsCast, JsValue};
@@ -81,19 +79,21 @@ pub(crate) struct Read {
     pub body: Fields,
     /// The secret fields, the same way.
     pub secrets: Fields,
+    /// A file was chosen: the form goes out as an upload (`multipart/form-data`).
+    pub files: bool,
 }
 
-/// Reads the form's fields as the browser would submit them; a message for the person when it
-/// cannot be sent (a chosen file).
+/// Reads the form's fields as the browser would submit them (the files only noted: an upload
+/// reads them itself); a message for the person when the form cannot be read.
 pub(crate) fn read_fields(
     form: &HtmlFormElement,
     secret_names: &[String],
-    m: &Messages,
 ) -> Result<Read, String> {
     let data = FormData::new_with_form(form).map_err(|e| super::view::describe(&e))?;
     let mut read = Read {
         body: Fields::new(),
         secrets: Fields::new(),
+        files: false,
     };
     // Its [name, value] pairs, by Array.from (leaner than the iterator protocol in wasm).
     for entry in Array::from(&data).iter() {
@@ -101,7 +101,7 @@ pub(crate) fn read_fields(
         let name = pair.get(0).as_string().unwrap_or_default();
         let value = pair.get(1);
         let Some(text) = value.as_string() else {
-            // A File: refused only when one was chosen (an empty file input sends nothing).
+            // A File: an upload when one was chosen (an empty file input sends nothing).
             let size = Reflect::get(&value, &JsValue::from_str("size"))
                 .ok()
                 .and_then(|v| v.as_f64())
@@ -110,9 +110,7 @@ pub(crate) fn read_fields(
                 .ok()
                 .and_then(|v| v.as_string())
                 .unwrap_or_default();
-            if size > 0.0 || !file.is_empty() {
-                return Err(m.fill(Message::FileField, &[("field", &quoted(&name))]));
-            }
+            read.files |= size > 0.0 || !file.is_empty();
             continue;
         };
         let target = if secret_names.contains(&name) {

@@ -22,7 +22,7 @@ use super::fields::{read_fields, restore_fields, secret_field_names};
 use super::messages::{Message, Messages};
 use super::view::{set, status_of};
 use super::{FormLock, FormOptions, Resume, SuccessMessage};
-use crate::web::{Error, ErrorCode, Listener, Settling, Submitter, Update};
+use crate::web::{Error, ErrorCode, Listener, Settlement, Submitter, Update};
 
 /// A form wired to a submitter.
 pub(super) struct Kit {
@@ -117,7 +117,22 @@ impl Kit {
         });
         Kit::wire(&kit);
         let _ = form.set_attribute("data-oncekey-state", kit.submitter.state().as_str());
+        let had = kit.submitter.pending().is_some();
         Kit::take_up_pending(&kit, o.resume);
+        if !had {
+            // An upload is found in IndexedDB a moment later: taken up the same way.
+            let weak = Rc::downgrade(&kit);
+            let resume = o.resume;
+            kit.submitter.when_loaded(move |taken_up| {
+                if let Some(kit) = weak.upgrade() {
+                    // Only what came from IndexedDB: an unsure submission of this page's own
+                    // is the person's to try again.
+                    if taken_up && kit.submitter.state() == State::Unsure && !kit.in_flight.get() {
+                        Kit::take_up_pending(&kit, resume);
+                    }
+                }
+            });
+        }
         Ok(kit)
     }
 
@@ -181,7 +196,12 @@ impl Kit {
         let Some(pending) = kit.submitter.pending() else {
             return;
         };
-        if let Value::Object(fields) = pending.body() {
+        // An upload's body is its description: its fields are under "fields".
+        let body = match pending.body() {
+            Value::Object(b) if matches!(b.get("files"), Some(Value::Array(_))) => b.get("fields"),
+            b => Some(b),
+        };
+        if let Some(Value::Object(fields)) = body {
             restore_fields(&kit.form, fields);
         }
         let detail = Object::new();
@@ -203,7 +223,7 @@ impl Kit {
 
     fn on_submit(kit: &Rc<Kit>) {
         if kit.asking_secrets.replace(false) {
-            match read_fields(&kit.form, &kit.secret_names, &kit.messages) {
+            match read_fields(&kit.form, &kit.secret_names) {
                 Ok(read) => {
                     if let Err(e) = kit.submitter.set_secrets(read.secrets) {
                         return kit.say(e.message());
@@ -230,12 +250,25 @@ impl Kit {
         clear_field_errors(&kit.form);
         let _ = kit.form.remove_attribute("data-oncekey-outcome");
         // Read before locking: disabled fields are not submitted.
-        let read = match read_fields(&kit.form, &kit.secret_names, &kit.messages) {
+        let read = match read_fields(&kit.form, &kit.secret_names) {
             Ok(read) => read,
             Err(message) => return kit.say(&message),
         };
         if let Err(e) = kit.submitter.set_secrets(read.secrets) {
             return kit.say(e.message());
+        }
+        if read.files {
+            // An upload: fields and files as the browser reads them, less the secrets (sent
+            // from memory, never stored).
+            let data = match web_sys::FormData::new_with_form(&kit.form) {
+                Ok(data) => data,
+                Err(e) => return kit.say(&super::view::describe(&e)),
+            };
+            for name in &kit.secret_names {
+                data.delete(name);
+            }
+            kit.hold(false);
+            return Kit::settle_later(kit, kit.submitter.submit_form(data));
         }
         // Locked in the submit's own task, before the driver's first step.
         kit.hold(false);
@@ -274,7 +307,10 @@ impl Kit {
     }
 
     /// Shows the settlement of `work` when it comes, unless the kit moved on meanwhile.
-    fn settle_later(kit: &Rc<Kit>, work: Settling) {
+    fn settle_later(
+        kit: &Rc<Kit>,
+        work: impl ::core::future::Future<Output = Result<Settlement, Error>> + 'static,
+    ) {
         let round = kit.round.get().wrapping_add(1);
         kit.round.set(round);
         kit.in_flight.set(true);

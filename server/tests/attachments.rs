@@ -1,0 +1,636 @@
+//! Tickets with files (`multipart/form-data`) over real HTTP, on SQLite and on PostgreSQL: one
+//! key makes one ticket with its files, whose listed SHA-256 is the file's; the same key with
+//! other files is a `422`; an upload over `--max-upload` is a `413`; malformed multipart is a
+//! `400` naming what was wrong; the bytes come back from `GET /api/tickets/{id}/attachments/{n}`.
+//!
+//! The PostgreSQL runs need `ONCEKEY_PG_URL` (`bash scripts/with-pg.sh cargo test -p
+//! oncekey-server --test attachments`); without it they say they are skipped.
+
+mod common;
+
+use common::{send, send_until_definite, Answer, Desk, TICKET};
+use oncekey_server::Config;
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+/// A file part: (field name, file name, media type, bytes).
+type FilePart<'a> = (&'a str, &'a str, &'a str, &'a [u8]);
+
+const BOUNDARY: &str = "----oncekey-test-boundary-7MA4YWxkTrZu0gW";
+
+const FIELDS: &[(&str, &str)] = &[
+    ("subject", "Printer on fire"),
+    ("body", "Third floor, again."),
+    ("email", "ada@example.com"),
+];
+
+/// A `multipart/form-data` body of these fields and files, as a browser writes one.
+fn multipart(fields: &[(&str, &str)], files: &[FilePart]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for (name, value) in fields {
+        out.extend_from_slice(
+            format!(
+                "--{BOUNDARY}\r\nContent-Disposition: form-data; name=\"{name}\"\r\n\r\n{value}\r\n"
+            )
+            .as_bytes(),
+        );
+    }
+    for (field, file, media, bytes) in files {
+        out.extend_from_slice(
+            format!(
+                "--{BOUNDARY}\r\nContent-Disposition: form-data; name=\"{field}\"; filename=\"{file}\"\r\nContent-Type: {media}\r\n\r\n"
+            )
+            .as_bytes(),
+        );
+        out.extend_from_slice(bytes);
+        out.extend_from_slice(b"\r\n");
+    }
+    out.extend_from_slice(format!("--{BOUNDARY}--\r\n").as_bytes());
+    out
+}
+
+fn sha256_hex(bytes: &[u8]) -> String {
+    Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// A file a few chunks long, with every byte value in it (not text).
+fn screenshot() -> Vec<u8> {
+    (0..200_000u32).map(|i| (i * 7 + i / 251) as u8).collect()
+}
+
+fn upload(desk: &Desk, key: Option<&str>, body: Vec<u8>) -> reqwest::RequestBuilder {
+    upload_as(
+        desk,
+        key,
+        &format!("multipart/form-data; boundary={BOUNDARY}"),
+        body,
+    )
+}
+
+fn upload_as(
+    desk: &Desk,
+    key: Option<&str>,
+    content_type: &str,
+    body: Vec<u8>,
+) -> reqwest::RequestBuilder {
+    let mut request = desk
+        .client
+        .post(desk.url("/api/tickets"))
+        .header("X-Tenant", &desk.tenant)
+        .header("Content-Type", content_type)
+        .body(body);
+    if let Some(key) = key {
+        request = request.header("Idempotency-Key", key);
+    }
+    request
+}
+
+async fn get_attachment(
+    desk: &Desk,
+    tenant: &str,
+    path: &str,
+) -> (Answer, reqwest::header::HeaderMap) {
+    let response = desk
+        .client
+        .get(desk.url(path))
+        .header("X-Tenant", tenant)
+        .send()
+        .await
+        .unwrap();
+    let headers = response.headers().clone();
+    (Answer::read(response).await, headers)
+}
+
+/// Runs `scenario` on a desk of its own on SQLite, and on PostgreSQL when one is configured.
+macro_rules! on_both_stores {
+    ($sqlite:ident, $pg:ident, $scenario:ident, $config:expr) => {
+        #[tokio::test]
+        async fn $sqlite() {
+            let desk = Desk::with("uploads-sqlite", $config).await;
+            $scenario(&desk).await;
+            desk.server.shutdown().await;
+        }
+
+        #[tokio::test]
+        async fn $pg() {
+            let Some(db) = common::pg::fresh(concat!("attachments::", stringify!($pg))) else {
+                return;
+            };
+            let desk = Desk::with(
+                "uploads-pg",
+                Config {
+                    db: db.url.clone(),
+                    db_connections: 2,
+                    ..$config
+                },
+            )
+            .await;
+            $scenario(&desk).await;
+            desk.server.shutdown().await;
+            drop(db);
+        }
+    };
+}
+
+fn faults() -> Config {
+    Config {
+        faults: true,
+        lease: std::time::Duration::from_millis(300),
+        ..Config::default()
+    }
+}
+
+fn small_uploads() -> Config {
+    Config {
+        max_upload: 100_000,
+        ..faults()
+    }
+}
+
+async fn a_lost_reply_then_a_retry_makes_one_ticket_with_the_files_bytes(desk: &Desk) {
+    let file = screenshot();
+    let body = || {
+        multipart(
+            FIELDS,
+            &[("attachment", "screen shot.png", "image/png", &file)],
+        )
+    };
+    let lost = upload(desk, Some("k-upload"), body())
+        .header("X-Fault", "drop-reply")
+        .send()
+        .await;
+    if let Ok(r) = lost {
+        panic!(
+            "the first reply is lost, not {}",
+            String::from_utf8_lossy(&r.bytes().await.unwrap())
+        );
+    }
+    let retry = send_until_definite(|| upload(desk, Some("k-upload"), body())).await;
+    assert_eq!(
+        retry.status,
+        201,
+        "{}",
+        String::from_utf8_lossy(&retry.body)
+    );
+    assert!(retry.replayed, "the retry gets the first answer");
+    let listed = desk.tickets().await;
+    assert_eq!(listed.len(), 1, "one ticket: {listed:?}");
+    assert_eq!(
+        retry.json(),
+        listed[0],
+        "the answer is the ticket as listed"
+    );
+    let ticket = &listed[0];
+    assert_eq!(ticket["subject"], "Printer on fire");
+    let files = ticket["attachments"].as_array().unwrap();
+    assert_eq!(files.len(), 1, "{ticket}");
+    assert_eq!(files[0]["name"], "screen shot.png");
+    assert_eq!(files[0]["type"], "image/png");
+    assert_eq!(files[0]["size"], file.len());
+    assert_eq!(files[0]["sha256"], sha256_hex(&file).as_str());
+    let id = ticket["id"].as_i64().unwrap();
+    let (got, headers) = get_attachment(
+        desk,
+        &desk.tenant,
+        &format!("/api/tickets/{id}/attachments/0"),
+    )
+    .await;
+    assert_eq!(got.status, 200);
+    assert_eq!(got.content_type, "image/png");
+    assert_eq!(sha256_hex(&got.body), sha256_hex(&file));
+    assert_eq!(got.body, file);
+    assert_eq!(headers["x-content-type-options"], "nosniff");
+    assert_eq!(
+        headers["content-disposition"],
+        "attachment; filename*=UTF-8''screen%20shot.png"
+    );
+    // Another tenant, another number, or no number at all: 404.
+    for (tenant, path) in [
+        ("someone-else", format!("/api/tickets/{id}/attachments/0")),
+        (
+            desk.tenant.as_str(),
+            format!("/api/tickets/{id}/attachments/1"),
+        ),
+        (
+            desk.tenant.as_str(),
+            format!("/api/tickets/{id}/attachments/-1"),
+        ),
+        (
+            desk.tenant.as_str(),
+            format!("/api/tickets/{id}/attachments/x"),
+        ),
+        (
+            desk.tenant.as_str(),
+            "/api/tickets/99999/attachments/0".into(),
+        ),
+    ] {
+        let (got, _) = get_attachment(desk, tenant, &path).await;
+        assert_eq!(got.status, 404, "{tenant} {path}");
+        assert_eq!(got.content_type, "application/problem+json");
+    }
+    assert_eq!(desk.stat("tickets").await, 1);
+}
+
+on_both_stores!(
+    a_lost_reply_then_a_retry_makes_one_ticket_with_the_files_bytes_sqlite,
+    a_lost_reply_then_a_retry_makes_one_ticket_with_the_files_bytes_pg,
+    a_lost_reply_then_a_retry_makes_one_ticket_with_the_files_bytes,
+    faults()
+);
+
+async fn the_same_key_with_other_files_is_a_422(desk: &Desk) {
+    let file = screenshot();
+    let first = send(upload(
+        desk,
+        Some("k-files"),
+        multipart(FIELDS, &[("attachment", "a.png", "image/png", &file)]),
+    ))
+    .await;
+    assert_eq!(first.status, 201);
+    let mut other = file.clone();
+    other[100_000] ^= 1;
+    let others: [(&str, Vec<u8>); 5] = [
+        (
+            "one byte changed",
+            multipart(FIELDS, &[("attachment", "a.png", "image/png", &other)]),
+        ),
+        (
+            "another name",
+            multipart(FIELDS, &[("attachment", "b.png", "image/png", &file)]),
+        ),
+        (
+            "another type",
+            multipart(FIELDS, &[("attachment", "a.png", "image/jpeg", &file)]),
+        ),
+        ("no file", multipart(FIELDS, &[])),
+        (
+            "one file more",
+            multipart(
+                FIELDS,
+                &[
+                    ("attachment", "a.png", "image/png", &file),
+                    ("attachment", "c.txt", "text/plain", b"hello"),
+                ],
+            ),
+        ),
+    ];
+    for (what, body) in others {
+        let again = send(upload(desk, Some("k-files"), body)).await;
+        assert_eq!(again.status, 422, "{what}");
+        assert_eq!(again.content_type, "application/problem+json", "{what}");
+        assert_eq!(again.invalid_names(), ["Idempotency-Key"], "{what}");
+    }
+    // The first body again is still its first answer.
+    let repeat = send(upload(
+        desk,
+        Some("k-files"),
+        multipart(FIELDS, &[("attachment", "a.png", "image/png", &file)]),
+    ))
+    .await;
+    assert!(repeat.replayed);
+    assert_eq!(repeat.body, first.body);
+    assert_eq!(desk.stat("tickets").await, 1);
+    assert_eq!(desk.stat("conflicts").await, 5);
+}
+
+on_both_stores!(
+    the_same_key_with_other_files_is_a_422_sqlite,
+    the_same_key_with_other_files_is_a_422_pg,
+    the_same_key_with_other_files_is_a_422,
+    faults()
+);
+
+async fn an_upload_over_the_limit_is_a_413_problem_and_stores_nothing(desk: &Desk) {
+    // --max-upload is 100,000 bytes here.
+    let big = vec![7u8; 100_001];
+    let answer = send(upload(
+        desk,
+        Some("k-big"),
+        multipart(
+            FIELDS,
+            &[("attachment", "big.bin", "application/octet-stream", &big)],
+        ),
+    ))
+    .await;
+    assert_eq!(
+        answer.status,
+        413,
+        "{}",
+        String::from_utf8_lossy(&answer.body)
+    );
+    assert_eq!(answer.content_type, "application/problem+json");
+    let problem = answer.json();
+    assert_eq!(problem["type"], "urn:oncekey:problem:body-too-large");
+    assert!(
+        problem["detail"].as_str().unwrap().contains("100000 bytes"),
+        "{problem}"
+    );
+    assert_eq!(answer.invalid_names(), ["body"]);
+    assert_eq!(desk.stat("tickets").await, 0);
+    assert_eq!(desk.stat("receipts").await, 0);
+    // Just under the limit is fine, and the JSON limit (--max-body) is its own.
+    let fits = vec![7u8; 90_000];
+    let ok = send(upload(
+        desk,
+        Some("k-fits"),
+        multipart(
+            FIELDS,
+            &[("attachment", "fits.bin", "application/octet-stream", &fits)],
+        ),
+    ))
+    .await;
+    assert_eq!(ok.status, 201);
+    let json = format!(
+        r#"{{"subject":"Big","body":"{}","email":"ada@example.com"}}"#,
+        "a".repeat(70_000)
+    );
+    assert_eq!(send(desk.post(Some("k-json"), &json)).await.status, 413);
+    assert_eq!(desk.stat("tickets").await, 1);
+}
+
+on_both_stores!(
+    an_upload_over_the_limit_is_a_413_problem_and_stores_nothing_sqlite,
+    an_upload_over_the_limit_is_a_413_problem_and_stores_nothing_pg,
+    an_upload_over_the_limit_is_a_413_problem_and_stores_nothing,
+    small_uploads()
+);
+
+#[tokio::test]
+async fn malformed_multipart_is_a_400_naming_what_was_wrong() {
+    let desk = Desk::start("malformed-multipart").await;
+    let good = multipart(FIELDS, &[("attachment", "a.txt", "text/plain", b"hello")]);
+    let truncated = good[..good.len() - 30].to_vec();
+    let seventeen: Vec<(String, Vec<u8>)> = (0..17)
+        .map(|i| (format!("f{i}.txt"), vec![b'x'; 3]))
+        .collect();
+    let seventeen: Vec<FilePart> = seventeen
+        .iter()
+        .map(|(n, b)| ("attachment", n.as_str(), "text/plain", b.as_slice()))
+        .collect();
+    let mut unnamed =
+        format!("--{BOUNDARY}\r\nContent-Disposition: form-data\r\n\r\nwho am I\r\n").into_bytes();
+    unnamed.extend_from_slice(&multipart(FIELDS, &[])[..]);
+    let mut not_text =
+        format!("--{BOUNDARY}\r\nContent-Disposition: form-data; name=\"subject\"\r\n\r\n")
+            .into_bytes();
+    not_text.extend_from_slice(&[0xff, 0xfe, b'\r', b'\n']);
+    not_text.extend_from_slice(&multipart(&FIELDS[1..], &[])[..]);
+    let long_name = format!("{}.txt", "n".repeat(296));
+    let multipart_type = format!("multipart/form-data; boundary={BOUNDARY}");
+    let cases: Vec<(&str, &str, Vec<u8>, &str, &str)> = vec![
+        (
+            "no boundary",
+            "multipart/form-data",
+            good.clone(),
+            "invalid-multipart",
+            "Content-Type",
+        ),
+        (
+            "another boundary",
+            "multipart/form-data; boundary=nope",
+            good.clone(),
+            "invalid-multipart",
+            "body",
+        ),
+        (
+            "cut short",
+            &multipart_type,
+            truncated,
+            "invalid-multipart",
+            "body",
+        ),
+        (
+            "not multipart at all",
+            &multipart_type,
+            TICKET.as_bytes().to_vec(),
+            "invalid-multipart",
+            "body",
+        ),
+        (
+            "a part with no name",
+            &multipart_type,
+            unnamed,
+            "invalid-multipart",
+            "body",
+        ),
+        (
+            "seventeen files",
+            &multipart_type,
+            multipart(FIELDS, &seventeen),
+            "invalid-multipart",
+            "attachment",
+        ),
+        (
+            "a file name of 300 bytes",
+            &multipart_type,
+            multipart(FIELDS, &[("attachment", &long_name, "text/plain", b"x")]),
+            "invalid-multipart",
+            "attachment",
+        ),
+        (
+            "a field that is not UTF-8",
+            &multipart_type,
+            not_text,
+            "invalid-multipart",
+            "subject",
+        ),
+        (
+            "no subject",
+            &multipart_type,
+            multipart(&FIELDS[1..], &[("attachment", "a.txt", "text/plain", b"x")]),
+            "invalid-ticket",
+            "subject",
+        ),
+    ];
+    for (i, (what, content_type, body, kind, named)) in cases.into_iter().enumerate() {
+        let key = format!("k-bad-{i}");
+        let answer = send(upload_as(&desk, Some(&key), content_type, body.clone())).await;
+        assert_eq!(
+            answer.status,
+            400,
+            "{what}: {}",
+            String::from_utf8_lossy(&answer.body)
+        );
+        assert_eq!(answer.content_type, "application/problem+json", "{what}");
+        let problem = answer.json();
+        assert_eq!(
+            problem["type"],
+            format!("urn:oncekey:problem:{kind}"),
+            "{what}: {problem}"
+        );
+        assert_eq!(answer.invalid_names(), [named], "{what}: {problem}");
+        // Like any answer to a keyed request, it is kept: the repeat gets it again.
+        let again = send(upload_as(&desk, Some(&key), content_type, body)).await;
+        assert!(again.replayed, "{what}");
+        assert_eq!(again.body, answer.body, "{what}");
+    }
+    // A file input left empty (an empty part with an empty file name) is no file.
+    let empty = send(upload(
+        &desk,
+        Some("k-empty-input"),
+        multipart(
+            FIELDS,
+            &[("attachment", "", "application/octet-stream", b"")],
+        ),
+    ))
+    .await;
+    assert_eq!(empty.status, 201);
+    assert_eq!(empty.json()["attachments"], Value::Array(vec![]));
+    assert_eq!(desk.stat("tickets").await, 1);
+}
+
+#[tokio::test]
+async fn a_multipart_ticket_without_files_is_the_same_body_as_its_json_twin() {
+    let desk = Desk::start("multipart-json-twin").await;
+    let first = send(desk.post(Some("k-twin"), TICKET)).await;
+    assert_eq!(first.status, 201);
+    assert_eq!(first.json()["attachments"], Value::Array(vec![]));
+    let twin = send(upload(&desk, Some("k-twin"), multipart(FIELDS, &[]))).await;
+    assert!(twin.replayed, "{}", String::from_utf8_lossy(&twin.body));
+    assert_eq!(twin.body, first.body);
+    // With a file it is another body.
+    let with_file = send(upload(
+        &desk,
+        Some("k-twin"),
+        multipart(FIELDS, &[("attachment", "a.txt", "text/plain", b"x")]),
+    ))
+    .await;
+    assert_eq!(with_file.status, 422);
+    assert_eq!(desk.stat("tickets").await, 1);
+}
+
+#[tokio::test]
+async fn the_plain_route_takes_uploads_too_and_makes_a_ticket_per_request() {
+    let desk = Desk::start("plain-upload").await;
+    let file = screenshot();
+    for _ in 0..2 {
+        let answer = send(
+            desk.client
+                .post(desk.url("/api/plain/tickets"))
+                .header("X-Tenant", &desk.tenant)
+                .header(
+                    "Content-Type",
+                    format!("multipart/form-data; boundary={BOUNDARY}"),
+                )
+                .body(multipart(
+                    FIELDS,
+                    &[("attachment", "a.png", "image/png", &file)],
+                )),
+        )
+        .await;
+        assert_eq!(answer.status, 201);
+    }
+    let listed = desk.tickets().await;
+    assert_eq!(listed.len(), 2, "no key, no protection: two tickets");
+    for ticket in listed {
+        assert_eq!(
+            ticket["attachments"][0]["sha256"],
+            sha256_hex(&file).as_str()
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_max_upload_over_its_cap_stops_the_server_at_start() {
+    let refused = oncekey_server::start(Config {
+        max_upload: oncekey_server::api::MAX_UPLOAD_CAP + 1,
+        ..Config::default()
+    })
+    .await
+    .expect_err("refused");
+    assert!(refused.to_string().contains("--max-upload"), "{refused}");
+}
+
+#[tokio::test]
+async fn a_version_1_sqlite_database_is_migrated_and_keeps_its_tickets() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("desk.db").to_str().unwrap().to_owned();
+    let config = || Config {
+        db: db.clone(),
+        ..Config::default()
+    };
+    let desk = Desk::with("migrate", config()).await;
+    let first = send(desk.post(Some("k-old"), TICKET)).await;
+    assert_eq!(first.status, 201);
+    let tenant = desk.tenant.clone();
+    desk.server.shutdown().await;
+    // What a version 1 server left: no attachments table.
+    {
+        let conn = rusqlite::Connection::open(&db).unwrap();
+        conn.execute_batch("DROP TABLE attachments; PRAGMA user_version = 1;")
+            .unwrap();
+    }
+    let mut desk = Desk::with("migrate", config()).await;
+    desk.tenant = tenant;
+    let listed = desk.tickets().await;
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0]["id"], first.json()["id"]);
+    let replay = send(desk.post(Some("k-old"), TICKET)).await;
+    assert!(replay.replayed);
+    let upload = send(upload(
+        &desk,
+        Some("k-new"),
+        multipart(FIELDS, &[("attachment", "a.txt", "text/plain", b"hello")]),
+    ))
+    .await;
+    assert_eq!(
+        upload.status,
+        201,
+        "{}",
+        String::from_utf8_lossy(&upload.body)
+    );
+    let version: i64 = rusqlite::Connection::open(&db)
+        .unwrap()
+        .query_row("PRAGMA user_version", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(version, 2);
+    desk.server.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_version_1_postgres_database_is_migrated_and_keeps_its_tickets() {
+    let Some(db) = common::pg::fresh("attachments::pg_migrate") else {
+        return;
+    };
+    let config = || Config {
+        db: db.url.clone(),
+        db_connections: 2,
+        ..Config::default()
+    };
+    let desk = Desk::with("migrate-pg", config()).await;
+    let first = send(desk.post(Some("k-old"), TICKET)).await;
+    assert_eq!(first.status, 201);
+    let tenant = desk.tenant.clone();
+    desk.server.shutdown().await;
+    // What a version 1 server left: no attachments table.
+    db.sql(|c| {
+        c.batch_execute("DROP TABLE attachments; UPDATE oncekey_server_schema SET version = 1")
+            .unwrap()
+    });
+    let mut desk = Desk::with("migrate-pg", config()).await;
+    desk.tenant = tenant;
+    assert_eq!(desk.tickets().await.len(), 1);
+    assert!(send(desk.post(Some("k-old"), TICKET)).await.replayed);
+    let upload = send(upload(
+        &desk,
+        Some("k-new"),
+        multipart(FIELDS, &[("attachment", "a.txt", "text/plain", b"hello")]),
+    ))
+    .await;
+    assert_eq!(
+        upload.status,
+        201,
+        "{}",
+        String::from_utf8_lossy(&upload.body)
+    );
+    desk.server.shutdown().await;
+    assert_eq!(
+        db.count("SELECT max(version)::bigint FROM oncekey_server_schema"),
+        2
+    );
+    assert_eq!(db.count("SELECT count(*) FROM oncekey_server_schema"), 1);
+    assert_eq!(db.count("SELECT count(*) FROM attachments"), 1);
+}

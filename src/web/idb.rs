@@ -1,0 +1,187 @@
+//! # IndexedDB
+//!
+//! The storage that outlives the tab and holds bytes (CONTRACT.md section 5): one database,
+//! `oncekey`, with one object store, `pending`, whose value under a submission's name is the
+//! record's JSON text with its fields and files (`{ record, fields: [[name, text]], files:
+//! [[name, File]] }`, the files as the `Blob`s themselves, structured-cloned by the browser). A
+//! value is written in one `readwrite` transaction, and a write counts only once that
+//! transaction has completed. IndexedDB is reached through web-sys, bound to the global scope
+//! (a worker has it too); each request becomes a promise whose `resolve` and `reject` are its
+//! `onsuccess` and `onerror` handlers, so no closure outlives it.
+
+use js_sys::{Array, Function, Object, Promise, Reflect};
+use wasm_bindgen::prelude::*;
+use wasm_bindgen_futures::JsFuture;
+use web_sys::{IdbDatabase, IdbObjectStore, IdbRequest, IdbTransactionMode};
+
+use super::error::describe;
+
+const DATABASE: &str = "oncekey";
+const STORE: &str = "pending";
+
+/// Why IndexedDB could not be used, in words for a warning.
+pub(crate) type Why = String;
+
+/// The request's result once it succeeded.
+async fn request(r: &IdbRequest) -> Result<JsValue, Why> {
+    let done = Promise::new(&mut |resolve: Function, reject: Function| {
+        r.set_onsuccess(Some(&resolve));
+        r.set_onerror(Some(&reject));
+    });
+    JsFuture::from(done).await.map_err(|e| describe(&e))?;
+    r.result().map_err(|e| describe(&e))
+}
+
+/// The database, created at its first use.
+pub(crate) async fn open() -> Result<IdbDatabase, Why> {
+    // Looked up at each open, not bound once: a page (or a test) may block it later.
+    let factory = Reflect::get(&js_sys::global(), &JsValue::from_str("indexedDB"))
+        .map_err(|e| describe(&e))?
+        .dyn_into::<web_sys::IdbFactory>()
+        .map_err(|_| "this context has no indexedDB".to_owned())?;
+    let opening = factory.open_with_u32(DATABASE, 1).map_err(|e| describe(&e))?;
+    let upgrade = Closure::once(move |event: web_sys::Event| {
+        let db = event
+            .target()
+            .and_then(|t| t.dyn_into::<IdbRequest>().ok())
+            .and_then(|r| r.result().ok())
+            .and_then(|r| r.dyn_into::<IdbDatabase>().ok());
+        if let Some(db) = db {
+            if !db.object_store_names().contains(STORE) {
+                let _ = db.create_object_store(STORE);
+            }
+        }
+    });
+    opening.set_onupgradeneeded(Some(upgrade.as_ref().unchecked_ref()));
+    let db = request(&opening).await;
+    opening.set_onupgradeneeded(None);
+    drop(upgrade);
+    db?.dyn_into::<IdbDatabase>()
+        .map_err(|_| "indexedDB.open gave no database".to_owned())
+}
+
+fn store(db: &IdbDatabase, mode: IdbTransactionMode) -> Result<(web_sys::IdbTransaction, IdbObjectStore), Why> {
+    let tx = db
+        .transaction_with_str_and_mode(STORE, mode)
+        .map_err(|e| describe(&e))?;
+    let store = tx.object_store(STORE).map_err(|e| describe(&e))?;
+    Ok((tx, store))
+}
+
+/// Resolves once `tx` has committed; rejects when it failed or was aborted.
+async fn committed(tx: &web_sys::IdbTransaction) -> Result<(), Why> {
+    let done = Promise::new(&mut |resolve: Function, reject: Function| {
+        tx.set_oncomplete(Some(&resolve));
+        tx.set_onerror(Some(&reject));
+        tx.set_onabort(Some(&reject));
+    });
+    let result = JsFuture::from(done).await.map(|_| ());
+    tx.set_oncomplete(None);
+    tx.set_onerror(None);
+    tx.set_onabort(None);
+    result.map_err(|e| match tx.error() {
+        Some(dom) => dom.name() + ": " + &dom.message(),
+        None => describe(&e),
+    })
+}
+
+/// One stored submission: its record's JSON text, its text fields, and its files.
+#[derive(Clone)]
+pub(crate) struct Stored {
+    pub(crate) record: String,
+    pub(crate) fields: Vec<(String, String)>,
+    pub(crate) files: Vec<(String, web_sys::Blob)>,
+}
+
+fn pairs<T: Into<JsValue> + Clone>(items: &[(String, T)]) -> Array {
+    items
+        .iter()
+        .map(|(n, v)| Array::of2(&JsValue::from_str(n), &v.clone().into()))
+        .collect()
+}
+
+/// Writes `value` under `name` in one transaction, done once it has committed.
+pub(crate) async fn put(db: &IdbDatabase, name: &str, value: &Stored) -> Result<(), Why> {
+    let object = Object::new();
+    let set = |k: &str, v: &JsValue| {
+        let _ = Reflect::set(&object, &JsValue::from_str(k), v);
+    };
+    set("record", &JsValue::from_str(&value.record));
+    set("fields", &pairs(&value.fields));
+    set("files", &pairs(&value.files));
+    let (tx, store) = store(db, IdbTransactionMode::Readwrite)?;
+    store
+        .put_with_key(&object, &JsValue::from_str(name))
+        .map_err(|e| describe(&e))?;
+    committed(&tx).await
+}
+
+/// Removes what is stored under `name`.
+pub(crate) async fn delete(db: &IdbDatabase, name: &str) -> Result<(), Why> {
+    let (tx, store) = store(db, IdbTransactionMode::Readwrite)?;
+    store
+        .delete(&JsValue::from_str(name))
+        .map_err(|e| describe(&e))?;
+    committed(&tx).await
+}
+
+/// What is stored under `name`: `Ok(None)` when nothing is, `Err` with why when it cannot be
+/// read (the caller removes it with a warning).
+pub(crate) async fn get(db: &IdbDatabase, name: &str) -> Result<Option<Result<Stored, Why>>, Why> {
+    let (_tx, store) = store(db, IdbTransactionMode::Readonly)?;
+    let found = request(&store.get(&JsValue::from_str(name)).map_err(|e| describe(&e))?).await?;
+    if found.is_undefined() || found.is_null() {
+        return Ok(None);
+    }
+    Ok(Some(read(&found)))
+}
+
+fn read(found: &JsValue) -> Result<Stored, Why> {
+    let field = |k: &str| Reflect::get(found, &JsValue::from_str(k)).unwrap_or(JsValue::UNDEFINED);
+    let record = field("record")
+        .as_string()
+        .ok_or_else(|| "it has no record text".to_owned())?;
+    let list = |k: &str| -> Result<Vec<(String, JsValue)>, Why> {
+        let Ok(array) = field(k).dyn_into::<Array>() else {
+            return Err("its ".to_owned() + k + " are not a list");
+        };
+        array
+            .iter()
+            .map(|pair| {
+                let pair: Array = pair.dyn_into().map_err(|_| "a pair is not a list".to_owned())?;
+                let name = pair
+                    .get(0)
+                    .as_string()
+                    .ok_or_else(|| "a name is not text".to_owned())?;
+                Ok((name, pair.get(1)))
+            })
+            .collect()
+    };
+    let fields = list("fields")?
+        .into_iter()
+        .map(|(n, v)| v.as_string().map(|v| (n, v)).ok_or_else(|| "a field is not text".to_owned()))
+        .collect::<Result<_, _>>()?;
+    let files = list("files")?
+        .into_iter()
+        .map(|(n, v)| {
+            v.dyn_into::<web_sys::Blob>()
+                .map(|b| (n, b))
+                .map_err(|_| "a file is not a Blob".to_owned())
+        })
+        .collect::<Result<_, _>>()?;
+    Ok(Stored {
+        record,
+        fields,
+        files,
+    })
+}
+
+/// Everything stored, readable or not (an unreadable value is left out).
+pub(crate) async fn all(db: &IdbDatabase) -> Result<Vec<Stored>, Why> {
+    let (_tx, store) = store(db, IdbTransactionMode::Readonly)?;
+    let found = request(&store.get_all().map_err(|e| describe(&e))?).await?;
+    let Ok(values) = found.dyn_into::<Array>() else {
+        return Ok(Vec::new());
+    };
+    Ok(values.iter().filter_map(|v| read(&v).ok()).collect())
+}

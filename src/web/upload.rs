@@ -1,0 +1,367 @@
+//! # Uploads
+//!
+//! A submission whose body has files (`Submitter.submit(formData)`) goes out as
+//! `multipart/form-data` with its key, and is kept in IndexedDB (`idb.rs`) before the first
+//! byte is sent: the core's record (whose body is the description below) with the fields and
+//! the files themselves, in one transaction, removed after a definite answer. A new submitter
+//! of the same name, after a reload or with the tab closed and opened again, finds it there.
+//!
+//! "Same body" covers the files: the body the core compares and stores is the canonical JSON of
+//! `{ fields: {...}, files: [{ field, name, type, size, sha256 }] }`, each file's SHA-256 made by
+//! SubtleCrypto, so the same name with another file is refused locally while one is pending.
+//! A body over `maxBodyBytes` (25 MB by default) is refused before anything is stored. When
+//! IndexedDB cannot be used, the upload is kept in memory with a warning, up to
+//! [`MEMORY_FALLBACK_BYTES`]; a larger one is refused rather than sent unprotected.
+
+use std::rc::Rc;
+
+use js_sys::{Array, Function, Promise, Uint8Array};
+use wasm_bindgen::prelude::*;
+use wasm_bindgen_futures::{spawn_local, JsFuture};
+use web_sys::{Blob, FormData, IdbDatabase};
+
+use super::driver::{Driver, Settlement};
+use super::error::{describe, Error, ErrorCode};
+use super::idb::{self, Stored};
+use super::warn;
+use crate::core::body::{Fields, Value};
+use crate::core::text::decimal;
+
+#[wasm_bindgen]
+extern "C" {
+    #[wasm_bindgen(thread_local_v2, js_name = crypto)]
+    static CRYPTO: Option<web_sys::Crypto>;
+}
+
+/// The largest upload kept in memory when IndexedDB cannot be used: 5 MiB.
+pub const MEMORY_FALLBACK_BYTES: u64 = 5 * 1024 * 1024;
+
+/// The fields and files of an upload.
+#[derive(Clone, Default)]
+pub(crate) struct Payload {
+    fields: Vec<(String, String)>,
+    files: Vec<(String, Blob)>,
+}
+
+/// Whether IndexedDB was looked at yet, and what it gave.
+#[derive(Default)]
+enum Db {
+    #[default]
+    Opening,
+    Open(IdbDatabase),
+    /// It cannot be used: uploads are kept in memory (the warning was given).
+    Failed,
+}
+
+/// A driver's uploads: its IndexedDB, the pending upload's payload, and whether the driver waits
+/// for a write.
+#[derive(Default)]
+pub(crate) struct Uploads {
+    db: Db,
+    /// Resolved once IndexedDB was opened and looked at (or could not be).
+    ready: Option<Promise>,
+    /// The payload of the submission pending (a stored or begun upload).
+    payload: Option<Payload>,
+    /// The payload of the submission being begun, taken up if the core starts it.
+    next: Option<Payload>,
+    /// A record is being written: the driver carries out no action until it is.
+    pub(crate) blocked: bool,
+    /// An upload stored in IndexedDB was taken up at start-up.
+    taken_up: bool,
+}
+
+fn db(d: &Driver) -> Option<IdbDatabase> {
+    match &d.uploads.borrow().db {
+        Db::Open(db) => Some(db.clone()),
+        _ => None,
+    }
+}
+
+fn warn_all(d: &Rc<Driver>, message: String) {
+    warn(&message);
+    d.warned(message);
+}
+
+/// Opens IndexedDB and takes up an upload stored under the submitter's name.
+pub(crate) fn start(d: &Rc<Driver>) {
+    let mut resolve_ready: Option<Function> = None;
+    let ready = Promise::new(&mut |resolve, _| resolve_ready = Some(resolve));
+    d.uploads.borrow_mut().ready = Some(ready);
+    let d = d.clone();
+    spawn_local(async move {
+        match idb::open().await {
+            Ok(db) => {
+                let found = idb::get(&db, &d.name).await;
+                d.uploads.borrow_mut().db = Db::Open(db.clone());
+                match found {
+                    Ok(Some(Ok(stored))) => {
+                        let payload = Payload {
+                            fields: stored.fields,
+                            files: stored.files,
+                        };
+                        match d.take_up(&stored.record) {
+                            Ok(true) => {
+                                let mut u = d.uploads.borrow_mut();
+                                u.payload = Some(payload);
+                                u.taken_up = true;
+                            }
+                            Ok(false) => warn_all(
+                                &d,
+                                "an upload stored in IndexedDB under this name was left there: another submission is pending".into(),
+                            ),
+                            Err(why) => {
+                                let _ = idb::delete(&db, &d.name).await;
+                                warn_all(&d, "the upload stored in IndexedDB was removed: ".to_owned() + &why);
+                            }
+                        }
+                    }
+                    Ok(Some(Err(why))) => {
+                        let _ = idb::delete(&db, &d.name).await;
+                        warn_all(&d, "the upload stored in IndexedDB was removed: ".to_owned() + &why);
+                    }
+                    Ok(None) => {}
+                    Err(why) => warn_all(&d, "IndexedDB cannot be read (".to_owned() + &why + ")"),
+                }
+            }
+            Err(why) => {
+                d.uploads.borrow_mut().db = Db::Failed;
+                warn_all(
+                    &d,
+                    "IndexedDB cannot be used (".to_owned()
+                        + &why
+                        + "); uploads are kept in memory and will not survive a reload",
+                );
+            }
+        }
+        if let Some(resolve) = resolve_ready {
+            let _ = resolve.call0(&JsValue::UNDEFINED);
+        }
+        d.drive();
+    });
+}
+
+/// The core began the submission being begun: its payload is the pending one's.
+pub(crate) fn started(d: &Driver) {
+    let mut u = d.uploads.borrow_mut();
+    u.payload = u.next.take();
+}
+
+/// `Persist` of an upload: writes the record with its payload in one IndexedDB transaction and
+/// blocks the driver until it has committed. `false` when the submission is no upload (the
+/// driver writes its record as usual).
+pub(crate) fn persist(d: &Rc<Driver>, record: String) -> bool {
+    let (payload, db) = {
+        let u = d.uploads.borrow();
+        (u.payload.clone(), db(d))
+    };
+    let Some(payload) = payload else {
+        return false;
+    };
+    let Some(db) = db else {
+        // In memory only (the warning was given when IndexedDB failed).
+        return true;
+    };
+    d.uploads.borrow_mut().blocked = true;
+    let d = d.clone();
+    spawn_local(async move {
+        let stored = Stored {
+            record,
+            fields: payload.fields,
+            files: payload.files,
+        };
+        let written = idb::put(&db, &d.name, &stored).await;
+        {
+            let mut u = d.uploads.borrow_mut();
+            u.blocked = false;
+            if written.is_err() {
+                u.db = Db::Failed;
+            }
+        }
+        if let Err(why) = written {
+            warn_all(
+                &d,
+                "IndexedDB failed (".to_owned()
+                    + &why
+                    + "); this upload is kept in memory and will not survive a reload",
+            );
+        }
+        d.drive();
+    });
+    true
+}
+
+/// `Forget`: the upload's record and files are removed.
+pub(crate) fn forget(d: &Driver) {
+    let had = d.uploads.borrow_mut().payload.take().is_some();
+    if let (true, Some(db)) = (had, db(d)) {
+        let name = d.name.clone();
+        spawn_local(async move {
+            let _ = idb::delete(&db, &name).await;
+        });
+    }
+}
+
+/// The body of an upload's attempt, or `None` when the submission is no upload.
+pub(crate) fn form_data(d: &Driver) -> Option<FormData> {
+    let u = d.uploads.borrow();
+    let payload = u.payload.as_ref()?;
+    let form = FormData::new().ok()?;
+    for (name, value) in &payload.fields {
+        let _ = form.append_with_str(name, value);
+    }
+    // The secrets (a password, a card number), from memory: never in IndexedDB.
+    for (name, value) in d.secrets().iter() {
+        let values = match value {
+            Value::Array(items) => items.iter().filter_map(Value::as_str).collect(),
+            v => v.as_str().into_iter().collect::<Vec<_>>(),
+        };
+        for v in values {
+            let _ = form.append_with_str(name, v);
+        }
+    }
+    for (name, blob) in &payload.files {
+        let file_name = blob
+            .dyn_ref::<web_sys::File>()
+            .map(|f| f.name())
+            .unwrap_or_else(|| "blob".into());
+        let _ = form.append_with_blob_and_filename(name, blob, &file_name);
+    }
+    Some(form)
+}
+
+fn hex(bytes: &[u8]) -> String {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut out = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        out.push(HEX[usize::from(b >> 4)] as char);
+        out.push(HEX[usize::from(b & 15)] as char);
+    }
+    out
+}
+
+/// The SHA-256 of a blob's bytes, by SubtleCrypto.
+async fn sha256(blob: &Blob) -> Result<String, String> {
+    let subtle = CRYPTO
+        .with(|c| c.as_ref().map(|c| c.subtle()))
+        .ok_or_else(|| "this context has no crypto.subtle".to_owned())?;
+    let bytes = JsFuture::from(blob.array_buffer())
+        .await
+        .map_err(|e| "the file cannot be read: ".to_owned() + &describe(&e))?;
+    let digest = subtle
+        .digest_with_str_and_buffer_source("SHA-256", &bytes.into())
+        .map_err(|e| describe(&e))?;
+    let digest = JsFuture::from(digest).await.map_err(|e| describe(&e))?;
+    Ok(hex(&Uint8Array::new(&digest).to_vec()))
+}
+
+/// Reads `form`'s entries, refusing a body over `max` bytes.
+fn entries(form: &FormData, max: u64) -> Result<(Payload, u64), Error> {
+    let mut payload = Payload::default();
+    let mut size: u64 = 0;
+    // Its [name, value] pairs, by Array.from (leaner than the iterator protocol in wasm).
+    for entry in Array::from(form).iter() {
+        let entry: Array = entry.unchecked_into();
+        let name = entry.get(0).as_string().unwrap_or_default();
+        let value = entry.get(1);
+        if let Some(text) = value.as_string() {
+            size += (name.len() + text.len()) as u64;
+            payload.fields.push((name, text));
+        } else if let Ok(blob) = value.dyn_into::<Blob>() {
+            let file = blob.dyn_ref::<web_sys::File>();
+            // A file input left empty: an empty file with no name, which is no file.
+            if blob.size() == 0.0 && file.is_some_and(|f| f.name().is_empty()) {
+                continue;
+            }
+            size += blob.size() as u64 + name.len() as u64;
+            payload.files.push((name, blob));
+        }
+        if size > max {
+            return Err(Error::body(
+                "the body is larger than options.maxBodyBytes (".to_owned()
+                    + &decimal(max)
+                    + " bytes); nothing was stored or sent",
+            ));
+        }
+    }
+    Ok((payload, size))
+}
+
+/// The description the core stores and compares: fields, and each file's field, name, type,
+/// size and SHA-256.
+async fn describe_body(payload: &Payload) -> Result<String, Error> {
+    let mut fields = Fields::new();
+    for (name, value) in &payload.fields {
+        fields.append(name.clone(), Value::String(value.clone()));
+    }
+    let mut files = Vec::new();
+    for (field, blob) in &payload.files {
+        let sha = sha256(blob)
+            .await
+            .map_err(|why| Error::body("a file cannot be hashed: ".to_owned() + &why))?;
+        let mut f = Fields::new();
+        f.insert("field".into(), Value::String(field.clone()));
+        let name = blob
+            .dyn_ref::<web_sys::File>()
+            .map(|f| f.name())
+            .unwrap_or_else(|| "blob".into());
+        f.insert("name".into(), Value::String(name));
+        f.insert("type".into(), Value::String(blob.type_()));
+        f.insert("size".into(), Value::Number(decimal(blob.size() as u64)));
+        f.insert("sha256".into(), Value::String(sha));
+        files.push(Value::Object(f));
+    }
+    let mut body = Fields::new();
+    body.insert("fields".into(), Value::Object(fields));
+    body.insert("files".into(), Value::Array(files));
+    Ok(Value::Object(body).to_canonical())
+}
+
+impl super::Submitter {
+    /// Calls `f` once IndexedDB was looked at, with whether an upload stored there was taken
+    /// up (it is pending then).
+    pub(crate) fn when_loaded(&self, f: impl FnOnce(bool) + 'static) {
+        let driver = self.driver().clone();
+        let ready = driver.uploads.borrow().ready.clone();
+        spawn_local(async move {
+            if let Some(ready) = ready {
+                let _ = JsFuture::from(ready).await;
+            }
+            let taken_up = driver.uploads.borrow().taken_up;
+            f(taken_up);
+        });
+    }
+
+    /// Sends `form` (fields and files, as `FormData`) once as `multipart/form-data`, kept in
+    /// IndexedDB with its files until a definite answer (see the module docs). Refused with
+    /// [`ErrorCode::Body`] over [`Options::max_body_bytes`](super::Options::max_body_bytes)
+    /// before anything is stored; another upload pending under this name is
+    /// [`ErrorCode::Pending`], as for [`submit`](super::Submitter::submit).
+    pub fn submit_form(
+        &self,
+        form: FormData,
+    ) -> impl ::core::future::Future<Output = Result<Settlement, Error>> {
+        submit(self.driver().clone(), form)
+    }
+}
+
+/// Sends `form` once as `multipart/form-data` (see the module docs).
+pub(crate) async fn submit(d: Rc<Driver>, form: FormData) -> Result<Settlement, Error> {
+    let (payload, size) = entries(&form, d.options.max_body_bytes)?;
+    let ready = d.uploads.borrow().ready.clone();
+    if let Some(ready) = ready {
+        let _ = JsFuture::from(ready).await;
+    }
+    if db(&d).is_none() && size > MEMORY_FALLBACK_BYTES {
+        return Err(Error::new(
+            ErrorCode::Body,
+            "IndexedDB cannot be used here, and a body of more than ".to_owned()
+                + &decimal(MEMORY_FALLBACK_BYTES)
+                + " bytes is not kept in memory: it was not sent, rather than sent unprotected",
+        ));
+    }
+    let text = describe_body(&payload).await?;
+    d.uploads.borrow_mut().next = Some(payload);
+    let settling = d.submit(&text);
+    d.uploads.borrow_mut().next = None;
+    settling.await
+}

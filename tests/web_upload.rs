@@ -1,0 +1,514 @@
+//! Uploads in headless Chromium against the reference server (faults on): `submit(formData)`
+//! sends `multipart/form-data` with the key, keeps fields and files in IndexedDB until a
+//! definite answer, and a new submitter of the same name finds a pending upload there.
+//!
+//! Run by `scripts/test-web.sh` (server address in `ONCEKEY_TEST_SERVER` at compile time). A spy
+//! around `fetch` records each keyed attempt's key and status and adds a planned `X-Fault`.
+#![cfg(target_arch = "wasm32")]
+
+use js_sys::{Promise, Reflect, JSON};
+use oncekey::js::Submitter;
+use wasm_bindgen::prelude::*;
+use wasm_bindgen_futures::JsFuture;
+use wasm_bindgen_test::{wasm_bindgen_test as test, wasm_bindgen_test_configure};
+
+wasm_bindgen_test_configure!(run_in_browser);
+
+mod web_support;
+use web_support::*;
+
+#[wasm_bindgen(inline_js = r#"
+export function spy_install() {
+  if (globalThis.__oncekeyUploadSpy) return;
+  const real = globalThis.fetch.bind(globalThis);
+  const spy = { plans: new Map(), seen: [] };
+  globalThis.__oncekeyUploadSpy = spy;
+  globalThis.fetch = async (input, init) => {
+    let req = new Request(input, init);
+    const tenant = req.headers.get('x-tenant');
+    const entry = { tenant, key: req.headers.get('idempotency-key'), status: null,
+                    type: req.headers.get('content-type') };
+    if (entry.key !== null) {
+      spy.seen.push(entry);
+      const plan = spy.plans.get(tenant);
+      const fault = plan && plan.length ? plan.shift() : null;
+      if (fault) {
+        const headers = new Headers(req.headers);
+        headers.set('x-fault', fault);
+        req = new Request(req, { headers });
+      }
+    }
+    try {
+      const res = await real(req);
+      entry.status = res.status;
+      return res;
+    } catch (e) {
+      entry.status = 'error';
+      throw e;
+    }
+  };
+}
+export function spy_plan(tenant, faults) { globalThis.__oncekeyUploadSpy.plans.set(tenant, faults); }
+export function spy_seen(tenant) {
+  return globalThis.__oncekeyUploadSpy.seen.filter((e) => e.tenant === tenant);
+}
+export function sleep(ms) { return new Promise((r) => setTimeout(r, ms)); }
+// A file of `size` bytes, not text, the same for the same seed.
+export function file_bytes(size, seed) {
+  const b = new Uint8Array(size);
+  for (let i = 0; i < size; i++) b[i] = (i * 7 + seed * 13 + (i >> 8)) & 255;
+  return b;
+}
+export function ticket_form(bytes, name, type) {
+  const f = new FormData();
+  f.append('subject', 'Printer on fire');
+  f.append('body', 'Screenshot attached');
+  f.append('email', 'ana@example.com');
+  f.append('attachment', new File([bytes], name, { type }));
+  return f;
+}
+export async function sha256_hex(bytes) {
+  const d = new Uint8Array(await crypto.subtle.digest('SHA-256', bytes));
+  return Array.from(d, (b) => b.toString(16).padStart(2, '0')).join('');
+}
+export async function tickets(server, tenant) {
+  const r = await fetch(server + '/api/tickets', { headers: { 'X-Tenant': tenant } });
+  return r.json();
+}
+// What oncekey keeps in IndexedDB under `name`, or null.
+export function idb_get(name) {
+  return new Promise((resolve, reject) => {
+    const open = indexedDB.open('oncekey', 1);
+    open.onupgradeneeded = () => open.result.createObjectStore('pending');
+    open.onerror = () => reject(open.error);
+    open.onsuccess = () => {
+      const get = open.result.transaction('pending').objectStore('pending').get(name);
+      get.onsuccess = () => { resolve(get.result === undefined ? null : get.result); open.result.close(); };
+      get.onerror = () => reject(get.error);
+    };
+  });
+}
+export function block_indexeddb() {
+  const desc = Object.getOwnPropertyDescriptor(globalThis, 'indexedDB')
+    || Object.getOwnPropertyDescriptor(Object.getPrototypeOf(globalThis), 'indexedDB');
+  Object.defineProperty(globalThis, 'indexedDB', {
+    configurable: true,
+    get() { throw new DOMException('The user denied permission to access the database.', 'SecurityError'); },
+  });
+  return () => { delete globalThis.indexedDB; if (!('indexedDB' in globalThis)) Object.defineProperty(globalThis, 'indexedDB', desc); };
+}
+"#)]
+extern "C" {
+    fn spy_install();
+    fn spy_plan(tenant: &str, faults: Vec<JsValue>);
+    fn spy_seen(tenant: &str) -> js_sys::Array;
+    fn sleep(ms: u32) -> Promise;
+    fn file_bytes(size: u32, seed: u32) -> js_sys::Uint8Array;
+    fn ticket_form(bytes: &js_sys::Uint8Array, name: &str, media_type: &str) -> web_sys::FormData;
+    fn sha256_hex(bytes: &js_sys::Uint8Array) -> Promise;
+    fn tickets(server: &str, tenant: &str) -> Promise;
+    fn idb_get(name: &str) -> Promise;
+    fn block_indexeddb() -> js_sys::Function;
+}
+
+struct Case {
+    tenant: String,
+    name: String,
+}
+
+impl Case {
+    fn new(what: &str) -> Case {
+        spy_install();
+        Case {
+            tenant: unique(what),
+            name: unique(what),
+        }
+    }
+
+    fn submitter(&self, extra: &str) -> Submitter {
+        let sep = if extra.is_empty() { "" } else { "," };
+        let options = JSON::parse(&format!(
+            r#"{{"url":"{}/api/tickets","headers":{{"X-Tenant":"{}"}},"retry":{{"base":20,"cap":500}}{sep}{extra}}}"#,
+            server(),
+            self.tenant
+        ))
+        .unwrap();
+        Submitter::new(self.name.as_str().into(), options).expect("valid options")
+    }
+
+    fn plan(&self, faults: &[&str]) {
+        spy_plan(
+            &self.tenant,
+            faults.iter().map(|f| JsValue::from_str(f)).collect(),
+        );
+    }
+
+    fn seen(&self) -> Vec<JsValue> {
+        spy_seen(&self.tenant).iter().collect()
+    }
+
+    fn keys(&self) -> Vec<String> {
+        self.seen().iter().map(|e| text(e, "key")).collect()
+    }
+
+    async fn tickets(&self) -> Vec<JsValue> {
+        let list = JsFuture::from(tickets(server(), &self.tenant))
+            .await
+            .unwrap();
+        js_sys::Array::from(&list).iter().collect()
+    }
+
+    async fn stored(&self) -> JsValue {
+        JsFuture::from(idb_get(&self.name)).await.unwrap()
+    }
+}
+
+fn get(v: &JsValue, field: &str) -> JsValue {
+    Reflect::get(v, &field.into()).unwrap()
+}
+
+fn text(v: &JsValue, field: &str) -> String {
+    get(v, field).as_string().unwrap_or_default()
+}
+
+async fn sha(bytes: &js_sys::Uint8Array) -> String {
+    JsFuture::from(sha256_hex(bytes))
+        .await
+        .unwrap()
+        .as_string()
+        .unwrap()
+}
+
+fn all_equal(keys: &[String]) -> bool {
+    !keys.is_empty() && keys.iter().all(|k| *k == keys[0])
+}
+
+fn error_code(e: &JsValue) -> String {
+    text(e, "code")
+}
+
+fn error_message(e: &JsValue) -> String {
+    e.dyn_ref::<js_sys::Error>()
+        .map(|e| String::from(e.message()))
+        .unwrap_or_default()
+}
+
+/// The one ticket's one attachment, checked against `bytes`.
+async fn assert_one_ticket_with(case: &Case, bytes: &js_sys::Uint8Array, name: &str) {
+    let listed = case.tickets().await;
+    assert_eq!(listed.len(), 1, "one ticket");
+    let files: Vec<JsValue> = js_sys::Array::from(&get(&listed[0], "attachments"))
+        .iter()
+        .collect();
+    assert_eq!(files.len(), 1, "one attachment");
+    assert_eq!(text(&files[0], "name"), name);
+    assert_eq!(
+        get(&files[0], "size").as_f64(),
+        Some(f64::from(bytes.length()))
+    );
+    assert_eq!(text(&files[0], "sha256"), sha(bytes).await);
+}
+
+#[test]
+async fn an_upload_whose_first_reply_is_lost_makes_one_ticket_with_the_files_sha256() {
+    let case = Case::new("upload-drop");
+    case.plan(&["drop-reply"]);
+    let s = case.submitter("");
+    let bytes = file_bytes(300_000, 1);
+    let result =
+        JsFuture::from(s.submit(ticket_form(&bytes, "screen.png", "image/png").into(), None))
+            .await
+            .expect("submit resolves");
+    assert_eq!(text(&result, "outcome"), "succeeded");
+    assert_eq!(get(&result, "status").as_f64(), Some(201.0));
+    let keys = case.keys();
+    assert!(all_equal(&keys), "{keys:?}");
+    // Chromium itself may resend a request whose reused connection closed before any answer
+    // byte (same headers, same key); otherwise the driver retries. Either way: a replay.
+    assert_eq!(get(&result, "replayed"), JsValue::TRUE);
+    for e in case.seen() {
+        assert!(
+            text(&e, "type").starts_with("multipart/form-data; boundary="),
+            "{}",
+            text(&e, "type")
+        );
+    }
+    assert_one_ticket_with(&case, &bytes, "screen.png").await;
+    // Removed after the definite answer.
+    for _ in 0..50 {
+        if case.stored().await.is_null() {
+            break;
+        }
+        JsFuture::from(sleep(10)).await.unwrap();
+    }
+    assert!(case.stored().await.is_null(), "removed from IndexedDB");
+}
+
+#[test]
+async fn an_upload_is_stored_in_indexeddb_before_it_is_sent_and_another_file_is_refused() {
+    let case = Case::new("upload-other");
+    // Every attempt of the first round fails before the server does anything: unsure.
+    case.plan(&["fail-before", "fail-before"]);
+    let s = case.submitter(r#""retry":{"attempts":2,"base":10,"cap":2000}"#);
+    let bytes = file_bytes(50_000, 2);
+    let first = JsFuture::from(s.submit(ticket_form(&bytes, "a.png", "image/png").into(), None))
+        .await
+        .expect("submit resolves");
+    assert_eq!(text(&first, "outcome"), "unsure");
+    let key = text(&first, "key");
+    let stored = case.stored().await;
+    assert!(!stored.is_null(), "kept in IndexedDB while unsure");
+    assert!(
+        text(&stored, "record").contains(&key),
+        "the record holds the key"
+    );
+    assert_eq!(js_sys::Array::from(&get(&stored, "files")).length(), 1);
+    let sent = case.seen().len();
+    // Another file under the same name: refused here, nothing sent.
+    let other = file_bytes(50_000, 3);
+    let refused = JsFuture::from(s.submit(ticket_form(&other, "a.png", "image/png").into(), None))
+        .await
+        .expect_err("refused");
+    assert_eq!(
+        error_code(&refused),
+        "pending",
+        "{}",
+        error_message(&refused)
+    );
+    // The same file under another name is another body too.
+    let renamed = JsFuture::from(s.submit(ticket_form(&bytes, "b.png", "image/png").into(), None))
+        .await
+        .expect_err("refused");
+    assert_eq!(error_code(&renamed), "pending");
+    assert_eq!(case.seen().len(), sent, "nothing sent");
+    // Try again resends the same bytes with the same key.
+    let again = JsFuture::from(s.try_again(None)).await.expect("resolves");
+    let statuses: Vec<String> = case
+        .seen()
+        .iter()
+        .map(|e| format!("{:?}", get(e, "status")))
+        .collect();
+    assert_eq!(
+        text(&again, "outcome"),
+        "succeeded",
+        "{statuses:?} {}",
+        text(&again, "gaveUp")
+    );
+    assert_eq!(text(&again, "key"), key);
+    assert!(all_equal(&case.keys()));
+    assert_one_ticket_with(&case, &bytes, "a.png").await;
+}
+
+#[test]
+async fn a_pending_upload_found_in_indexeddb_by_a_new_submitter_is_finished_with_the_same_key() {
+    let case = Case::new("upload-reopen");
+    case.plan(&["fail-before"]);
+    let bytes = file_bytes(120_000, 4);
+    let key = {
+        let s = case.submitter(r#""retry":{"attempts":1}"#);
+        let first = JsFuture::from(s.submit(
+            ticket_form(&bytes, "receipt.jpg", "image/jpeg").into(),
+            None,
+        ))
+        .await
+        .expect("submit resolves");
+        assert_eq!(text(&first, "outcome"), "unsure");
+        text(&first, "key")
+    };
+    // As after closing the tab: nothing in sessionStorage, the upload in IndexedDB.
+    session()
+        .remove_item(&format!("oncekey:{}", case.name))
+        .unwrap();
+    assert!(!case.stored().await.is_null());
+    let s = case.submitter(r#""resume":true"#);
+    for _ in 0..300 {
+        if s.state().as_string().as_deref() == Some("succeeded") {
+            break;
+        }
+        JsFuture::from(sleep(10)).await.unwrap();
+    }
+    assert_eq!(s.state().as_string().as_deref(), Some("succeeded"));
+    let keys = case.keys();
+    assert_eq!(keys.len(), 2, "{keys:?}");
+    assert!(keys.iter().all(|k| *k == key), "{keys:?} vs {key}");
+    assert_one_ticket_with(&case, &bytes, "receipt.jpg").await;
+}
+
+#[test]
+async fn an_upload_over_max_body_bytes_is_refused_before_anything_is_stored() {
+    let case = Case::new("upload-max");
+    let s = case.submitter(r#""maxBodyBytes":10000"#);
+    let bytes = file_bytes(20_000, 5);
+    let refused = JsFuture::from(s.submit(
+        ticket_form(&bytes, "big.bin", "application/octet-stream").into(),
+        None,
+    ))
+    .await
+    .expect_err("refused");
+    assert_eq!(error_code(&refused), "body");
+    assert!(
+        error_message(&refused).contains("maxBodyBytes"),
+        "{}",
+        error_message(&refused)
+    );
+    assert!(case.seen().is_empty(), "nothing sent");
+    assert!(case.stored().await.is_null(), "nothing stored");
+    assert!(s.pending().is_null());
+}
+
+#[test]
+async fn blocked_indexeddb_falls_back_to_memory_with_a_warning_and_refuses_large_bodies() {
+    let case = Case::new("upload-blocked");
+    let restore = block_indexeddb();
+    let s = case.submitter("");
+    let events = js_sys::Array::new();
+    let sink = events.clone();
+    let f = Closure::<dyn FnMut(JsValue)>::new(move |e: JsValue| {
+        sink.push(&e);
+    });
+    s.on_change(f.as_ref().clone()).unwrap();
+    f.forget();
+    let big = file_bytes(6 * 1024 * 1024, 6);
+    let refused = JsFuture::from(s.submit(
+        ticket_form(&big, "big.bin", "application/octet-stream").into(),
+        None,
+    ))
+    .await
+    .expect_err("refused");
+    assert!(
+        error_message(&refused).contains("IndexedDB"),
+        "{}",
+        error_message(&refused)
+    );
+    let small = file_bytes(10_000, 7);
+    let result = JsFuture::from(s.submit(ticket_form(&small, "s.txt", "text/plain").into(), None))
+        .await
+        .expect("resolves");
+    restore.call0(&JsValue::UNDEFINED).unwrap();
+    assert_eq!(text(&result, "outcome"), "succeeded");
+    let warned = events
+        .iter()
+        .any(|e| text(&e, "warning").contains("IndexedDB cannot be used"));
+    assert!(warned, "a warning says so");
+    assert_one_ticket_with(&case, &small, "s.txt").await;
+}
+
+#[wasm_bindgen(inline_js = r#"
+export function form_with_file(name, tenant, bytes) {
+  const form = document.createElement('form');
+  form.setAttribute('data-oncekey', name);
+  form.innerHTML = '<input name="subject" value="Printer on fire"><input name="email" value="ana@example.com">'
+    + '<textarea name="body">See the photo</textarea><input type="file" name="photo">'
+    + '<button type="submit">Send</button><p role="status"></p>';
+  const dt = new DataTransfer();
+  dt.items.add(new File([bytes], 'photo.jpg', { type: 'image/jpeg' }));
+  form.querySelector('input[type=file]').files = dt.files;
+  document.body.appendChild(form);
+  return form;
+}
+"#)]
+extern "C" {
+    fn form_with_file(
+        name: &str,
+        tenant: &str,
+        bytes: &js_sys::Uint8Array,
+    ) -> web_sys::HtmlFormElement;
+}
+
+#[test]
+async fn the_form_kit_sends_a_form_with_a_file_as_an_upload_with_one_key() {
+    let case = Case::new("upload-kit");
+    case.plan(&["drop-reply"]);
+    let bytes = file_bytes(80_000, 8);
+    let form = form_with_file(&case.name, &case.tenant, &bytes);
+    let mut submitter = oncekey::Options::new(&format!("{}/api/tickets", server()));
+    submitter.headers = vec![("X-Tenant".into(), case.tenant.clone())];
+    let _kit = oncekey::FormKit::attach(
+        &form,
+        oncekey::FormOptions {
+            submitter,
+            ..oncekey::FormOptions::default()
+        },
+    )
+    .expect("attached");
+    form.request_submit().unwrap();
+    for _ in 0..300 {
+        if form.get_attribute("data-oncekey-outcome").as_deref() == Some("succeeded") {
+            break;
+        }
+        JsFuture::from(sleep(10)).await.unwrap();
+    }
+    assert_eq!(
+        form.get_attribute("data-oncekey-outcome").as_deref(),
+        Some("succeeded")
+    );
+    assert!(all_equal(&case.keys()), "{:?}", case.keys());
+    assert_one_ticket_with(&case, &bytes, "photo.jpg").await;
+    form.remove();
+}
+
+#[test]
+async fn list_pending_names_every_unconfirmed_submission_of_a_storage() {
+    let case = Case::new("upload-list");
+    case.plan(&["fail-before"]);
+    let s = case.submitter(r#""retry":{"attempts":1}"#);
+    let bytes = file_bytes(30_000, 9);
+    let first = JsFuture::from(s.submit(ticket_form(&bytes, "l.png", "image/png").into(), None))
+        .await
+        .expect("resolves");
+    assert_eq!(text(&first, "outcome"), "unsure");
+    let listed = JsFuture::from(oncekey::js::list_pending("indexeddb".into()))
+        .await
+        .unwrap();
+    let mine: Vec<JsValue> = js_sys::Array::from(&listed)
+        .iter()
+        .filter(|e| text(e, "name") == case.name)
+        .collect();
+    assert_eq!(mine.len(), 1, "listed once");
+    assert_eq!(text(&mine[0], "key"), text(&first, "key"));
+    assert_eq!(get(&mine[0], "attempts").as_f64(), Some(1.0));
+    assert!(get(&mine[0], "startedAt").as_f64().unwrap() > 0.0);
+    assert!(
+        get(&mine[0], "size").as_f64().unwrap() >= 30_000.0,
+        "the file counts"
+    );
+    // Not in sessionStorage: uploads live in IndexedDB; a JSON submission does.
+    let json = Case::new("list-json");
+    json.plan(&["fail-before"]);
+    let j = json.submitter(r#""retry":{"attempts":1}"#);
+    let body = JSON::parse(r#"{"subject":"Printer","body":"x","email":"a@b.co"}"#).unwrap();
+    let unsure = JsFuture::from(j.submit(body, None))
+        .await
+        .expect("resolves");
+    assert_eq!(text(&unsure, "outcome"), "unsure");
+    let session = JsFuture::from(oncekey::js::list_pending(JsValue::UNDEFINED))
+        .await
+        .unwrap();
+    let session: Vec<JsValue> = js_sys::Array::from(&session).iter().collect();
+    assert!(session.iter().all(|e| text(e, "name") != case.name));
+    let listed_json: Vec<&JsValue> = session
+        .iter()
+        .filter(|e| text(e, "name") == json.name)
+        .collect();
+    assert_eq!(listed_json.len(), 1);
+    assert_eq!(text(listed_json[0], "key"), text(&unsure, "key"));
+    j.discard();
+    let wrong = JsFuture::from(oncekey::js::list_pending("cookies".into()))
+        .await
+        .expect_err("refused");
+    assert_eq!(error_code(&wrong), "option");
+    // Discarded: no longer listed.
+    s.discard();
+    for _ in 0..50 {
+        if case.stored().await.is_null() {
+            break;
+        }
+        JsFuture::from(sleep(10)).await.unwrap();
+    }
+    let listed = JsFuture::from(oncekey::js::list_pending("indexeddb".into()))
+        .await
+        .unwrap();
+    assert!(js_sys::Array::from(&listed)
+        .iter()
+        .all(|e| text(&e, "name") != case.name));
+}
