@@ -107,7 +107,7 @@ bench: server
 	bash scripts/with-pg.sh bash scripts/bench-native.sh
 	@echo "== reference server: the key check's cost"
 	$(RELEASE_NATIVE) cargo run -q --release -p oncekey-server --example load -- \
-		--requests 10000 --concurrency 64 --rounds 3
+		--requests 20000 --concurrency 64 --rounds 9
 	@echo "== chaos: the large run"
 	bash scripts/with-pg.sh bash chaos/run-bench.sh
 

@@ -1,25 +1,32 @@
 //! # The SQLite store
 //!
 //! The embedded default: one file, created with mode `0600` (owner only: a record holds request
-//! bodies), in WAL mode with `synchronous = FULL`, so a record is on disk before the attempt it
-//! covers is sent. Its schema is versioned (`PRAGMA user_version`) and migrated forward on open;
+//! bodies), in WAL mode, its log synced after every write of a record, so a record is on disk
+//! before the attempt it covers is sent. Its schema is versioned (`PRAGMA user_version`) and migrated forward on open;
 //! a file from a newer oncekey, a foreign database or a damaged file is refused with a clear
 //! [`Error::is_corrupt`] instead of being changed.
 //!
 //! # Group commit, and one sync per submission
 //!
 //! One writer thread owns the connection. Every call is queued to it; it takes all the calls
-//! waiting, runs each in its own savepoint inside one `BEGIN IMMEDIATE` transaction, and commits
-//! once: concurrent submissions share a sync instead of queueing for one each. Only a batch that
-//! writes a record ([`Store::save`], before the attempt it covers) commits with
-//! `synchronous = FULL`, which syncs the write-ahead log; every other batch (claim, renew,
-//! release, and the removal after a definite answer) commits with `NORMAL`, appended to the log
-//! without a sync of its own, and made durable by the next synced commit, which syncs the log
-//! up to its end. A removal lost in a power cut only makes the next process resend the
-//! submission with the same key, and the server replays its first answer (CONTRACT.md
-//! section 5); a lost lease is simply free again. [`SqliteStore::syncs`] counts the synced
-//! commits. Two processes deciding about the same lease are serialised by SQLite's own write
-//! lock.
+//! waiting and runs each in its own savepoint of one open `BEGIN IMMEDIATE` transaction.
+//! Commits sync nothing by themselves (`synchronous = NORMAL`). A batch that writes a record
+//! ([`Store::save`], before the attempt it covers, and [`Store::quarantine`]) commits at once,
+//! and its calls are answered only after the write-ahead log is synced up to its end, as `FULL`
+//! would at that commit. The sync is done by a thread of its own: the writer goes on with the
+//! next calls meanwhile, and one sync answers every batch committed before it.
+//!
+//! Every other call (claim, renew, release, and the removal after a definite answer) is
+//! answered at once and left in the open transaction, which the next durable batch commits and
+//! syncs with its own: a submission's claim, its record and the previous submission's removal
+//! are one commit and one sync, and concurrent submissions share them (group commit). When no
+//! call comes for a moment the writer commits the open transaction without a sync; closing the
+//! store commits it too. A removal lost in a power cut only makes the next process resend the
+//! submission with the same key, and the server replays its first answer (CONTRACT.md section
+//! 5); a lost claim or lease is simply free again, and nothing was sent under it, since sending
+//! waits for the synced record. [`SqliteStore::syncs`] counts the syncs. Two processes deciding
+//! about the same lease are serialised by SQLite's own write lock (held by the open transaction
+//! until it commits).
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -129,7 +136,7 @@ impl SqliteStore {
         })
     }
 
-    /// How many synced commits this handle has made since it was opened: one per batch that
+    /// How many times this handle has synced its log since it was opened: once per batch that
     /// wrote a record, shared by every call in the batch (see the module docs).
     pub fn syncs(&self) -> u64 {
         self.syncs.load(Ordering::Relaxed)
@@ -156,7 +163,9 @@ fn prepare(path: &Path, conn: &mut Connection) -> Result<()> {
             format!("journal_mode is {mode}"),
         ));
     }
-    conn.execute_batch("PRAGMA synchronous = FULL;")
+    // Commits sync nothing by themselves; the writer syncs the log after each durable batch
+    // (`sync_log`), and SQLite syncs it before every checkpoint.
+    conn.execute_batch("PRAGMA synchronous = NORMAL;")
         .map_err(|e| err("opened", e))?;
     let tx = conn
         .transaction_with_behavior(TransactionBehavior::Immediate)
@@ -242,11 +251,75 @@ impl Drop for SqliteStore {
     }
 }
 
-/// The writer thread: takes every job waiting, runs each in a savepoint of one transaction,
-/// commits once, answers each.
+/// How long the writer keeps a transaction holding only unsynced work (claims, renewals,
+/// releases, removals) open for the next durable write to carry, before committing it alone.
+const IDLE_COMMIT: Duration = Duration::from_millis(2);
+
+/// The longest such a transaction stays open under a steady stream of light calls, so that
+/// another process waiting for the write lock gets it.
+const MAX_OPEN: Duration = Duration::from_millis(20);
+
+/// The writer thread, and the syncer it starts: takes every job waiting and runs each in a
+/// savepoint of the open transaction. A batch with a durable job commits at once and hands its
+/// answers to the syncer, which syncs the log and then answers them; a batch of light
+/// jobs is answered at once and left in the open transaction, for the next durable batch to
+/// commit (or the writer commits it, without a sync, once no job came for [`IDLE_COMMIT`], and
+/// when the store closes). Later calls run on the same connection, so they see its work at
+/// once; other connections see it once committed, and wait on SQLite's write lock meanwhile.
 fn write_batches(path: &Path, conn: Connection, queue: mpsc::Receiver<Job>, syncs: &AtomicU64) {
-    let mut full = true;
-    while let Ok(first) = queue.recv() {
+    std::thread::scope(|scope| {
+        let (synced, to_sync) = mpsc::channel::<Vec<Answered>>();
+        let syncer = std::thread::Builder::new()
+            .name("oncekey-sqlite-sync".into())
+            .spawn_scoped(scope, move || sync_batches(path, to_sync, syncs));
+        match syncer {
+            Ok(_) => write(path, &conn, &queue, &synced),
+            Err(e) => {
+                let message = format!("the store's sync thread could not start: {e}");
+                while let Ok(job) = queue.recv() {
+                    let _ = job.reply.send(Err(message.clone().into()));
+                }
+            }
+        }
+        // Dropping `synced` ends the syncer once it has answered every batch handed to it.
+    });
+}
+
+/// A call that ran, with its answer, waiting for the sync that makes it durable.
+type Answered = (rusqlite::Result<Done>, mpsc::SyncSender<Reply>);
+
+fn write(
+    path: &Path,
+    conn: &Connection,
+    queue: &mpsc::Receiver<Job>,
+    synced: &mpsc::Sender<Vec<Answered>>,
+) {
+    let mut open = false;
+    let mut opened = std::time::Instant::now();
+    loop {
+        if open && opened.elapsed() >= MAX_OPEN {
+            open = false;
+            commit_light(path, conn);
+        }
+        let first = if open {
+            match queue.recv_timeout(IDLE_COMMIT) {
+                Ok(job) => job,
+                Err(mpsc::RecvTimeoutError::Timeout) => {
+                    open = false;
+                    commit_light(path, conn);
+                    continue;
+                }
+                Err(mpsc::RecvTimeoutError::Disconnected) => {
+                    commit_light(path, conn);
+                    break;
+                }
+            }
+        } else {
+            match queue.recv() {
+                Ok(job) => job,
+                Err(_) => break,
+            }
+        };
         let mut batch = vec![first];
         while batch.len() < MAX_BATCH {
             match queue.try_recv() {
@@ -255,76 +328,126 @@ fn write_batches(path: &Path, conn: Connection, queue: mpsc::Receiver<Job>, sync
             }
         }
         let durable = batch.iter().any(|j| j.durable);
-        let fail_all = |batch: Vec<Job>, what: &str, e: rusqlite::Error| {
-            let message = sql_error(path, what, e).to_string();
-            let corrupt = message.contains("damaged");
-            for job in batch {
-                let e = if corrupt {
-                    Error::corrupt(
-                        format!("the store {} failed", path.display()),
-                        message.clone(),
-                    )
-                } else {
-                    Error::store(
-                        format!("the store {} failed", path.display()),
-                        message.clone(),
-                    )
-                };
-                let _ = job.reply.send(Err(Box::new(e)));
-            }
-        };
-        if durable != full {
-            let level = if durable {
-                "PRAGMA synchronous = FULL"
-            } else {
-                "PRAGMA synchronous = NORMAL"
-            };
-            if let Err(e) = exec(&conn, level) {
-                fail_all(batch, "written", e);
+        if !open {
+            if let Err(e) = exec(conn, "BEGIN IMMEDIATE") {
+                fail_all(path, batch.into_iter().map(|j| j.reply), "written", e);
                 continue;
             }
-            full = durable;
-        }
-        if let Err(e) = exec(&conn, "BEGIN IMMEDIATE") {
-            fail_all(batch, "written", e);
-            continue;
+            open = true;
+            opened = std::time::Instant::now();
         }
         let mut answers = Vec::with_capacity(batch.len());
         let mut replies = Vec::with_capacity(batch.len());
         for job in batch {
-            let answer = exec(&conn, "SAVEPOINT oncekey_op").and_then(|()| match (job.run)(&conn) {
-                Ok(done) => exec(&conn, "RELEASE oncekey_op").map(|()| done),
+            let answer = exec(conn, "SAVEPOINT oncekey_op").and_then(|()| match (job.run)(conn) {
+                Ok(done) => exec(conn, "RELEASE oncekey_op").map(|()| done),
                 Err(e) => {
-                    let _ = exec(&conn, "ROLLBACK TO oncekey_op");
-                    let _ = exec(&conn, "RELEASE oncekey_op");
+                    let _ = exec(conn, "ROLLBACK TO oncekey_op");
+                    let _ = exec(conn, "RELEASE oncekey_op");
                     Err(e)
                 }
             });
             answers.push(answer);
             replies.push(job.reply);
         }
-        match exec(&conn, "COMMIT") {
-            Ok(()) => {
-                if durable {
-                    syncs.fetch_add(1, Ordering::Relaxed);
-                }
-                for (answer, reply) in answers.into_iter().zip(replies) {
-                    let _ = reply.send(
-                        answer.map_err(|e| -> BoxError { Box::new(sql_error(path, "written", e)) }),
-                    );
-                }
-            }
-            Err(e) => {
-                let _ = conn.execute_batch("ROLLBACK");
-                let message = sql_error(path, "written", e).to_string();
-                for reply in replies {
-                    let _ = reply.send(Err(Box::new(Error::store(
-                        format!("the store {} failed", path.display()),
-                        message.clone(),
-                    ))));
-                }
-            }
+        let answered: Vec<Answered> = answers.into_iter().zip(replies).collect();
+        if !durable {
+            answer(path, answered);
+            continue;
         }
+        open = false;
+        if let Err(e) = exec(conn, "COMMIT") {
+            let _ = conn.execute_batch("ROLLBACK");
+            fail_all(path, answered.into_iter().map(|(_, r)| r), "written", e);
+            continue;
+        }
+        // The sync happens on the syncer while this thread goes on with the next calls.
+        if let Err(std::sync::mpsc::SendError(answered)) = synced.send(answered) {
+            let e = sync_error("the store's sync thread stopped".into());
+            fail_all(path, answered.into_iter().map(|(_, r)| r), "synced", e);
+        }
+    }
+}
+
+fn answer(path: &Path, answered: Vec<Answered>) {
+    for (answer, reply) in answered {
+        let _ = reply
+            .send(answer.map_err(|e| -> BoxError { Box::new(sql_error(path, "written", e)) }));
+    }
+}
+
+/// The syncer thread: takes every committed durable batch waiting, syncs the log once for them
+/// all (a sync covers every commit before it), and only then answers their calls.
+fn sync_batches(path: &Path, queue: mpsc::Receiver<Vec<Answered>>, syncs: &AtomicU64) {
+    let mut wal: Option<std::fs::File> = None;
+    while let Ok(mut waiting) = queue.recv() {
+        while let Ok(more) = queue.try_recv() {
+            waiting.extend(more);
+        }
+        match sync_log(path, &mut wal) {
+            Ok(()) => {
+                syncs.fetch_add(1, Ordering::Relaxed);
+                answer(path, waiting);
+            }
+            Err(e) => fail_all(path, waiting.into_iter().map(|(_, r)| r), "synced", e),
+        }
+    }
+}
+
+/// Commits the open transaction of light work, without a sync (it rides the next one). A
+/// failure loses that work, which the store allows for it (see the module docs).
+fn commit_light(path: &Path, conn: &Connection) {
+    if let Err(e) = exec(conn, "COMMIT") {
+        let _ = conn.execute_batch("ROLLBACK");
+        tracing::warn!(
+            store = %path.display(),
+            "unsynced store changes (a removal, a lease) could not be committed: {e}"
+        );
+    }
+}
+
+/// Syncs the write-ahead log up to its end: the commit just made and every unsynced one before
+/// it. The connection runs with `synchronous = NORMAL` (a commit appends to the log and syncs
+/// nothing); this sync is what `FULL` would do at the commit of a durable batch, and only there.
+fn sync_log(path: &Path, wal: &mut Option<std::fs::File>) -> rusqlite::Result<()> {
+    let io = |e: std::io::Error| sync_error(format!("the write-ahead log could not be synced: {e}"));
+    if wal.is_none() {
+        // The log exists while a connection is open in WAL mode, as the writer's is.
+        let mut name = path.as_os_str().to_owned();
+        name.push("-wal");
+        *wal = Some(std::fs::File::open(name).map_err(io)?);
+    }
+    match wal {
+        Some(file) => file.sync_data().map_err(io),
+        None => Ok(()),
+    }
+}
+
+fn sync_error(message: String) -> rusqlite::Error {
+    rusqlite::Error::SqliteFailure(
+        rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_IOERR_FSYNC),
+        Some(message),
+    )
+}
+
+/// Answers every reply of a batch that failed with the same error.
+fn fail_all(
+    path: &Path,
+    replies: impl Iterator<Item = mpsc::SyncSender<Reply>>,
+    what: &str,
+    e: rusqlite::Error,
+) {
+    let error = sql_error(path, what, e);
+    let corrupt = error.is_corrupt();
+    let message = error.to_string();
+    for reply in replies {
+        let failed = format!("the store {} failed", path.display());
+        let e = if corrupt {
+            Error::corrupt(failed, message.clone())
+        } else {
+            Error::store(failed, message.clone())
+        };
+        let _ = reply.send(Err(Box::new(e)));
     }
 }
 
@@ -673,6 +796,17 @@ mod tests {
         store.renew("d", &lease).unwrap();
         store.release("d", "o").unwrap();
         assert_eq!(store.syncs(), 3);
+        // Another connection sees the last removal once committed: closing the store commits
+        // what it left open.
+        store.claim("e", &lease, t).unwrap();
+        assert!(store.save("e", "{r}", &lease).unwrap());
+        assert!(store.remove("e", "o").unwrap());
+        drop(store);
+        let rows: i64 = Connection::open(dir.path().join("s.db"))
+            .unwrap()
+            .query_row("SELECT count(*) FROM oncekey_pending", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(rows, 0);
     }
 
     #[test]

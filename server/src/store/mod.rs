@@ -10,7 +10,7 @@
 //! before anyone hears of them) or *light* ([`Store::run_light`]: claims, releases, reads and
 //! sweeps, committed without waiting for a sync of their own; losing one in a power cut is
 //! harmless, and the next durable commit syncs it along with its own). A keyed request's claim
-//! is committed in a transaction of its own before its work begins ([`Store::claim_then`]).
+//! is held before its work begins, and stays when the work fails ([`Store::claim_then`]).
 //!
 //! - SQLite: one connection, owned by a writer thread that groups waiting jobs into shared
 //!   transactions (group commit). See `sqlite.rs`.
@@ -278,8 +278,11 @@ impl Store {
         }
     }
 
-    /// Claims a key in a light transaction and, once that has committed and if the claim was
-    /// granted, runs `work` in a durable transaction after it (SQLite: the same round's).
+    /// Claims a key and, if the claim was granted, runs `work` in a durable transaction after
+    /// it. PostgreSQL commits the claim in a light transaction of its own first (other server
+    /// processes claim on the same database); SQLite, whose writer is the only one, runs both in
+    /// one durable transaction, the work in a savepoint of its own, so that a failing work
+    /// rolls back alone and the claim stays.
     pub async fn claim_then<T, F>(&self, c: ClaimRequest, work: F) -> Result<Claimed<T>, StoreError>
     where
         T: Send + 'static,

@@ -11,11 +11,10 @@
 //! light commit that was lost. A lost claim is harmless: its work had not committed either.
 //!
 //! A round of the writer: the light jobs waiting, in one transaction; then the durable jobs, in
-//! one transaction with one fsync. A keyed request's claim comes with its work as a
-//! continuation ([`Writer::claim_then`]): once the claim's light transaction has committed, the
-//! writer queues the work into the same round's durable transaction itself, so a keyed request
-//! costs one trip to the writer and one fsync, like an unkeyed one, while the claim is still
-//! committed in a transaction of its own before the work begins. The schema is versioned with
+//! one transaction with one fsync. A keyed request's claim comes with its work
+//! ([`Writer::claim_then`]) as one durable job: the claim, then the work in a savepoint of its
+//! own, so a keyed request costs one trip to the writer and one fsync, like an unkeyed one, and
+//! a failing work rolls back alone, leaving the claim held. The schema is versioned with
 //! `PRAGMA user_version`.
 
 use std::path::Path;
@@ -88,21 +87,16 @@ const MAX_BATCH: usize = 512;
 /// What a job left to do once its transaction ended: `true` when it committed.
 type Finish = Box<dyn FnOnce(bool) + Send>;
 
-/// What a job reports after running: keep its effects or roll them back, what to do after the
-/// commit, and a durable job to run next if the commit succeeds (a granted claim's work).
+/// What a job reports after running: keep its effects or roll them back, and what to do after
+/// the commit.
 struct Ran {
     keep: bool,
     finish: Finish,
-    then: Option<Job>,
 }
 
 impl Ran {
     fn end(keep: bool, finish: Finish) -> Ran {
-        Ran {
-            keep,
-            finish,
-            then: None,
-        }
+        Ran { keep, finish }
     }
 }
 
@@ -148,8 +142,12 @@ impl Writer {
         answer.await.map_err(|_| StoreError::Closed)?
     }
 
-    /// Claims a key in a light transaction and, once that has committed and if the claim was
-    /// granted, runs `work` in the durable transaction of the same round.
+    /// Claims a key and, if the claim was granted, runs `work` right after it, in a savepoint
+    /// of its own within the same durable transaction: a failing work rolls back alone and the
+    /// claim stays, as if committed before it (the lease then runs out, or the caller releases
+    /// it). One job, one trip to the writer, one commit and one sync, as for an unkeyed
+    /// request; this writer is the database's only one, so no other transaction can see the
+    /// claim before its work either way.
     pub(super) async fn claim_then<T: Send + 'static>(
         &self,
         c: ClaimRequest,
@@ -157,17 +155,28 @@ impl Writer {
     ) -> Result<Claimed<T>, StoreError> {
         let (reply, answer) = oneshot::channel::<Result<Claimed<T>, StoreError>>();
         let job = move |conn: Option<&mut Connection>| -> Ran {
-            match conn.map(|conn| conn.claim(&c)) {
-                // The work answers: the writer runs it after this claim's commit, or tells it
-                // (with no connection) that the claim did not commit.
-                Some(Ok(KeyClaim::Taken { took_over })) => Ran {
-                    keep: true,
-                    finish: Box::new(|_| {}),
-                    then: Some(once_with(work, reply, move |result| {
-                        Ok(Claimed::Worked { took_over, result })
-                    })),
-                },
-                Some(Ok(found)) => Ran::end(
+            let Some(conn) = conn else {
+                return Ran::end(
+                    false,
+                    Box::new(move |_| drop(reply.send(Err(StoreError::NotCommitted)))),
+                );
+            };
+            match conn.claim(&c) {
+                Ok(KeyClaim::Taken { took_over }) => {
+                    let result = in_savepoint(conn, work);
+                    Ran::end(
+                        true,
+                        Box::new(move |committed| {
+                            let result = if committed {
+                                result
+                            } else {
+                                Err(StoreError::NotCommitted)
+                            };
+                            let _ = reply.send(Ok(Claimed::Worked { took_over, result }));
+                        }),
+                    )
+                }
+                Ok(found) => Ran::end(
                     true,
                     Box::new(move |committed| {
                         let _ = reply.send(if committed {
@@ -177,14 +186,10 @@ impl Writer {
                         });
                     }),
                 ),
-                Some(Err(e)) => Ran::end(false, Box::new(move |_| drop(reply.send(Err(e))))),
-                None => Ran::end(
-                    false,
-                    Box::new(move |_| drop(reply.send(Err(StoreError::NotCommitted)))),
-                ),
+                Err(e) => Ran::end(false, Box::new(move |_| drop(reply.send(Err(e))))),
             }
         };
-        self.send(Kind::Light, Box::new(job))?;
+        self.send(Kind::Durable, Box::new(job))?;
         answer.await.map_err(|_| StoreError::Closed)?
     }
 
@@ -291,11 +296,8 @@ fn writer(mut conn: Connection, rx: mpsc::Receiver<Message>) {
         if !stopping {
             stopping = drain(&rx, &mut light, &mut durable);
         }
-        // Granted claims' work joins this round's durable transaction.
-        let work = run_batch(&mut conn, std::mem::take(&mut light), Kind::Light);
-        durable.extend(work);
-        let none = run_batch(&mut conn, std::mem::take(&mut durable), Kind::Durable);
-        debug_assert!(none.is_empty(), "durable jobs have no continuation");
+        run_batch(&mut conn, std::mem::take(&mut light), Kind::Light);
+        run_batch(&mut conn, std::mem::take(&mut durable), Kind::Durable);
     }
     // Jobs still queued are dropped: their callers hear `Closed`.
     tracing::debug!("store writer stopped");
@@ -314,11 +316,10 @@ fn drain(rx: &mpsc::Receiver<Message>, light: &mut Vec<Job>, durable: &mut Vec<J
     false
 }
 
-/// Runs jobs in one transaction and answers them; returns the continuations of the jobs that
-/// committed (a job whose transaction failed has its continuation told so, and answered).
-fn run_batch(conn: &mut Connection, batch: Vec<Job>, kind: Kind) -> Vec<Job> {
+/// Runs jobs in one transaction and answers them once it has ended.
+fn run_batch(conn: &mut Connection, batch: Vec<Job>, kind: Kind) {
     if batch.is_empty() {
-        return Vec::new();
+        return;
     }
     let sync = match kind {
         Kind::Light => "PRAGMA synchronous = NORMAL",
@@ -332,10 +333,9 @@ fn run_batch(conn: &mut Connection, batch: Vec<Job>, kind: Kind) -> Vec<Job> {
         for job in batch {
             (job(None).finish)(false);
         }
-        return Vec::new();
+        return;
     }
     let mut finishes = Vec::with_capacity(batch.len());
-    let mut then = Vec::new();
     for job in batch {
         if let Err(e) = exec(conn, "SAVEPOINT job") {
             tracing::error!("cannot open a savepoint: {e}");
@@ -352,7 +352,6 @@ fn run_batch(conn: &mut Connection, batch: Vec<Job>, kind: Kind) -> Vec<Job> {
             tracing::error!("cannot end a savepoint: {e}");
         }
         finishes.push(ran.finish);
-        then.extend(ran.then);
     }
     let committed = match exec(conn, "COMMIT") {
         Ok(()) => true,
@@ -365,13 +364,21 @@ fn run_batch(conn: &mut Connection, batch: Vec<Job>, kind: Kind) -> Vec<Job> {
     for finish in finishes {
         finish(committed);
     }
-    if committed {
-        then
+}
+
+/// Runs `f` in a savepoint of its own (inside a job's), keeping its effects only if it
+/// succeeds.
+fn in_savepoint<T>(conn: &mut Connection, f: Work<T>) -> Result<T, StoreError> {
+    exec(conn, "SAVEPOINT work")?;
+    let result = f(conn);
+    let end = if result.is_ok() {
+        exec(conn, "RELEASE work")
     } else {
-        for job in then {
-            (job(None).finish)(false);
-        }
-        Vec::new()
+        exec(conn, "ROLLBACK TO work").and_then(|()| exec(conn, "RELEASE work"))
+    };
+    match (result, end) {
+        (Ok(_), Err(e)) => Err(e.into()),
+        (result, _) => result,
     }
 }
 
