@@ -44,8 +44,8 @@ if_wasm! {
     mod web;
     pub use crate::web::{
         AttemptHeaders, Credentials, Error, ErrorCode, FormKit, FormLock, FormOptions, Listener,
-        Options, Pending, Resume, Settlement, Settling, StorageKind, Submitter, SuccessMessage,
-        SuccessText, Update,
+        Messages, Options, Pending, Resume, Settlement, Settling, StorageKind, Submitter,
+        SuccessMessage, SuccessText, Update,
     };
 
     /// The npm package's JavaScript face, for Rust code that works with JavaScript values

@@ -14,7 +14,7 @@ use std::collections::VecDeque;
 use std::rc::Rc;
 use std::time::Duration;
 
-use oncekey::{FormKit, FormOptions, Options, Resume, RetryPolicy, SuccessMessage};
+use oncekey::{FormKit, FormOptions, Messages, Options, Resume, RetryPolicy, SuccessMessage};
 use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
 use wasm_bindgen_futures::JsFuture;
@@ -629,6 +629,15 @@ async fn wrong_options_are_errors_that_name_the_option() {
         (r#"{"name":7}"#, "options.name"),
         (r#"{"timeout":5}"#, "options.timeout is not an option"),
         (r#"{"retry":{"attempts":0}}"#, "options.retry.attempts"),
+        (
+            r#"{"messages":{"tryagain":"Réessayer"}}"#,
+            "options.messages.tryagain is not a message of the form kit; the messages are sending,",
+        ),
+        (
+            r#"{"messages":{"tryAgain":5}}"#,
+            "options.messages.tryAgain must be a string",
+        ),
+        (r#"{"messages":"de"}"#, "options.messages must be an object"),
     ] {
         let e = error(js(options));
         assert!(e.message().contains(says), "{options}: {}", e.message());
@@ -648,4 +657,73 @@ async fn wrong_options_are_errors_that_name_the_option() {
         e.message()
     );
     form.remove();
+}
+
+#[test]
+async fn german_messages_are_what_a_person_reads_in_the_status_and_on_the_buttons() {
+    let case = Case::new("deutsch");
+    let form = case.form("");
+    let german = js_sys::JSON::parse(
+        r#"{"messages":{
+            "sending":"Wird gesendet…",
+            "sendingAgain":"Erneuter Versuch {attempt}, mit demselben Schlüssel…",
+            "unsure":"Wir konnten den Empfang nicht bestätigen. „Erneut senden“ schickt dieselbe Anfrage.",
+            "created":"Ticket #{id} angelegt.",
+            "tryAgain":"Erneut senden",
+            "discard":"Verwerfen"
+        }}"#,
+    )
+    .unwrap();
+    // Read as attachForm reads them; sent as this case sends.
+    let mut options = FormOptions::from_js(&german, &form).expect("valid options");
+    options.submitter = case.options(1).submitter;
+    let _kit = FormKit::attach(&form, options).unwrap();
+    fill_ticket(&form, "Drucker brennt");
+    case.plan(&["delay=300"]);
+    form.request_submit().unwrap();
+    assert_eq!(status_text(&form), "Wird gesendet…");
+    settled(&form, "succeeded").await;
+    let said = status_text(&form);
+    assert!(
+        said.starts_with("Ticket #") && said.ends_with(" angelegt."),
+        "{said}"
+    );
+    fill_ticket(&form, "Drucker brennt wieder");
+    case.plan(&["offline"]);
+    form.request_submit().unwrap();
+    settled(&form, "unsure").await;
+    assert!(
+        status_text(&form).starts_with("Wir konnten den Empfang nicht bestätigen."),
+        "{}",
+        status_text(&form)
+    );
+    assert!(button(&form, "Try again").is_none() && button(&form, "Discard").is_none());
+    button(&form, "Erneut senden")
+        .expect("the German Try again")
+        .click();
+    assert_eq!(
+        status_text(&form),
+        "Erneuter Versuch 2, mit demselben Schlüssel…"
+    );
+    assert!(button(&form, "Verwerfen").is_none(), "gone while sending");
+    settled(&form, "succeeded").await;
+    assert_eq!(case.count("tickets").await, 2.0);
+    form.remove();
+}
+
+#[test]
+async fn messages_name_a_wrong_key_and_keep_the_english_for_the_others() {
+    let mut messages = Messages::default();
+    let e = messages.set("tryagain", "Réessayer").unwrap_err();
+    assert_eq!(e.code(), oncekey::ErrorCode::Option);
+    assert!(e.message().contains("options.messages.tryagain"), "{e}");
+    messages.set("tryAgain", "Réessayer").unwrap();
+    assert_eq!(messages.get("tryAgain"), Some("Réessayer"));
+    assert_eq!(messages.get("discard"), Some("Discard"));
+    assert_eq!(messages.get("nope"), None);
+    // Every key is documented in the declarations and the README.
+    let readme = include_str!("../README.md");
+    for (key, _) in Messages::keys() {
+        assert!(readme.contains(&format!("`{key}`")), "README lacks {key}");
+    }
 }

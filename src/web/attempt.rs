@@ -1,10 +1,9 @@
 //! # An attempt
 //!
 //! One `fetch` of the core's `Send`, after the current task, under the Web Lock named after the
-//! key when another tab can know the key: once it has been stored and found there (after a
-//! first attempt, or at once through `localStorage`). The first attempt of a key made here in
-//! session (or memory) storage skips the lock, whose round trip costs about a millisecond. The
-//! per-attempt timeout aborts the fetch; a timed-out attempt, a network error and an abort are
+//! key: every attempt, the first of a key too, since another tab can know a key from its first
+//! moment (`localStorage`, or a duplicated tab, which copies `sessionStorage` with the record in
+//! it). The lock's round trip costs about a millisecond. The per-attempt timeout aborts the fetch; a timed-out attempt, a network error and an abort are
 //! failures for the core, an answer of any status is an answer.
 
 use std::cell::Cell;
@@ -17,7 +16,7 @@ use web_sys::{AbortController, RequestCredentials, RequestInit, Response};
 
 use super::driver::Driver;
 use super::global::{fetch, lock, Timer};
-use super::options::{Credentials, StorageKind};
+use super::options::Credentials;
 use super::warn;
 use crate::core::text::quoted;
 use crate::core::record::is_sendable_header;
@@ -42,12 +41,7 @@ pub(crate) fn start(
     controller: Option<AbortController>,
 ) {
     spawn_local(async move {
-        let o = &driver.options;
-        let shared = attempt.number > 1 || o.storage == StorageKind::Local;
-        let _lock = match shared {
-            true => lock(&("oncekey:".to_owned() + attempt.key.as_str())).await,
-            false => None,
-        };
+        let _lock = lock(&("oncekey:".to_owned() + attempt.key.as_str())).await;
         let id = attempt.id;
         match send(&driver, attempt, body, controller).await {
             Ok((answer, text)) => driver.answer(id, &answer, text),

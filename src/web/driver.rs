@@ -16,7 +16,7 @@ use std::rc::{Rc, Weak};
 use std::task::{Context, Poll, Waker};
 
 use super::error::{Error, ErrorCode};
-use super::global::{random_bytes, Timer};
+use super::global::{on_line, random_bytes, Connection, Timer};
 use super::options::{Options, StorageKind};
 use super::storage::Store;
 use super::{attempt, warn};
@@ -24,7 +24,7 @@ use crate::core::body::{self, Fields, Value};
 use crate::core::text::quoted;
 use crate::core::{
     Action, Answer, AttemptId, BeginError, Begun, Failure, GiveUp, Key, NewKey, Outcome, Record,
-    Request, RequestError, Settled, State, Submission, Timestamp,
+    Request, RequestError, Settled, State, Submission, Timestamp, WaitingFor,
 };
 
 pub(crate) fn now() -> Timestamp {
@@ -80,6 +80,8 @@ pub(crate) struct Driver {
     emitting: Cell<bool>,
     /// What the constructor warned of, told to every new listener.
     warnings: Vec<String>,
+    /// The global's `online` and `offline` events, fed to the core while the submitter lives.
+    connection: RefCell<Option<Connection>>,
 }
 
 struct Machine {
@@ -115,6 +117,8 @@ pub struct Update {
     pub attempts: u32,
     /// In [`State::Waiting`]: when the next attempt is due.
     pub next_attempt_at: Option<Timestamp>,
+    /// In [`State::Waiting`]: why it waits, a retry due at a time or the connection to be back.
+    pub waiting_for: Option<WaitingFor>,
     /// Storage degraded to memory, or an unreadable record was removed.
     pub warning: Option<String>,
 }
@@ -335,6 +339,8 @@ impl Submitter {
         let (text, warning) = store.read(name);
         warnings.extend(warning);
         let mut core = Submission::new(name, options.retry);
+        // Before a record is taken up: offline, a resumed one waits for the connection.
+        core.handle_online(now(), on_line());
         if let Some(text) = text {
             if let Some(why) = restore(&mut core, &text, options.resume) {
                 store.remove(name);
@@ -365,7 +371,16 @@ impl Submitter {
             queue: RefCell::new(VecDeque::new()),
             emitting: Cell::new(false),
             warnings,
+            connection: RefCell::new(None),
         });
+        let weak = Rc::downgrade(&driver);
+        let connection = Connection::watch(move |online| {
+            if let Some(d) = weak.upgrade() {
+                d.machine.borrow_mut().core.handle_online(now(), online);
+                d.drive();
+            }
+        });
+        *driver.connection.borrow_mut() = connection;
         driver.drive();
         Ok(Submitter { driver })
     }
@@ -410,12 +425,45 @@ impl Submitter {
     /// Resends the pending submission with the same key and body, in a new round of retries
     /// ([`ErrorCode::State`] when nothing is pending).
     pub fn try_again(&self) -> Settling {
-        let result = self.driver.machine.borrow_mut().core.try_again(now());
+        let result = {
+            let mut m = self.driver.machine.borrow_mut();
+            m.core.handle_online(now(), on_line());
+            m.core.try_again(now())
+        };
         match result {
             Ok(()) => self.driver.wait(),
             Err(e) => Settling {
                 slot: Err(Some(Error::new(ErrorCode::State, e.message()))),
             },
+        }
+    }
+
+    /// "Send as new": the person (or caller) checked an [`Outcome::Expired`] (or unsure)
+    /// submission and means to send its request again, deliberately, as a new one, under a new
+    /// key ([`ErrorCode::State`] when nothing expired or unsure is pending).
+    pub fn send_as_new(&self) -> Settling {
+        let d = &self.driver;
+        let refused = |e: Error| Settling { slot: Err(Some(e)) };
+        let key = match random_bytes() {
+            Ok(bytes) => bytes,
+            Err(e) => {
+                return refused(Error::new(
+                    ErrorCode::State,
+                    "no key can be made: ".to_owned() + &super::error::describe(&e),
+                ))
+            }
+        };
+        let result = {
+            let mut m = d.machine.borrow_mut();
+            m.core.handle_online(now(), on_line());
+            m.core.send_as_new(now(), NewKey::Random(key))
+        };
+        match result {
+            Ok(()) => {
+                d.machine.borrow_mut().last_text = None;
+                d.wait()
+            }
+            Err(e) => refused(Error::new(ErrorCode::State, e.message())),
         }
     }
 
@@ -524,11 +572,11 @@ impl Driver {
                 }
             }
         };
-        let begun = self
-            .machine
-            .borrow_mut()
-            .core
-            .begin(now(), request, NewKey::Random(key));
+        let begun = {
+            let mut m = self.machine.borrow_mut();
+            m.core.handle_online(now(), on_line());
+            m.core.begin(now(), request, NewKey::Random(key))
+        };
         match begun {
             Ok(Begun::Started) => {
                 self.machine.borrow_mut().last_text = None;
@@ -560,6 +608,7 @@ impl Driver {
             key: pending.map(|r| r.key.clone()),
             attempts: pending.map_or(0, |r| r.attempts),
             next_attempt_at: m.core.next_attempt_at(),
+            waiting_for: m.core.waiting_for(),
             warning,
         }
     }
@@ -616,6 +665,7 @@ impl Driver {
                     key: c.key,
                     attempts: c.attempts,
                     next_attempt_at: c.next_attempt_at,
+                    waiting_for: c.waiting_for,
                     warning: None,
                 }),
                 Action::Settled(settled) => {
@@ -682,6 +732,9 @@ impl Driver {
                 return;
             }
             m.flight = None;
+            // Failed because the platform is offline: the core gives the attempt back and
+            // waits for the connection.
+            m.core.handle_online(now(), on_line());
             m.core.handle_failure(now(), id, failure, jitter());
         }
         self.drive();

@@ -1,7 +1,8 @@
 //! # The global scope
 //!
-//! `fetch`, the timers, `crypto` and `navigator.locks`, bound to the global scope itself (gloo's
-//! way), not to `window`, so that the driver runs in a worker too. web-sys gives the types
+//! `fetch`, the timers, `crypto`, `navigator.locks`, `navigator.onLine` and the `online` and
+//! `offline` events, bound to the global scope itself (gloo's way), not to `window`, so that the
+//! driver runs in a worker too. web-sys gives the types
 //! (`Crypto`, `RequestInit`, `Response`); `navigator.locks` is a binding of our own because
 //! web-sys has `LockManager` only behind `--cfg=web_sys_unstable_apis`, which a plain build
 //! does not set.
@@ -68,6 +69,53 @@ impl Timer {
 impl Drop for Timer {
     fn drop(&mut self) {
         clear_timeout(&self.id);
+    }
+}
+
+/// `navigator.onLine`: `false` only when the platform says it is offline (a global without a
+/// navigator, or one that does not say, counts as online).
+pub(crate) fn on_line() -> bool {
+    let navigator = Reflect::get(&js_sys::global(), &"navigator".into()).unwrap_or_default();
+    if !navigator.is_object() {
+        return true;
+    }
+    Reflect::get(&navigator, &"onLine".into())
+        .ok()
+        .and_then(|v| v.as_bool())
+        .unwrap_or(true)
+}
+
+/// The global scope's `online` and `offline` events (a window's or a worker's), heard until
+/// dropped.
+pub(crate) struct Connection {
+    target: web_sys::EventTarget,
+    f: Closure<dyn FnMut(web_sys::Event)>,
+}
+
+impl Connection {
+    /// Calls `f(true)` on every `online` event and `f(false)` on every `offline`; `None` where
+    /// the global scope takes no listeners.
+    pub(crate) fn watch(mut f: impl FnMut(bool) + 'static) -> Option<Connection> {
+        let target: web_sys::EventTarget = js_sys::global().dyn_into().ok()?;
+        let f = Closure::<dyn FnMut(web_sys::Event)>::new(move |e: web_sys::Event| {
+            f(e.type_() == "online")
+        });
+        for event in ["online", "offline"] {
+            target
+                .add_event_listener_with_callback(event, f.as_ref().unchecked_ref())
+                .ok()?;
+        }
+        Some(Connection { target, f })
+    }
+}
+
+impl Drop for Connection {
+    fn drop(&mut self) {
+        for event in ["online", "offline"] {
+            let _ = self
+                .target
+                .remove_event_listener_with_callback(event, self.f.as_ref().unchecked_ref());
+        }
     }
 }
 

@@ -63,6 +63,13 @@ export interface SubmitterOptions {
   encoding?: "json" | "form";
   /** Resend a pending submission found at start-up at once, instead of waiting `unsure`. */
   resume?: boolean;
+  /**
+   * How long the server keeps a key, in ms; default 86400000 (24 h). No attempt is ever sent
+   * with a key older than this less a margin of min(10 %, 5 min), counted from its first attempt
+   * across reloads and `tryAgain()`: the submission settles `expired` instead. Kept in the
+   * stored record. Given without `retry.budget`, the default budget is shortened to fit in it.
+   */
+  keyLifetimeMs?: number;
 }
 
 /** How a submission ended, or why its retries stopped (`unsure`). */
@@ -98,6 +105,11 @@ export interface SubmitterChange {
   attempts: number;
   /** In `waiting`: when the next attempt is due, ms since the epoch. */
   nextAttemptAt: number | null;
+  /**
+   * In `waiting`: why it waits. "retry": an attempt is due at `nextAttemptAt`; "online": the
+   * browser is offline, and it is sent, with the same key, as soon as it is back online.
+   */
+  waitingFor: "retry" | "online" | null;
   /** Storage degraded to memory, or an unreadable record was removed. */
   warning: string | null;
 }
@@ -252,6 +264,7 @@ struct Change<'a> {
     key: Option<&'a str>,
     attempts: u32,
     next_attempt_at: Option<f64>,
+    waiting_for: Option<&'static str>,
     warning: Option<&'a str>,
 }
 
@@ -260,6 +273,7 @@ out_object!(Change {
     key: "key",
     attempts: "attempts",
     next_attempt_at: "nextAttemptAt",
+    waiting_for: "waitingFor",
     warning: "warning",
 });
 
@@ -269,6 +283,7 @@ fn change(u: &Update) -> JsValue {
         key: u.key.as_ref().map(|k| k.as_str()),
         attempts: u.attempts,
         next_attempt_at: u.next_attempt_at.map(|t| t.as_millis() as f64),
+        waiting_for: u.waiting_for.map(super::form::waiting_for),
         warning: u.warning.as_deref(),
     })
 }
@@ -382,6 +397,14 @@ impl JsSubmitter {
     #[wasm_bindgen(js_name = tryAgain, unchecked_return_type = "Promise<SubmitResult>")]
     pub fn try_again(&self) -> Promise {
         settle(self.inner.try_again())
+    }
+
+    /// "Send as new", for an `expired` (or `unsure`) submission, once a person has checked that
+    /// it was not done: its request sent again under a new key, deliberately ("state" when
+    /// nothing expired or unsure is pending).
+    #[wasm_bindgen(js_name = sendAsNew, unchecked_return_type = "Promise<SubmitResult>")]
+    pub fn send_as_new(&self) -> Promise {
+        settle(self.inner.send_as_new())
     }
 
     /// Drops an unconfirmed submission: the record is removed, an attempt under way is aborted,

@@ -21,8 +21,12 @@
 //! definite answer. A new `Submitter` of the same name, after a reload, finds them. Retries
 //! keep the key; when and whether to retry is the core's call, never the driver's. A second
 //! `submit` of the same body joins the one under way; across tabs, a Web Lock named after the
-//! key lets one attempt out at a time (every attempt of a key another tab can know: retries,
-//! resumed records, and all attempts with `localStorage`). A body JSON cannot carry is refused
+//! key lets one attempt out at a time (every attempt, the first too: a duplicated tab copies
+//! `sessionStorage`, record and all). While the platform is offline (`navigator.onLine`, the
+//! global's `online` and `offline` events, fed to the core) nothing is sent and nothing of the
+//! attempts or budget is spent; back online it is sent at once with the same key. No attempt
+//! goes out with a key past its lifetime (`keyLifetimeMs`): the submission settles `expired`,
+//! and only a deliberate `sendAsNew()` (a new key) or a discard leaves it. A body JSON cannot carry is refused
 //! before anything is stored or sent. Storage that cannot be used degrades to memory with a
 //! warning; an unreadable record is removed with a warning. Keys are UUID v4 made by `uuid`
 //! from 16 bytes of `crypto.getRandomValues`.
@@ -61,7 +65,7 @@ static ALLOCATOR: alloc::Allocator = alloc::Allocator::new();
 
 pub use driver::{Listener, Pending, Settlement, Settling, Submitter, Update};
 pub use error::{Error, ErrorCode};
-pub use form::{FormKit, FormLock, FormOptions, Resume, SuccessMessage, SuccessText};
+pub use form::{FormKit, FormLock, FormOptions, Messages, Resume, SuccessMessage, SuccessText};
 pub use options::{AttemptHeaders, Credentials, Options, StorageKind};
 
 /// A warning on the console, as `oncekey: ...`.

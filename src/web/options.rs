@@ -18,7 +18,7 @@ use wasm_bindgen::{JsCast, JsValue};
 use super::error::{describe, Error};
 use crate::core::text::quoted;
 use crate::core::record::{is_sendable_header, is_token};
-use crate::core::{Encoding, Key, KeyFormat, RetryPolicy, DEFAULT_KEY_HEADER};
+use crate::core::{key_margin, Encoding, Key, KeyFormat, RetryPolicy, DEFAULT_KEY_HEADER};
 
 /// Where key and body are kept until a definite answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -74,7 +74,10 @@ pub struct Options {
     pub key_format: KeyFormat,
     /// Per attempt, 30000 by default; a timed-out attempt is retried with the same key.
     pub timeout_ms: u32,
-    /// Attempts per round, backoff, and the round's time budget.
+    /// Attempts per round, backoff, the round's time budget, and the key's lifetime
+    /// ([`RetryPolicy::key_lifetime`], `keyLifetimeMs` in JavaScript, 24 h by default): no
+    /// attempt is sent with a key older than it (less its margin, from the first attempt, across
+    /// reloads and "Try again"); such a submission settles `expired`.
     pub retry: RetryPolicy,
     /// Where key and body are kept until a definite answer.
     pub storage: StorageKind,
@@ -141,11 +144,16 @@ const KNOWN: &[&str] = &[
     "credentials",
     "encoding",
     "resume",
+    "keyLifetimeMs",
 ];
 const RETRY_KNOWN: &[&str] = &["attempts", "base", "cap", "budget"];
 
 /// The most milliseconds a timer takes (`setTimeout`'s limit).
 const MAX_MS: f64 = 2_147_483_647.0;
+
+/// The longest key lifetime, in milliseconds: a year (Adyen keeps keys for at least 31 days,
+/// past a timer's limit; the driver re-arms its timer for a deadline further away).
+const MAX_LIFETIME_MS: f64 = 31_536_000_000.0;
 
 impl Options {
     /// The defaults, sending to `url`.
@@ -258,6 +266,23 @@ impl Options {
             };
             o.attempt_headers = Some(js_attempt_headers(f.clone()));
         }
+        let lifetime = get(value, "keyLifetimeMs");
+        let lifetime_given = !lifetime.is_undefined();
+        if lifetime_given {
+            match lifetime.as_f64() {
+                Some(ms) if ms > 0.0 && ms <= MAX_LIFETIME_MS => {
+                    o.retry.key_lifetime = Duration::from_millis(ms.ceil() as u64);
+                }
+                _ => {
+                    return Err(wrong(
+                        "options.keyLifetimeMs",
+                        "the server's key lifetime in milliseconds, above 0 (at most a year)",
+                        &lifetime,
+                    ))
+                }
+            }
+        }
+        let mut budget_given = false;
         let retry = get(value, "retry");
         if !retry.is_undefined() {
             if !is_plain_object(&retry) {
@@ -281,6 +306,7 @@ impl Options {
                     }
                 }
             }
+            budget_given = !get(&retry, "budget").is_undefined();
             for (name, slot) in [
                 ("base", &mut o.retry.base),
                 ("cap", &mut o.retry.cap),
@@ -290,6 +316,11 @@ impl Options {
                     *slot = Duration::from_millis(ms.into());
                 }
             }
+        }
+        if lifetime_given && !budget_given {
+            // A short lifetime (Qonto's 30 minutes) shortens the default budget to fit in it.
+            let usable = o.retry.key_lifetime - key_margin(o.retry.key_lifetime);
+            o.retry.budget = o.retry.budget.min(usable);
         }
         o.check()
     }

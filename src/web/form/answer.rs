@@ -11,6 +11,7 @@ use wasm_bindgen::JsCast;
 use web_sys::{Element, HtmlFormElement};
 
 use super::fields::named_controls;
+use super::messages::{fill_with, Message, Messages};
 use super::Settlement;
 
 /// The answer's JSON object, when it is one.
@@ -34,42 +35,24 @@ fn field(s: &Settlement, name: &str) -> Option<String> {
     object(s).and_then(|f| f.get(name)).map(text_of)
 }
 
-/// The default message of a success: "Created #12." when the answer has an id.
-pub(crate) fn default_success(s: &Settlement) -> String {
+/// The default message of a success: `created` ("Created #12.") when the answer has an id,
+/// else `succeeded`.
+pub(crate) fn default_success(s: &Settlement, m: &Messages) -> String {
     match object(s).and_then(|f| f.get("id")) {
-        None | Some(Value::Null) => "Sent and confirmed.".to_owned(),
-        Some(id) => concat(&["Created #", &text_of(id), "."]),
+        None | Some(Value::Null) => m.text(Message::Succeeded).to_owned(),
+        Some(_) => fill_template(m.text(Message::Created), s),
     }
 }
 
 /// `"Ticket #{id} created"` with `{name}` replaced by the answer's fields (nothing for a field
 /// it does not have); an unclosed `{` is kept as written.
 pub(crate) fn fill_template(template: &str, s: &Settlement) -> String {
-    let mut out = String::new();
-    let mut rest = template;
-    while let Some((before, after)) = rest.split_once('{') {
-        out.push_str(before);
-        match after.split_once('}') {
-            Some((name, after)) => {
-                if let Some(v) = field(s, name) {
-                    out.push_str(&v);
-                }
-                rest = after;
-            }
-            None => {
-                out.push('{');
-                out.push_str(after);
-                rest = "";
-            }
-        }
-    }
-    out.push_str(rest);
-    out
+    fill_with(template, |name| field(s, name))
 }
 
 /// One line for people from a problem document (its `title` and `detail`), or from a short
 /// answer text.
-pub(crate) fn problem_text(s: &Settlement) -> String {
+pub(crate) fn problem_text(s: &Settlement, m: &Messages) -> String {
     let string = |name| match object(s).and_then(|f| f.get(name)) {
         Some(Value::String(t)) => Some(t.as_str()),
         _ => None,
@@ -85,8 +68,11 @@ pub(crate) fn problem_text(s: &Settlement) -> String {
         (None, Some(d)) => d.to_owned(),
         (None, None) if !text.is_empty() && text.len() < 200 => text.to_owned(),
         _ => match s.status() {
-            Some(status) => concat(&["the server answered ", &decimal(status.into())]),
-            None => "no answer".to_owned(),
+            Some(status) => m.fill(
+                Message::ServerAnswered,
+                &[("status", &decimal(status.into()))],
+            ),
+            None => m.text(Message::NoAnswer).to_owned(),
         },
     }
 }
@@ -120,7 +106,11 @@ fn first_string<'a>(p: &'a Fields, names: &[&str]) -> Option<&'a str> {
 /// Shows RFC 9457 `invalid-params` (or `errors`) next to the fields they name (by `name`,
 /// `field` or a JSON `pointer`), with `aria-invalid` and `aria-describedby`; returns the first
 /// such field, for the focus.
-pub(crate) fn show_problem(form: &HtmlFormElement, s: &Settlement) -> Option<Element> {
+pub(crate) fn show_problem(
+    form: &HtmlFormElement,
+    s: &Settlement,
+    m: &Messages,
+) -> Option<Element> {
     let fields = object(s)?;
     let params = match fields.get("invalid-params") {
         Some(Value::Array(items)) => items,
@@ -137,7 +127,8 @@ pub(crate) fn show_problem(form: &HtmlFormElement, s: &Settlement) -> Option<Ele
             continue;
         };
         let name = name.trim_start_matches('/');
-        let reason = first_string(p, &["reason", "message", "detail"]).unwrap_or("is not accepted");
+        let reason = first_string(p, &["reason", "message", "detail"])
+            .unwrap_or_else(|| m.text(Message::FieldReason));
         let Some(field) = named_controls(form, name).into_iter().next() else {
             continue;
         };
@@ -151,7 +142,10 @@ pub(crate) fn show_problem(form: &HtmlFormElement, s: &Settlement) -> Option<Ele
         };
         let _ = note.set_attribute("class", "oncekey-field-error");
         let _ = note.set_attribute("id", &id);
-        note.set_text_content(Some(&concat(&[name, " ", reason])));
+        note.set_text_content(Some(&m.fill(
+            Message::FieldInvalid,
+            &[("field", name), ("reason", reason)],
+        )));
         let _ = field.after_with_node_1(&note);
         let _ = field.set_attribute("aria-invalid", "true");
         let _ = field.set_attribute("data-oncekey-invalid", "");

@@ -6,7 +6,8 @@
 //! and a stored body put back into the fields after a reload.
 
 use crate::core::body::{Fields, Value};
-use crate::core::text::{concat, quoted};
+use super::messages::{Message, Messages};
+use crate::core::text::quoted;
 use crate::prelude::*;
 use js_sys::{Array, Reflect};
 use wasm_bindgen::{JsCast, JsValue};
@@ -84,7 +85,11 @@ pub(crate) struct Read {
 
 /// Reads the form's fields as the browser would submit them; a message for the person when it
 /// cannot be sent (a chosen file).
-pub(crate) fn read_fields(form: &HtmlFormElement, secret_names: &[String]) -> Result<Read, String> {
+pub(crate) fn read_fields(
+    form: &HtmlFormElement,
+    secret_names: &[String],
+    m: &Messages,
+) -> Result<Read, String> {
     let data = FormData::new_with_form(form).map_err(|e| super::view::describe(&e))?;
     let mut read = Read {
         body: Fields::new(),
@@ -106,11 +111,7 @@ pub(crate) fn read_fields(form: &HtmlFormElement, secret_names: &[String]) -> Re
                 .and_then(|v| v.as_string())
                 .unwrap_or_default();
             if size > 0.0 || !file.is_empty() {
-                return Err(concat(&[
-                    "The field ",
-                    &quoted(&name),
-                    " holds a file; oncekey cannot send files yet.",
-                ]));
+                return Err(m.fill(Message::FileField, &[("field", &quoted(&name))]));
             }
             continue;
         };

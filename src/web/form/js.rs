@@ -2,7 +2,7 @@
 //!
 //! `attachForm(form, options)` and `autoAttach(options)`, and the `FormKit` class they return,
 //! with their TypeScript declarations. The options object is read here: the kit's own names
-//! (`name`, `clearOnSuccess`, `successMessage`, `resume`), and the rest read as a submitter's
+//! (`name`, `clearOnSuccess`, `successMessage`, `resume`, `messages`), and the rest read as a submitter's
 //! options, with the same errors that name the option.
 
 use crate::core::text::concat;
@@ -14,7 +14,8 @@ use wasm_bindgen::JsCast;
 use web_sys::HtmlFormElement;
 
 use super::view::body_js;
-use super::{FormKit, FormOptions, Resume, SuccessMessage};
+use super::messages::unknown;
+use super::{FormKit, FormOptions, Messages, Resume, SuccessMessage};
 use crate::web::{Error, Options};
 
 #[wasm_bindgen(typescript_custom_section)]
@@ -29,6 +30,66 @@ export interface FormKitOptions extends Partial<Omit<SubmitterOptions, "resume">
   successMessage?: string | ((body: unknown) => string);
   /** After a reload: resend at once ("auto", the default) or wait for "Try again" ("manual"). */
   resume?: "auto" | "manual";
+  /** Every text the kit writes, by key (a key it does not know is an error naming it). */
+  messages?: FormKitMessages;
+}
+
+/**
+ * Every text the form kit writes (status texts, button labels, the request for secret fields,
+ * the notes next to invalid fields), by key; each replaces the English text shown here.
+ * `{name}` placeholders are filled as noted.
+ */
+export interface FormKitMessages {
+  /** Sending… */
+  sending?: string;
+  /** Sending again (attempt {attempt}), with the same key… — {attempt}: the attempt's number. */
+  sendingAgain?: string;
+  /** No answer yet. Trying again in {seconds} s; it will not be counted twice. — {seconds}: until the next attempt, to a tenth. */
+  waiting?: string;
+  /** You are offline. This request will be sent when the connection is back, as the same request; the form stays locked until then. */
+  offline?: string;
+  /** We could not confirm that this was received. Try again sends the same request, and the server will not do it twice; or discard it to write a new one. */
+  unsure?: string;
+  /** This request was sent before the page reloaded, and its answer was lost. Try again sends the same request; the server will not do it twice. */
+  reloaded?: string;
+  /** We could not confirm that this ticket arrived, and it is now too old to be sent again safely: it may or may not have arrived. Please check whether it did before you send it again. Send as a new ticket sends it again as a new one; Discard drops it. */
+  expired?: string;
+  /** Discarded. Nothing was confirmed; sending again makes a new request. */
+  discarded?: string;
+  /** Sent and confirmed. */
+  succeeded?: string;
+  /** Created #{id}. — {id}, or any field of the answer. */
+  created?: string;
+  /** Sent. */
+  sent?: string;
+  /** Not accepted: {problem} — {problem}: the server's problem details in one line. */
+  refused?: string;
+  /** The server holds this request's key for different content. This is a bug in the page; nothing was retried. ({problem}) */
+  conflict?: string;
+  /** The server refused the idempotency key: this form is set up wrongly. Nothing was done. ({problem}) */
+  misconfigured?: string;
+  /** no answer */
+  noAnswer?: string;
+  /** the server answered {status} — {status}: the HTTP status. */
+  serverAnswered?: string;
+  /** This request was interrupted by a reload. For your safety, {fields} was not kept: please enter it again, then send; it goes out as the same request. — {fields}: the secret fields' labels, joined with ", " and `and`. */
+  secretOne?: string;
+  /** This request was interrupted by a reload. For your safety, {fields} were not kept: please enter them again, then send; it goes out as the same request. */
+  secretMany?: string;
+  /**  and  */
+  and?: string;
+  /** {field} {reason} — {field}: the field's name; {reason}: the server's reason, or `fieldReason`. */
+  fieldInvalid?: string;
+  /** is not accepted */
+  fieldReason?: string;
+  /** The field {field} holds a file; oncekey cannot send files yet. — {field}: the field's name. */
+  fileField?: string;
+  /** Try again */
+  tryAgain?: string;
+  /** Discard */
+  discard?: string;
+  /** Send as a new ticket */
+  sendAsNew?: string;
 }
 "#;
 
@@ -40,7 +101,13 @@ extern "C" {
 }
 
 /// What the kit adds to a submitter's options.
-const KIT_OPTIONS: [&str; 4] = ["name", "clearOnSuccess", "successMessage", "resume"];
+const KIT_OPTIONS: [&str; 5] = [
+    "name",
+    "clearOnSuccess",
+    "successMessage",
+    "resume",
+    "messages",
+];
 
 fn get(object: &JsValue, name: &str) -> JsValue {
     Reflect::get(object, &JsValue::from_str(name)).unwrap_or(JsValue::UNDEFINED)
@@ -155,7 +222,9 @@ fn read_options(form: &HtmlFormElement, value: &JsValue) -> Result<FormOptions, 
             )
         })?),
     };
+    let messages = read_messages(&get(&value, "messages"))?;
     Ok(FormOptions {
+        messages,
         name,
         method: method_given.then(|| submitter.method.clone()),
         submitter,
@@ -163,6 +232,36 @@ fn read_options(form: &HtmlFormElement, value: &JsValue) -> Result<FormOptions, 
         success_message,
         resume,
     })
+}
+
+/// `options.messages`: an object of the kit's message keys to strings.
+fn read_messages(value: &JsValue) -> Result<Messages, Error> {
+    let mut messages = Messages::default();
+    if value.is_undefined() {
+        return Ok(messages);
+    }
+    if !value.is_object() || value.is_function() || Array::is_array(value) {
+        return Err(Error::option(
+            "options.messages must be an object of message keys to texts, such as { tryAgain: \"Réessayer\" }",
+        ));
+    }
+    for entry in Object::entries(value.unchecked_ref::<Object>()).iter() {
+        let entry: Array = entry.unchecked_into();
+        let key = entry.get(0).as_string().unwrap_or_default();
+        let Some(text) = entry.get(1).as_string() else {
+            if Messages::keys().all(|(k, _)| k != key) {
+                return Err(unknown("messages.", &key));
+            }
+            return Err(Error::option(concat(&[
+                "options.messages.",
+                &key,
+                " must be a string, not ",
+                &shown(&entry.get(1)),
+            ])));
+        };
+        messages.set(&key, text)?;
+    }
+    Ok(messages)
 }
 
 /// A value as an error message shows it: its JSON, or its type.
@@ -191,6 +290,12 @@ impl FormKit {
     #[wasm_bindgen(getter = submitter)]
     pub fn js_submitter(&self) -> crate::js::Submitter {
         self.submitter().clone().into()
+    }
+
+    /// "Send as a new ticket", as the button of an expired form does: a new key, deliberately.
+    #[wasm_bindgen(js_name = sendAsNew)]
+    pub fn js_send_as_new(&self) {
+        self.send_as_new();
     }
 
     /// "Discard", as the button does.

@@ -9,7 +9,7 @@ use ::core::cell::{Cell, RefCell};
 
 use crate::core::body::Value;
 use crate::core::text::{concat, decimal, quoted};
-use crate::core::State;
+use crate::core::{State, WaitingFor};
 use crate::prelude::*;
 use alloc::rc::Rc;
 use js_sys::Object;
@@ -20,7 +20,8 @@ use web_sys::{Element, Event, HtmlElement, HtmlFormElement};
 use super::answer::clear_field_errors;
 use super::first_paint;
 use super::fields::{read_fields, restore_fields, secret_field_names};
-use super::view::{set, status_of, RELOADED};
+use super::messages::{Message, Messages};
+use super::view::{set, status_of};
 use super::{FormLock, FormOptions, Resume, SuccessMessage};
 use crate::web::{Error, ErrorCode, Listener, Settling, Submitter, Update};
 
@@ -35,6 +36,8 @@ pub(super) struct Kit {
     pub(super) secret_names: Vec<String>,
     pub(super) clear_on_success: bool,
     pub(super) success: SuccessMessage,
+    /// Every text it writes.
+    pub(super) messages: Messages,
     /// Held while the outcome is unknown.
     pub(super) lock: RefCell<Option<FormLock>>,
     /// "Try again" and "Discard", while unsure.
@@ -54,6 +57,7 @@ pub(super) struct Kit {
 pub(super) struct Wiring {
     pub(super) on_submit: Closure<dyn FnMut(Event)>,
     pub(super) on_try: Closure<dyn FnMut(Event)>,
+    pub(super) on_send_as_new: Closure<dyn FnMut(Event)>,
     pub(super) on_discard: Closure<dyn FnMut(Event)>,
     pub(super) _listener: Listener,
 }
@@ -104,6 +108,7 @@ impl Kit {
             secret_names: secret_field_names(form),
             clear_on_success: o.clear_on_success,
             success: o.success_message,
+            messages: o.messages,
             lock: RefCell::new(None),
             controls: RefCell::new(None),
             asking_secrets: Cell::new(false),
@@ -131,6 +136,9 @@ impl Kit {
         let k = kit.clone();
         let on_try = Closure::<dyn FnMut(Event)>::new(move |_: Event| Kit::resend(&k));
         let k = kit.clone();
+        let on_send_as_new =
+            Closure::<dyn FnMut(Event)>::new(move |_: Event| Kit::send_as_new(&k));
+        let k = kit.clone();
         let on_discard = Closure::<dyn FnMut(Event)>::new(move |_: Event| k.discard());
         let k = kit.clone();
         let listener = kit
@@ -142,6 +150,7 @@ impl Kit {
         *kit.wiring.borrow_mut() = Some(Wiring {
             on_submit,
             on_try,
+            on_send_as_new,
             on_discard,
             _listener: listener,
         });
@@ -181,22 +190,26 @@ impl Kit {
         if let Value::Object(fields) = pending.body() {
             restore_fields(&kit.form, fields);
         }
-        if !kit.secret_names.is_empty() {
+        let detail = Object::new();
+        set(&detail, "key", &pending.key().as_str().into());
+        set(&detail, "attempts", &pending.attempts().into());
+        if kit.submitter.state() == State::Expired {
+            // Past its key's lifetime: nothing is sent, whatever `resume` says.
+            kit.show_expired();
+            kit.announce(State::Expired, &detail);
+        } else if !kit.secret_names.is_empty() {
             kit.ask_for_secrets();
         } else if resume == Resume::Auto {
             Kit::resend(kit);
         } else {
-            kit.show_unsure(RELOADED);
-            let detail = Object::new();
-            set(&detail, "key", &pending.key().as_str().into());
-            set(&detail, "attempts", &pending.attempts().into());
+            kit.show_unsure(Message::Reloaded);
             kit.announce(State::Unsure, &detail);
         }
     }
 
     fn on_submit(kit: &Rc<Kit>) {
         if kit.asking_secrets.replace(false) {
-            match read_fields(&kit.form, &kit.secret_names) {
+            match read_fields(&kit.form, &kit.secret_names, &kit.messages) {
                 Ok(read) => {
                     if let Err(e) = kit.submitter.set_secrets(read.secrets) {
                         return kit.say(e.message());
@@ -209,8 +222,9 @@ impl Kit {
         match kit.submitter.state() {
             // The person pressed Enter or the form's button while unsure: that is Try again.
             State::Unsure => Kit::resend(kit),
-            // Double submit: the attempt under way answers for both.
-            State::Sending | State::Waiting => {}
+            // Double submit: the attempt under way answers for both. Expired: only "Send as a
+            // new ticket" sends it again, deliberately.
+            State::Sending | State::Waiting | State::Expired => {}
             _ => Kit::begin(kit),
         }
     }
@@ -222,7 +236,7 @@ impl Kit {
         clear_field_errors(&kit.form);
         let _ = kit.form.remove_attribute("data-oncekey-outcome");
         // Read before locking: disabled fields are not submitted.
-        let read = match read_fields(&kit.form, &kit.secret_names) {
+        let read = match read_fields(&kit.form, &kit.secret_names, &kit.messages) {
             Ok(read) => read,
             Err(message) => return kit.say(&message),
         };
@@ -243,6 +257,16 @@ impl Kit {
         kit.remove_controls();
         kit.hold(false);
         Kit::settle_later(kit, kit.submitter.try_again());
+    }
+
+    /// "Send as a new ticket": the expired submission's request again, under a new key.
+    pub(super) fn send_as_new(kit: &Rc<Kit>) {
+        if kit.in_flight.get() || kit.wiring.borrow().is_none() {
+            return;
+        }
+        kit.remove_controls();
+        kit.hold(false);
+        Kit::settle_later(kit, kit.submitter.send_as_new());
     }
 
     pub(super) fn discard(&self) {
@@ -289,31 +313,34 @@ impl Kit {
         match state {
             State::Sending => {
                 kit.hold(false);
+                let m = &kit.messages;
                 if update.attempts > 1 {
-                    kit.say(&concat(&[
-                        "Sending again (attempt ",
-                        &decimal(update.attempts.into()),
-                        "), with the same key…",
-                    ]));
+                    kit.say(&m.fill(
+                        Message::SendingAgain,
+                        &[("attempt", &decimal(update.attempts.into()))],
+                    ));
                 } else {
-                    kit.say("Sending…");
+                    kit.say(m.text(Message::Sending));
                 }
             }
             State::Waiting => {
                 kit.hold(false);
-                // Tenths of a second, in integers: float formatting would cost the package.
-                let now = js_sys::Date::now() as u64;
-                let tenths = update
-                    .next_attempt_at
-                    .map_or(0, |at| at.as_millis().saturating_sub(now).div_ceil(100));
-                kit.say(&concat(&[
-                    "No answer yet. Trying again in ",
-                    &decimal(tenths / 10),
-                    ".",
-                    &decimal(tenths % 10),
-                    " s; it will not be counted twice.",
-                ]));
+                let m = &kit.messages;
+                match update.waiting_for {
+                    // Sent at once when the connection is back, with the same key.
+                    Some(WaitingFor::Online) | None => kit.say(m.text(Message::Offline)),
+                    Some(WaitingFor::Timer(at)) => {
+                        // Tenths of a second, in integers: float formatting would cost the
+                        // package.
+                        let now = js_sys::Date::now() as u64;
+                        let tenths = at.as_millis().saturating_sub(now).div_ceil(100);
+                        let seconds = concat(&[&decimal(tenths / 10), ".", &decimal(tenths % 10)]);
+                        kit.say(&m.fill(Message::Waiting, &[("seconds", &seconds)]));
+                    }
+                }
             }
+            // Expired while nothing of the kit's awaited it (unsure, its key's deadline came).
+            State::Expired if !kit.in_flight.get() => kit.show_expired(),
             // Discarded through the submitter itself, with nothing of the kit's awaiting it.
             State::Idle if !kit.in_flight.get() => return kit.discarded(),
             // Unsure and the outcomes are shown when the submission settles, with its answer;
@@ -328,6 +355,17 @@ impl Kit {
         if let Some(at) = update.next_attempt_at {
             set(&detail, "nextAttemptAt", &(at.as_millis() as f64).into());
         }
+        if let Some(why) = update.waiting_for {
+            set(&detail, "waitingFor", &waiting_for(why).into());
+        }
         kit.announce(state, &detail);
+    }
+}
+
+/// What a waiting submission waits for, as JavaScript reads it: `retry` or `online`.
+pub(crate) fn waiting_for(why: WaitingFor) -> &'static str {
+    match why {
+        WaitingFor::Timer(_) => "retry",
+        WaitingFor::Online => "online",
     }
 }

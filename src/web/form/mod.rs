@@ -18,8 +18,10 @@
 //!
 //! While the outcome is unknown (sending, waiting, unsure) the form is held by a [`FormLock`]:
 //! its controls disabled, `aria-busy="true"`. Its `[role="status"]` element (made if missing)
-//! says what is happening, as text. When retries run out it offers "Try again" (same key, same
-//! body) and "Discard". After a reload the stored body is put back into the fields, which stay
+//! says what is happening, as text (every text replaceable: [`Messages`]). When retries run out it
+//! offers "Try again" (same key, same body) and "Discard"; while offline it says the request goes
+//! out when the connection is back; when the key is past its lifetime (`expired`) it says the
+//! outcome cannot be known and offers "Send as a new ticket" (a new key) and "Discard". After a reload the stored body is put back into the fields, which stay
 //! locked until the submission is definite or discarded, and it is resent with the same key
 //! ([`Resume::Auto`]) or waits for "Try again" ([`Resume::Manual`]). Secret fields never reach
 //! storage: they go to [`Submitter::set_secrets`], and after a reload the kit unlocks just them,
@@ -28,7 +30,7 @@
 //!
 //! The form carries `data-oncekey-state` (the state) and, once settled, `data-oncekey-outcome`,
 //! and dispatches bubbling `oncekey:change` events (detail: `state`, and what is known of
-//! `key`, `attempts`, `nextAttemptAt`, `outcome`, `status`, `replayed`, `body`,
+//! `key`, `attempts`, `nextAttemptAt`, `waitingFor`, `outcome`, `status`, `replayed`, `body`,
 //! `needsSecrets`), one per change of state, so a React or Vue app can follow along.
 //!
 //! # Lifetime
@@ -43,6 +45,7 @@ mod first_paint;
 mod js;
 mod kit;
 mod lock;
+mod messages;
 mod view;
 
 use ::core::fmt;
@@ -54,6 +57,8 @@ use web_sys::HtmlFormElement;
 use super::{Error, Options, Settlement, Submitter};
 
 pub use lock::FormLock;
+pub use messages::Messages;
+pub(crate) use kit::waiting_for;
 
 /// Options of the form kit: the submitter's, and its own.
 #[derive(Clone)]
@@ -72,6 +77,8 @@ pub struct FormOptions {
     pub success_message: SuccessMessage,
     /// What to do with a submission found in storage.
     pub resume: Resume,
+    /// Every text the kit writes, English unless replaced.
+    pub messages: Messages,
 }
 
 impl Default for FormOptions {
@@ -83,6 +90,7 @@ impl Default for FormOptions {
             clear_on_success: true,
             success_message: SuccessMessage::Default,
             resume: Resume::Auto,
+            messages: Messages::default(),
         }
     }
 }
@@ -96,6 +104,7 @@ impl fmt::Debug for FormOptions {
             .field("clear_on_success", &self.clear_on_success)
             .field("success_message", &self.success_message)
             .field("resume", &self.resume)
+            .field("messages", &self.messages)
             .finish_non_exhaustive()
     }
 }
@@ -177,6 +186,12 @@ impl FormKit {
     /// "Try again", as the button does: the pending submission resent with the same key.
     pub fn try_again(&self) {
         kit::Kit::resend(&self.kit);
+    }
+
+    /// "Send as a new ticket", as the button of an expired form does: its request sent again
+    /// under a new key, deliberately.
+    pub fn send_as_new(&self) {
+        kit::Kit::send_as_new(&self.kit);
     }
 
     /// "Discard", as the button does: the unconfirmed submission is dropped, the form unlocked.

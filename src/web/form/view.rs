@@ -15,31 +15,26 @@ use web_sys::{CustomEvent, CustomEventInit, Element, Event, HtmlElement, HtmlFor
 use super::answer::{default_success, fill_template, problem_text, show_problem};
 use super::fields::{label_of, named_controls};
 use super::kit::Kit;
+use super::messages::Message;
 use super::{FormLock, SuccessMessage};
 use crate::web::{Error, Settlement};
-
-pub(super) const UNSURE: &str = "We could not confirm that this was received. Try again sends the same request, and the server will not do it twice; or discard it to write a new one.";
-pub(super) const RELOADED: &str = "This request was sent before the page reloaded, and its answer was lost. Try again sends the same request; the server will not do it twice.";
-/// Until the kit offers "Send as new" (a deliberate new key), Discard is the way out.
-pub(super) const EXPIRED: &str = "We could not confirm that this was received, and its key is now too old to send again safely. Please check whether it arrived before you send it again; Discard lets you write it anew.";
-pub(super) const DISCARDED: &str =
-    "Discarded. Nothing was confirmed; sending again makes a new request.";
 
 impl Kit {
     pub(super) fn settled(&self, s: &Settlement) {
         self.asking_secrets.set(false);
         let outcome = s.outcome();
         if outcome == Outcome::Unsure {
-            self.show_unsure(UNSURE);
+            self.show_unsure(Message::Unsure);
             return self.finish(State::Unsure, s);
         }
         if outcome == Outcome::Expired {
-            self.show_unsure(EXPIRED);
+            self.show_expired();
             return self.finish(State::Expired, s);
         }
         self.unlock();
         self.remove_controls();
-        let problem = problem_text(s);
+        let m = &self.messages;
+        let problem = problem_text(s, m);
         match outcome {
             Outcome::Succeeded => {
                 if self.clear_on_success {
@@ -50,8 +45,8 @@ impl Kit {
                 focus(&self.status);
             }
             Outcome::Refused => {
-                let first_invalid = show_problem(&self.form, s);
-                self.say(&concat(&["Not accepted: ", &problem]));
+                let first_invalid = show_problem(&self.form, s, m);
+                self.say(&m.fill(Message::Refused, &[("problem", &problem)]));
                 self.finish(State::Refused, s);
                 match first_invalid {
                     Some(field) => focus(&field),
@@ -60,9 +55,9 @@ impl Kit {
             }
             Outcome::Conflict | Outcome::Misconfigured => {
                 let (state, what) = if outcome == Outcome::Conflict {
-                    (State::Conflict, "The server holds this request's key for different content. This is a bug in the page; nothing was retried.")
+                    (State::Conflict, Message::Conflict)
                 } else {
-                    (State::Misconfigured, "The server refused the idempotency key: this form is set up wrongly. Nothing was done.")
+                    (State::Misconfigured, Message::Misconfigured)
                 };
                 web_sys::console::error_1(&JsValue::from_str(&concat(&[
                     "oncekey: ",
@@ -72,7 +67,7 @@ impl Kit {
                     ": ",
                     &problem,
                 ])));
-                self.say(&concat(&[what, " (", &problem, ")"]));
+                self.say(&m.fill(what, &[("problem", &problem)]));
                 self.finish(state, s);
                 focus(&self.status);
             }
@@ -92,22 +87,56 @@ impl Kit {
         self.in_flight.set(false);
         drop(lock);
         self.remove_controls();
-        self.say(DISCARDED);
+        self.say(self.messages.text(Message::Discarded));
         self.announce(State::Idle, &Object::new());
     }
 
     /// Locked, with "Try again" and "Discard"; the form's own submit buttons are Try again too.
     /// The caller announces the state, with what it knows of the submission.
-    pub(super) fn show_unsure(&self, message: &str) {
+    pub(super) fn show_unsure(&self, message: Message) {
         self.hold(true);
-        self.say(message);
+        self.say(self.messages.text(message));
+        self.offer(false);
+    }
+
+    /// Locked, its own buttons too, with "Send as a new ticket" and "Discard": nothing more is
+    /// sent with the key, and a new one is the person's deliberate choice.
+    pub(super) fn show_expired(&self) {
+        self.remove_controls();
+        self.hold(false);
+        self.say(self.messages.text(Message::Expired));
+        self.offer(true);
+    }
+
+    /// The kit's buttons after the status: "Try again" (or, expired, "Send as a new ticket") and
+    /// "Discard"; kept when they are there already.
+    fn offer(&self, expired: bool) {
         if self.controls.borrow().is_some() {
             return;
         }
         let made = {
             let wiring = self.wiring.borrow();
             let Some(w) = wiring.as_ref() else { return };
-            make_controls(&self.status, &w.on_try, &w.on_discard)
+            let m = &self.messages;
+            let first = match expired {
+                false => (m.text(Message::TryAgain), "oncekey-try-again", &w.on_try),
+                true => (
+                    m.text(Message::SendAsNew),
+                    "oncekey-send-as-new",
+                    &w.on_send_as_new,
+                ),
+            };
+            make_controls(
+                &self.status,
+                [
+                    first,
+                    (
+                        m.text(Message::Discard),
+                        "oncekey-discard secondary",
+                        &w.on_discard,
+                    ),
+                ],
+            )
         };
         *self.controls.borrow_mut() = made;
     }
@@ -132,22 +161,25 @@ impl Kit {
         }
         // "password", "password and pin", "password, card and pin" (by hand: slices' join
         // costs the package a kilobyte).
+        let m = &self.messages;
         let one = labels.len() == 1;
         let mut listed = String::new();
         for (i, label) in labels.iter().enumerate() {
             if i > 0 {
-                listed.push_str(if i + 1 == labels.len() { " and " } else { ", " });
+                listed.push_str(if i + 1 == labels.len() {
+                    m.text(Message::And)
+                } else {
+                    ", "
+                });
             }
             listed.push_str(label);
         }
-        self.say(&concat(&[
-            "This request was interrupted by a reload. For your safety, ",
-            &listed,
-            if one { " was" } else { " were" },
-            " not kept: please enter ",
-            if one { "it" } else { "them" },
-            " again, then send; it goes out as the same request.",
-        ]));
+        let message = if one {
+            Message::SecretOne
+        } else {
+            Message::SecretMany
+        };
+        self.say(&m.fill(message, &[("fields", &listed)]));
         let detail = Object::new();
         set(&detail, "needsSecrets", &JsValue::TRUE);
         self.announce(State::Unsure, &detail);
@@ -190,9 +222,11 @@ impl Kit {
 
     pub(super) fn success_text(&self, s: &Settlement) -> String {
         match &self.success {
-            SuccessMessage::Default => default_success(s),
+            SuccessMessage::Default => default_success(s, &self.messages),
             SuccessMessage::Template(t) => fill_template(t, s),
-            SuccessMessage::With(f) => f(s).unwrap_or_else(|| "Sent.".to_owned()),
+            SuccessMessage::With(f) => {
+                f(s).unwrap_or_else(|| self.messages.text(Message::Sent).to_owned())
+            }
         }
     }
 
@@ -281,19 +315,15 @@ pub(super) fn status_of(form: &HtmlFormElement) -> Result<(HtmlElement, bool), E
     Ok((status, made))
 }
 
-/// "Try again" and "Discard", after the status.
-pub(super) fn make_controls(
-    status: &HtmlElement,
-    on_try: &Closure<dyn FnMut(Event)>,
-    on_discard: &Closure<dyn FnMut(Event)>,
-) -> Option<Element> {
+/// A button of the kit: its label, its class and what a click does.
+type Button<'a> = (&'a str, &'a str, &'a Closure<dyn FnMut(Event)>);
+
+/// The kit's buttons ("Try again" and "Discard"), after the status.
+pub(super) fn make_controls(status: &HtmlElement, buttons: [Button<'_>; 2]) -> Option<Element> {
     let document = status.owner_document()?;
     let actions = document.create_element("div").ok()?;
     let _ = actions.set_attribute("class", "oncekey-actions actions");
-    for (text, class, f) in [
-        ("Try again", "oncekey-try-again", on_try),
-        ("Discard", "oncekey-discard secondary", on_discard),
-    ] {
+    for (text, class, f) in buttons {
         let button = document.create_element("button").ok()?;
         let _ = button.set_attribute("type", "button");
         let _ = button.set_attribute("class", class);
