@@ -64,6 +64,7 @@ async function refreshTickets() {
 }
 
 function describeWait(detail) {
+  if (detail.state === 'waiting' && detail.waitingFor === 'online') return 'the connection to be back'
   if (detail.state === 'waiting' && detail.nextAttemptAt) {
     const secs = Math.max(0, (detail.nextAttemptAt - Date.now()) / 1000)
     return `next attempt in ${secs.toFixed(1)} s`
