@@ -43,7 +43,7 @@ pub use crate::core::{
 if_wasm! {
     mod web;
     pub use crate::web::{
-        AttemptHeaders, Credentials, Error, ErrorCode, FormKit, FormLock, FormOptions, Listener,
+        AbortHandle, AttemptHeaders, Credentials, Error, ErrorCode, FormKit, FormLock, FormOptions, Listener,
         Messages, Options, Pending, Resume, Settlement, Settling, StorageKind, Submitter,
         SuccessMessage, SuccessText, Update,
     };

@@ -906,3 +906,51 @@ fn a_try_again_offline_waits_for_the_connection() {
     assert_eq!(d.sent.len(), sent + 1);
     assert_eq!(d.last_sent().key, key);
 }
+
+#[test]
+fn a_stopped_submission_keeps_its_key_ignores_the_abandoned_answer_and_try_again_resends_it() {
+    // The caller aborted while the attempt was under way (its reply held): the server did the
+    // work, the answer comes too late to count, and "Try again" replays it under the same key.
+    let mut d = Driver::default();
+    let mut server = Server::default();
+    let mut s = started(&mut d);
+    let a1 = d.last_sent().clone();
+    s.stop();
+    d.drain(&mut s);
+    assert_eq!(s.state(), State::Unsure);
+    assert_eq!(s.poll_timeout(), Some(s.pending().unwrap().key_deadline()));
+    assert!(d.settled.is_empty(), "the caller who stopped knows");
+    assert_eq!(d.stored.as_ref().unwrap().key, a1.key, "still stored");
+    let late = server.handle(&a1);
+    s.handle_answer(T0 + secs(1), a1.id, &late, 0);
+    d.drain(&mut s);
+    assert_eq!(
+        s.state(),
+        State::Unsure,
+        "the abandoned attempt's answer is ignored"
+    );
+    s.try_again(T0 + secs(2)).unwrap();
+    d.drain(&mut s);
+    let a2 = d.last_sent().clone();
+    assert_eq!(a2.key, a1.key);
+    let answer = server.handle(&a2);
+    s.handle_answer(T0 + secs(2), a2.id, &answer, 0);
+    d.drain(&mut s);
+    assert_eq!(s.state(), State::Succeeded);
+    assert!(d.settled.last().unwrap().replayed);
+    assert_eq!(server.tickets.len(), 1);
+    // Waiting for a retry, stop cancels it too; unsure or idle, it does nothing.
+    let mut s = started(&mut d);
+    let a = d.last_sent().clone();
+    s.handle_answer(T0, a.id, &Answer::status(503), 0);
+    d.drain(&mut s);
+    assert_eq!(s.state(), State::Waiting);
+    s.stop();
+    d.drain(&mut s);
+    assert_eq!(s.state(), State::Unsure);
+    let sent = d.sent.len();
+    s.handle_timeout(T0 + secs(60));
+    s.stop();
+    d.drain(&mut s);
+    assert_eq!((s.state(), d.sent.len()), (State::Unsure, sent));
+}

@@ -85,6 +85,21 @@ export function with_attempt_headers(options, calls) {
   };
   return options;
 }
+// The browser offline as a page sees it: navigator.onLine false (on the navigator itself,
+// over its prototype's getter), with or without the `offline` event; back online, the getter
+// is the browser's again and `online` is dispatched.
+export function set_offline(dispatch) {
+  Object.defineProperty(navigator, 'onLine', { configurable: true, get: () => false });
+  if (dispatch) globalThis.dispatchEvent(new Event('offline'));
+}
+export function set_online() {
+  delete navigator.onLine;
+  globalThis.dispatchEvent(new Event('online'));
+}
+// Every test begins online, even after one that failed while offline.
+export function reset_online() {
+  if (Object.getOwnPropertyDescriptor(navigator, 'onLine')) set_online();
+}
 export function cycle() { const a = { subject: 'loop' }; a.self = a; return a; }
 export function with_bigint() { return { subject: 'big', amount: 10n }; }
 export function with_function() { return { subject: 'fn', onClick() {} }; }
@@ -97,6 +112,9 @@ extern "C" {
     fn block_session_storage() -> js_sys::Function;
     fn fill_storage() -> js_sys::Function;
     fn with_attempt_headers(options: JsValue, calls: &js_sys::Array) -> JsValue;
+    fn set_offline(dispatch: bool);
+    fn set_online();
+    fn reset_online();
     fn cycle() -> JsValue;
     fn with_bigint() -> JsValue;
     fn with_function() -> JsValue;
@@ -129,6 +147,7 @@ struct Case {
 impl Case {
     fn new(what: &str) -> Case {
         spy_install();
+        reset_online();
         Case {
             tenant: unique(what),
             name: unique(what),
@@ -199,7 +218,9 @@ async fn settle(p: Promise) -> Result<JsValue, JsValue> {
 }
 
 async fn submit(s: &Submitter, body: &str) -> JsValue {
-    settle(s.submit(json(body))).await.expect("submit resolves")
+    settle(s.submit(json(body), None))
+        .await
+        .expect("submit resolves")
 }
 
 fn error_message(e: &JsValue) -> String {
@@ -354,7 +375,7 @@ async fn a_fresh_submitter_with_the_same_name_finishes_the_pending_one() {
     assert_eq!(text(&pending, "key"), key);
     assert_eq!(text(&get(&pending, "body"), "subject"), "Printer on fire");
     assert_eq!(number(&pending, "attempts"), 1.0);
-    let result = settle(s.try_again()).await.unwrap();
+    let result = settle(s.try_again(None)).await.unwrap();
     assert_eq!(text(&result, "outcome"), "succeeded");
     assert_eq!(text(&result, "key"), key);
     assert_eq!(number(&result, "attempts"), 2.0);
@@ -371,7 +392,7 @@ async fn a_different_body_is_refused_and_leaves_the_pending_record_untouched() {
     let before = case.stored().unwrap();
     let s = case.submitter("");
     let other = r#"{"subject":"Another","body":"x","email":"ana@example.com"}"#;
-    let err = settle(s.submit(json(other))).await.unwrap_err();
+    let err = settle(s.submit(json(other), None)).await.unwrap_err();
     assert_eq!(text(&err, "code"), "pending");
     let message = error_message(&err);
     assert!(
@@ -396,8 +417,8 @@ async fn a_different_body_is_refused_and_leaves_the_pending_record_untouched() {
 async fn a_double_submit_sends_one_request() {
     let case = Case::new("double");
     let s = case.submitter("");
-    let first = s.submit(json(TICKET));
-    let second = s.submit(json(TICKET));
+    let first = s.submit(json(TICKET), None);
+    let second = s.submit(json(TICKET), None);
     let (first, second) = (settle(first).await.unwrap(), settle(second).await.unwrap());
     assert_eq!(text(&first, "outcome"), "succeeded");
     assert_eq!(text(&first, "key"), text(&second, "key"));
@@ -509,7 +530,7 @@ async fn unsure_after_the_budget_then_try_again_succeeds_with_the_same_key() {
     assert!(get(&now, "nextAttemptAt").is_null(), "{now:?}");
     assert_eq!(case.tickets().await, 0.0);
     case.plan(&[]);
-    let again = settle(s.try_again()).await.unwrap();
+    let again = settle(s.try_again(None)).await.unwrap();
     assert_eq!(text(&again, "outcome"), "succeeded");
     assert_eq!(text(&again, "key"), text(&result, "key"));
     assert!(all_equal(&case.keys()));
@@ -527,7 +548,7 @@ async fn bodies_json_cannot_carry_are_refused_before_anything_is_stored_or_sent(
         (with_function(), "a function at \"onClick\""),
         (JsValue::UNDEFINED, "undefined"),
     ] {
-        let err = settle(s.submit(body.clone())).await.unwrap_err();
+        let err = settle(s.submit(body.clone(), None)).await.unwrap_err();
         assert_eq!(text(&err, "code"), "body");
         let message = error_message(&err);
         assert!(message.contains(expected), "{message}");
@@ -587,7 +608,7 @@ async fn two_submitters_resuming_one_record_send_one_at_a_time() {
     case.plan(&["delay=500"]);
     let a = case.submitter(r#""resume":true"#);
     let b = case.submitter(r#""resume":true"#);
-    let (ra, rb) = (a.submit(json(TICKET)), b.submit(json(TICKET)));
+    let (ra, rb) = (a.submit(json(TICKET), None), b.submit(json(TICKET), None));
     let (ra, rb) = (settle(ra).await.unwrap(), settle(rb).await.unwrap());
     assert_eq!(text(&ra, "outcome"), "succeeded");
     assert_eq!(text(&rb, "outcome"), "succeeded");
@@ -603,7 +624,7 @@ async fn a_discard_while_sending_aborts_and_answers_the_waiting_caller() {
     let case = Case::new("abort");
     case.plan(&["delay=800"]);
     let s = case.submitter("");
-    let waiting = s.submit(json(TICKET));
+    let waiting = s.submit(json(TICKET), None);
     JsFuture::from(sleep(100)).await.unwrap();
     assert_eq!(state(&s), "sending");
     s.discard();
@@ -621,7 +642,7 @@ async fn secrets_go_with_every_attempt_and_never_to_storage() {
     let s = case.submitter("");
     s.set_secrets(json(r#"{"email":"ana@example.com"}"#))
         .unwrap();
-    let waiting = s.submit(json(r#"{"subject":"Printer","body":"3rd floor"}"#));
+    let waiting = s.submit(json(r#"{"subject":"Printer","body":"3rd floor"}"#), None);
     let stored = case.stored().expect("stored before the first byte is sent");
     assert!(
         stored.contains("Printer") && !stored.contains("ana@"),
@@ -656,7 +677,7 @@ async fn another_secret_after_a_reload_is_a_conflict_never_retried() {
     JsFuture::from(sleep(1200)).await.unwrap(); // the server finishes the first attempt
     let again = case.submitter("");
     again.set_secrets(secret("bob@example.com")).unwrap();
-    let result = settle(again.try_again()).await.unwrap();
+    let result = settle(again.try_again(None)).await.unwrap();
     assert_eq!(text(&result, "outcome"), "conflict");
     assert_eq!(number(&result, "status"), 422.0);
     assert_eq!(text(&result, "key"), text(&unsure, "key"));
@@ -673,7 +694,7 @@ async fn attempt_headers_are_asked_for_on_every_attempt_and_never_stored() {
     let calls = js_sys::Array::new();
     let options = with_attempt_headers(case.options(""), &calls);
     let s = Submitter::new(case.name.as_str().into(), options).expect("valid options");
-    let waiting = s.try_again();
+    let waiting = s.try_again(None);
     let stored = case.stored().expect("pending");
     assert!(
         stored.contains(&key) && !stored.contains("fail-before"),
@@ -699,7 +720,7 @@ async fn local_storage_keeps_the_record_there_until_the_answer() {
     assert_eq!(s.storage(), "local");
     let local = web_sys::window().unwrap().local_storage().unwrap().unwrap();
     let slot = format!("oncekey:{}", case.name);
-    let waiting = s.submit(json(TICKET));
+    let waiting = s.submit(json(TICKET), None);
     let stored = local
         .get_item(&slot)
         .unwrap()
@@ -767,6 +788,11 @@ async fn wrong_options_are_errors_that_name_the_option() {
         ),
         (r#"{"url":"/x","headers":{"X-A":1}}"#, "options.headers"),
         (r#"{"url":"/x","resume":"yes"}"#, "options.resume"),
+        (r#"{"url":"/x","keyLifetimeMs":0}"#, "options.keyLifetimeMs"),
+        (
+            r#"{"url":"/x","keyLifetimeMs":60000,"retry":{"budget":900000}}"#,
+            "options.retry.budget must fit in the key lifetime",
+        ),
     ];
     for (options, expected) in cases {
         let err = Submitter::new("opts".into(), json(options)).unwrap_err();
@@ -776,6 +802,252 @@ async fn wrong_options_are_errors_that_name_the_option() {
     }
     assert!(Submitter::new("opts".into(), JsValue::NULL).is_err());
     let _ = JsFuture::from(sleep(0)).await;
+}
+
+/// The last event a listener heard.
+fn last(events: &js_sys::Array) -> JsValue {
+    events.get(events.length() - 1)
+}
+
+/// Waits until `s` is in `want` (at most 15 s).
+async fn reaches(s: &Submitter, want: &str) {
+    for _ in 0..750 {
+        if state(s) == want {
+            return;
+        }
+        JsFuture::from(sleep(20)).await.unwrap();
+    }
+    panic!("the submitter never reached {want}: it is {}", state(s));
+}
+
+#[test]
+async fn offline_nothing_is_sent_or_spent_and_online_sends_at_once_with_the_same_key() {
+    let case = Case::new("offline");
+    let s = case.submitter(r#""retry":{"attempts":1}"#);
+    let events = listen(&s);
+    set_offline(true);
+    let waiting = s.submit(json(TICKET), None);
+    assert_eq!(state(&s), "waiting");
+    let now = last(&events);
+    assert_eq!(text(&now, "waitingFor"), "online", "{now:?}");
+    assert!(get(&now, "nextAttemptAt").is_null());
+    let key = text(&s.pending(), "key");
+    assert!(
+        case.stored().unwrap().contains(&key),
+        "stored before anything is sent"
+    );
+    JsFuture::from(sleep(400)).await.unwrap();
+    assert!(case.seen().is_empty(), "nothing is sent while offline");
+    assert_eq!(number(&s.pending(), "attempts"), 0.0, "nothing is spent");
+    assert_eq!(state(&s), "waiting");
+    set_online();
+    assert_eq!(state(&s), "sending", "sent at once when back online");
+    let result = settle(waiting).await.unwrap();
+    assert_eq!(text(&result, "outcome"), "succeeded");
+    assert_eq!(text(&result, "key"), key);
+    assert_eq!(number(&result, "attempts"), 1.0);
+    assert_eq!(case.keys(), [key]);
+    assert_eq!(case.tickets().await, 1.0);
+}
+
+#[test]
+async fn an_attempt_failing_while_navigator_says_offline_is_given_back_and_resent_online() {
+    // The connection fails before an answer (the server's "offline" fault); meanwhile
+    // navigator.onLine turned false (no event yet). The one attempt of the round is not spent:
+    // no `unsure`, it waits for the connection, and back online it goes again with the same key.
+    let case = Case::new("offline-fail");
+    case.plan(&["offline"]);
+    let s = case.submitter(r#""retry":{"attempts":1}"#);
+    let events = listen(&s);
+    let waiting = s.submit(json(TICKET), None);
+    set_offline(false);
+    reaches(&s, "waiting").await;
+    assert_eq!(text(&last(&events), "waitingFor"), "online");
+    JsFuture::from(sleep(300)).await.unwrap();
+    assert_eq!(case.seen().len(), 1, "nothing more is sent while offline");
+    set_online();
+    let result = settle(waiting).await.unwrap();
+    assert_eq!(text(&result, "outcome"), "succeeded");
+    assert_eq!(number(&result, "attempts"), 2.0);
+    assert!(all_equal(&case.keys()) && case.keys().len() == 2);
+    assert_eq!(case.tickets().await, 1.0);
+    let states: Vec<String> = events.iter().map(|e| text(&e, "state")).collect();
+    assert!(!states.contains(&"unsure".to_owned()), "{states:?}");
+}
+
+#[test]
+async fn a_record_past_its_key_lifetime_after_a_reload_settles_expired_and_sends_nothing() {
+    let case = Case::new("expired");
+    case.plan(&["fail-before"]);
+    // A server that keeps keys 1.2 s: usable for 1.08 s from the first attempt.
+    let s = case.submitter(r#""keyLifetimeMs":1200,"retry":{"attempts":1}"#);
+    let first = submit(&s, TICKET).await;
+    assert_eq!(text(&first, "outcome"), "unsure");
+    let key = text(&first, "key");
+    assert!(
+        case.stored().unwrap().contains(r#""keyLifetimeMs":1200"#),
+        "the lifetime is kept in the record: {:?}",
+        case.stored()
+    );
+    drop(s);
+    JsFuture::from(sleep(1300)).await.unwrap();
+    // The reloaded page, with the default lifetime and resume: the record keeps its own.
+    let s = case.submitter(r#""resume":true"#);
+    assert_eq!(state(&s), "expired");
+    assert_eq!(
+        text(&s.pending(), "key"),
+        key,
+        "still pending, for a person to check"
+    );
+    let again = settle(s.try_again(None)).await.unwrap_err();
+    assert_eq!(text(&again, "code"), "state");
+    assert!(
+        error_message(&again).contains("lifetime"),
+        "{}",
+        error_message(&again)
+    );
+    let same = settle(s.submit(json(TICKET), None)).await.unwrap_err();
+    assert_eq!(text(&same, "code"), "pending");
+    JsFuture::from(sleep(200)).await.unwrap();
+    assert_eq!(case.keys().len(), 1, "nothing is sent with the expired key");
+    assert_eq!(case.tickets().await, 0.0);
+    // Checked, the person sends it as new: the same body under a new key.
+    let new = settle(s.send_as_new()).await.unwrap();
+    assert_eq!(text(&new, "outcome"), "succeeded");
+    assert_ne!(text(&new, "key"), key);
+    assert_eq!(case.keys().len(), 2);
+    assert_eq!(case.tickets().await, 1.0);
+    assert_eq!(case.stored(), None);
+    let nothing = settle(s.send_as_new()).await.unwrap_err();
+    assert_eq!(text(&nothing, "code"), "state");
+}
+
+#[test]
+async fn an_unsure_submission_expires_when_its_key_s_lifetime_ends() {
+    let case = Case::new("expires");
+    case.plan(&["fail-before"]);
+    let s = case.submitter(r#""keyLifetimeMs":1000,"retry":{"attempts":1}"#);
+    let events = listen(&s);
+    assert_eq!(text(&submit(&s, TICKET).await, "outcome"), "unsure");
+    reaches(&s, "expired").await;
+    assert_eq!(text(&last(&events), "state"), "expired");
+    assert_eq!(
+        text(&settle(s.try_again(None)).await.unwrap_err(), "code"),
+        "state"
+    );
+    assert_eq!(case.seen().len(), 1);
+    s.discard();
+    assert_eq!(case.stored(), None);
+}
+
+#[test]
+async fn an_abort_during_a_held_reply_rejects_keeps_the_key_and_try_again_replays_it() {
+    let case = Case::new("abort-held");
+    case.plan(&["delay=600"]);
+    let s = case.submitter("");
+    let controller = web_sys::AbortController::new().unwrap();
+    let options = js_sys::Object::new();
+    Reflect::set(&options, &"signal".into(), &controller.signal()).unwrap();
+    let waiting = s.submit(json(TICKET), Some(options.into()));
+    let key = text(&s.pending(), "key");
+    JsFuture::from(sleep(150)).await.unwrap();
+    assert_eq!(state(&s), "sending");
+    controller.abort();
+    let err = settle(waiting).await.unwrap_err();
+    assert_eq!(text(&err, "code"), "aborted");
+    assert_eq!(state(&s), "unsure", "pending, its retries stopped");
+    assert_eq!(text(&s.pending(), "key"), key, "never a silent new key");
+    assert!(case.stored().unwrap().contains(&key));
+    assert_eq!(statuses(&case), ["error"], "the fetch was aborted");
+    // The server finished the held request meanwhile; Try again replays it under the same key.
+    JsFuture::from(sleep(700)).await.unwrap();
+    let result = settle(s.try_again(None)).await.unwrap();
+    assert_eq!(text(&result, "outcome"), "succeeded");
+    assert_eq!(text(&result, "key"), key);
+    assert_eq!(get(&result, "replayed"), JsValue::TRUE);
+    assert_eq!(case.tickets().await, 1.0);
+}
+
+#[test]
+async fn an_abort_during_a_retry_wait_stops_the_retries_and_try_again_resends_the_key() {
+    let case = Case::new("abort-wait");
+    // 503 with Retry-After: 1 s, then the retry would be due.
+    case.plan(&["fail-before"]);
+    let s = case.submitter("");
+    let controller = web_sys::AbortController::new().unwrap();
+    let options = js_sys::Object::new();
+    Reflect::set(&options, &"signal".into(), &controller.signal()).unwrap();
+    let waiting = s.submit(json(TICKET), Some(options.clone().into()));
+    reaches(&s, "waiting").await;
+    controller.abort();
+    assert_eq!(text(&settle(waiting).await.unwrap_err(), "code"), "aborted");
+    assert_eq!(state(&s), "unsure");
+    JsFuture::from(sleep(1300)).await.unwrap();
+    assert_eq!(case.seen().len(), 1, "no retry after the abort");
+    // An already aborted signal begins nothing.
+    let err = settle(s.try_again(Some(options.into()))).await.unwrap_err();
+    assert_eq!(text(&err, "code"), "aborted");
+    assert_eq!(case.seen().len(), 1);
+    let result = settle(s.try_again(None)).await.unwrap();
+    assert_eq!(text(&result, "outcome"), "succeeded");
+    assert!(all_equal(&case.keys()) && case.keys().len() == 2);
+    assert_eq!(case.tickets().await, 1.0);
+}
+
+#[test]
+async fn an_abort_while_another_call_waits_only_rejects_its_own() {
+    let case = Case::new("abort-joined");
+    case.plan(&["delay=300"]);
+    let s = case.submitter("");
+    let controller = web_sys::AbortController::new().unwrap();
+    let options = js_sys::Object::new();
+    Reflect::set(&options, &"signal".into(), &controller.signal()).unwrap();
+    let first = s.submit(json(TICKET), None);
+    let second = s.submit(json(TICKET), Some(options.into()));
+    controller.abort();
+    assert_eq!(text(&settle(second).await.unwrap_err(), "code"), "aborted");
+    assert_eq!(state(&s), "sending", "the other call still waits");
+    let result = settle(first).await.unwrap();
+    assert_eq!(text(&result, "outcome"), "succeeded");
+    assert_eq!(case.keys().len(), 1);
+    assert_eq!(case.tickets().await, 1.0);
+}
+
+#[test]
+async fn the_first_attempt_takes_the_web_lock_so_a_duplicated_tab_never_sends_beside_it() {
+    // A duplicated tab copies sessionStorage, record and all, while the first attempt's reply is
+    // held. Its resumed attempt waits for the lock: it finds the first finished (a replay), never
+    // still in progress (a 409).
+    let case = Case::new("dup-tab");
+    case.plan(&["delay=500"]);
+    let a = case.submitter("");
+    let first = a.submit(json(TICKET), None);
+    let key = text(&a.pending(), "key");
+    let b = case.submitter(r#""resume":true"#);
+    assert_eq!(state(&b), "sending");
+    let second = b.submit(json(TICKET), None);
+    let (ra, rb) = (settle(first).await.unwrap(), settle(second).await.unwrap());
+    assert_eq!(statuses(&case), ["201", "201"]);
+    assert_eq!(text(&ra, "key"), key);
+    assert_eq!(text(&rb, "key"), key);
+    assert_eq!(get(&rb, "replayed"), JsValue::TRUE);
+    assert_eq!(case.tickets().await, 1.0);
+}
+
+#[test]
+async fn wrong_submit_options_are_errors() {
+    let case = Case::new("submit-opts");
+    let s = case.submitter("");
+    let err = settle(s.submit(json(TICKET), Some(json(r#"{"signal":5}"#))))
+        .await
+        .unwrap_err();
+    assert_eq!(text(&err, "code"), "option");
+    assert!(
+        error_message(&err).contains("signal"),
+        "{}",
+        error_message(&err)
+    );
+    assert!(case.seen().is_empty() && case.stored().is_none());
 }
 
 // The Rust API, as a Leptos or Yew frontend uses it: no JavaScript values at all.
@@ -891,5 +1163,52 @@ mod rust_api {
         assert_eq!(s.state(), State::Idle);
         assert_eq!(case.stored(), None);
         assert_eq!(case.tickets().await, 0.0);
+    }
+
+    #[test]
+    async fn an_abort_handle_stops_the_wait_and_the_key_stays_for_try_again() {
+        let case = Case::new("rust-abort");
+        case.plan(&["fail-before"]);
+        let s = Submitter::new(&case.name, options(&case)).unwrap();
+        let settling = s.submit(ticket());
+        let key = s.pending().unwrap().key().clone();
+        settling.abort_handle().abort();
+        assert_eq!(settling.await.unwrap_err().code(), ErrorCode::Aborted);
+        assert_eq!(s.state(), State::Unsure);
+        assert_eq!(s.pending().unwrap().key(), &key);
+        let again = s.try_again().await.unwrap();
+        assert_eq!(again.outcome(), Outcome::Succeeded);
+        assert_eq!(again.key(), &key);
+        assert!(all_equal(&case.keys()));
+        assert_eq!(case.tickets().await, 1.0);
+    }
+
+    #[test]
+    async fn the_key_lifetime_is_a_rust_option_and_an_expired_one_is_sent_as_new() {
+        let case = Case::new("rust-expired");
+        case.plan(&["fail-before"]);
+        let mut o = options(&case);
+        o.retry.attempts = 1;
+        o.retry.budget = Duration::from_millis(500);
+        o.retry.key_lifetime = Duration::from_millis(800);
+        let s = Submitter::new(&case.name, o).unwrap();
+        let unsure = s.submit(ticket()).await.unwrap();
+        assert_eq!(unsure.outcome(), Outcome::Unsure);
+        // The key's deadline comes while unsure (a timer: 720 ms after the first attempt).
+        for _ in 0..750 {
+            if s.state() == State::Expired {
+                break;
+            }
+            wasm_bindgen_futures::JsFuture::from(super::sleep(20))
+                .await
+                .unwrap();
+        }
+        assert_eq!(s.state(), State::Expired);
+        assert_eq!(s.try_again().await.unwrap_err().code(), ErrorCode::State);
+        let new = s.send_as_new().await.unwrap();
+        assert_eq!(new.outcome(), Outcome::Succeeded);
+        assert_ne!(new.key(), unsure.key());
+        assert_eq!(case.keys().len(), 2);
+        assert_eq!(case.tickets().await, 1.0);
     }
 }

@@ -16,7 +16,7 @@
 //!
 //! The driver feeds events in ([`Submission::begin`], [`Submission::handle_answer`],
 //! [`Submission::handle_failure`], [`Submission::handle_timeout`], [`Submission::try_again`],
-//! [`Submission::discard`], [`Submission::restore`]), each with `now` and, where a delay may be
+//! [`Submission::discard`], [`Submission::stop`], [`Submission::restore`]), each with `now` and, where a delay may be
 //! drawn, a random `jitter`. It then drains [`Submission::poll_action`] and carries the actions out
 //! **in order**: a [`Action::Persist`] always comes before the [`Action::Send`] it covers, so key
 //! and body are stored before the first byte is sent. [`Submission::poll_timeout`] says when to
@@ -687,6 +687,23 @@ impl Submission {
                 Ok(())
             }
         }
+    }
+
+    /// The caller stopped waiting (an `AbortSignal`, a cancelled task): an attempt under way is
+    /// abandoned (its answer ignored; the driver should abort it) and no retry is due. The
+    /// submission stays pending with its key and record, [`State::Unsure`], until "Try again"
+    /// (the same key) or a discard: stopping never makes a new key. Only while sending or
+    /// waiting; nothing is settled (the caller who stopped knows).
+    pub fn stop(&mut self) {
+        if !matches!(self.state, State::Sending | State::Waiting) {
+            return;
+        }
+        let Some(p) = &mut self.pending else { return };
+        p.in_flight = None;
+        p.wake_at = None;
+        p.not_before = None;
+        self.state = State::Unsure;
+        self.changed();
     }
 
     /// The person chose to drop the unconfirmed submission: forget the record; the next

@@ -252,10 +252,37 @@ struct Slot {
 
 /// The settlement of a [`Submitter::submit`] or [`Submitter::try_again`], to `.await`. The
 /// submission began when the call returned (its record is already stored); dropping this only
-/// stops waiting, never the submission.
+/// stops waiting, never the submission. To stop its retries, use [`Settling::abort_handle`].
 #[must_use = "the submission goes on; await this for its settlement"]
 pub struct Settling {
     slot: Result<Rc<RefCell<Slot>>, Option<Error>>,
+    driver: Weak<Driver>,
+}
+
+/// Aborts the wait of one [`Settling`] (JavaScript's `{ signal }`): it resolves with
+/// [`ErrorCode::Aborted`], and when no other caller waits on the submission, its retries stop
+/// and an attempt under way is aborted. The submission stays pending with its key and record
+/// ([`State::Unsure`]), for [`Submitter::try_again`] (the same key) or a discard; an abort never
+/// makes a new key. Aborting after the settlement, or twice, does nothing.
+#[derive(Clone)]
+pub struct AbortHandle {
+    slot: Weak<RefCell<Slot>>,
+    driver: Weak<Driver>,
+}
+
+impl ::core::fmt::Debug for AbortHandle {
+    fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
+        f.write_str("AbortHandle")
+    }
+}
+
+impl AbortHandle {
+    /// Stops waiting, and the retries when nobody else waits (see [`AbortHandle`]).
+    pub fn abort(&self) {
+        if let (Some(slot), Some(driver)) = (self.slot.upgrade(), self.driver.upgrade()) {
+            driver.abort(&slot);
+        }
+    }
 }
 
 impl ::core::fmt::Debug for Settling {
@@ -288,6 +315,14 @@ impl Future for Settling {
 }
 
 impl Settling {
+    /// A handle that aborts this wait (and the retries, when nobody else waits).
+    pub fn abort_handle(&self) -> AbortHandle {
+        AbortHandle {
+            slot: self.slot.as_ref().map_or_else(|_| Weak::new(), Rc::downgrade),
+            driver: self.driver.clone(),
+        }
+    }
+
     /// Hands the settlement to `f` when it comes (at once when it has), instead of a task that
     /// awaits it: how the JavaScript face resolves its promise without a future.
     pub(crate) fn then(self, f: impl FnOnce(Result<Settlement, Error>) + 'static) {
@@ -434,6 +469,7 @@ impl Submitter {
             Ok(()) => self.driver.wait(),
             Err(e) => Settling {
                 slot: Err(Some(Error::new(ErrorCode::State, e.message()))),
+                driver: Weak::new(),
             },
         }
     }
@@ -443,7 +479,10 @@ impl Submitter {
     /// key ([`ErrorCode::State`] when nothing expired or unsure is pending).
     pub fn send_as_new(&self) -> Settling {
         let d = &self.driver;
-        let refused = |e: Error| Settling { slot: Err(Some(e)) };
+        let refused = |e: Error| Settling {
+            slot: Err(Some(e)),
+            driver: Weak::new(),
+        };
         let key = match random_bytes() {
             Ok(bytes) => bytes,
             Err(e) => {
@@ -545,7 +584,10 @@ fn restore(core: &mut Submission, text: &str, resume: bool) -> Option<String> {
 impl Driver {
     /// Begins the submission of `body` (JSON text).
     pub(crate) fn submit(self: &Rc<Self>, body: &str) -> Settling {
-        let refused = |e: Error| Settling { slot: Err(Some(e)) };
+        let refused = |e: Error| Settling {
+            slot: Err(Some(e)),
+            driver: Weak::new(),
+        };
         let o = &self.options;
         let request = match Request::new(&o.method, &o.url, body, o.encoding) {
             Ok(request) => request,
@@ -596,7 +638,43 @@ impl Driver {
         let slot = Rc::new(RefCell::new(Slot::default()));
         self.machine.borrow_mut().waiters.push(slot.clone());
         self.drive();
-        Settling { slot: Ok(slot) }
+        Settling {
+            slot: Ok(slot),
+            driver: Rc::downgrade(self),
+        }
+    }
+
+    /// One caller stops waiting ([`AbortHandle`]): it hears [`ErrorCode::Aborted`]; when it was
+    /// the last to wait, the core stops (no retry, the attempt under way abandoned) and the fetch
+    /// is aborted. Nothing happens for a wait already settled.
+    fn abort(self: &Rc<Self>, slot: &Rc<RefCell<Slot>>) {
+        let (found, flight) = {
+            let mut m = self.machine.borrow_mut();
+            let before = m.waiters.len();
+            m.waiters.retain(|w| !Rc::ptr_eq(w, slot));
+            let found = m.waiters.len() != before;
+            let flight = if found && m.waiters.is_empty() {
+                m.core.stop();
+                m.flight.take()
+            } else {
+                None
+            };
+            (found, flight)
+        };
+        if !found {
+            return;
+        }
+        self.drive();
+        if let Some((_, controller)) = flight {
+            controller.abort();
+        }
+        resolve(
+            slot,
+            Err(Error::new(
+                ErrorCode::Aborted,
+                "aborted: the submission stays pending with its key; try it again or discard it",
+            )),
+        );
     }
 
     /// The state as a listener sees it now.

@@ -21,6 +21,9 @@ pub enum ErrorCode {
     State,
     /// The submission was discarded before a definite answer.
     Discarded,
+    /// The caller aborted its wait (an `AbortSignal`, an [`AbortHandle`](super::AbortHandle)):
+    /// the submission stays pending with its key.
+    Aborted,
 }
 
 impl ErrorCode {
@@ -32,6 +35,7 @@ impl ErrorCode {
             ErrorCode::Pending => "pending",
             ErrorCode::State => "state",
             ErrorCode::Discarded => "discarded",
+            ErrorCode::Aborted => "aborted",
         }
     }
 }

@@ -7,9 +7,10 @@
 //! `OncekeyError`s with their `code` ([`Error`]). The TypeScript declarations are wasm-bindgen's,
 //! from these exports, with the types they name in the custom section below.
 
-use js_sys::{Function, Promise, JSON};
+use js_sys::{Function, Promise, Reflect, JSON};
 use serde::Serialize;
 use wasm_bindgen::prelude::*;
+use web_sys::AbortSignal;
 
 use super::driver::{Settlement, Settling, Submitter as Driven, Update};
 use super::error::{describe, Error, ErrorCode};
@@ -87,6 +88,16 @@ export interface SubmitResult {
   attempts: number;
   /** For `unsure`: why retries stopped. */
   gaveUp: string | null;
+}
+
+/** What `submit` and `tryAgain` take besides the body. */
+export interface SubmitOptions {
+  /**
+   * Aborting rejects this call's promise with an OncekeyError of code "aborted" and, when no
+   * other call waits on the submission, stops its retries (an attempt under way is aborted).
+   * The submission stays pending with its key (`unsure`): `tryAgain()` resends the same key.
+   */
+  signal?: AbortSignal;
 }
 
 /** The pending submission, as stored. */
@@ -302,12 +313,25 @@ out_object!(PendingOut {
     started_at: "startedAt",
 });
 
-/// The settlement as a promise, resolved straight from the driver (no task to poll it).
-fn settle(settling: Settling) -> Promise {
-    let mut settling = Some(settling);
+/// The settlement as a promise, resolved straight from the driver (no task to poll it); an
+/// `abort` of `signal` aborts its wait ([`AbortHandle`](super::AbortHandle)).
+fn settle(settling: Settling, signal: Option<AbortSignal>) -> Promise {
+    let on_abort = signal.map(|signal| {
+        let handle = settling.abort_handle();
+        let f = Closure::<dyn FnMut()>::new(move || handle.abort());
+        let _ = signal.add_event_listener_with_callback("abort", f.as_ref().unchecked_ref());
+        (signal, f)
+    });
+    let mut settling = Some((settling, on_abort));
     Promise::new(&mut |resolve, reject| {
-        if let Some(settling) = settling.take() {
+        if let Some((settling, on_abort)) = settling.take() {
             settling.then(move |settled| {
+                if let Some((signal, f)) = on_abort {
+                    let _ = signal
+                        .remove_event_listener_with_callback("abort", f.as_ref().unchecked_ref());
+                    // Dropped after the current call: this may run inside that listener.
+                    wasm_bindgen_futures::spawn_local(async move { drop(f) });
+                }
                 let _ = match settled {
                     Ok(s) => resolve.call1(&JsValue::UNDEFINED, &result(&s)),
                     Err(e) => reject.call1(&JsValue::UNDEFINED, &e.into()),
@@ -315,6 +339,34 @@ fn settle(settling: Settling) -> Promise {
             });
         }
     })
+}
+
+/// `{ signal }` of `submit` and `tryAgain`: `Ok(None)` without one; an already aborted signal is
+/// an `aborted` error, with nothing begun.
+fn signal_of(options: &JsValue) -> Result<Option<AbortSignal>, Error> {
+    if options.is_undefined() || options.is_null() {
+        return Ok(None);
+    }
+    let signal = if options.is_object() {
+        Reflect::get(options, &"signal".into()).unwrap_or_default()
+    } else {
+        JsValue::UNDEFINED
+    };
+    if !options.is_object() || !(signal.is_undefined() || signal.is_instance_of::<AbortSignal>()) {
+        return Err(Error::option(
+            "submit's and tryAgain's options must be an object such as { signal: controller.signal }",
+        ));
+    }
+    let Some(signal) = signal.dyn_into::<AbortSignal>().ok() else {
+        return Ok(None);
+    };
+    if signal.aborted() {
+        return Err(Error::new(
+            ErrorCode::Aborted,
+            "aborted before it began: nothing was stored or sent",
+        ));
+    }
+    Ok(Some(signal))
 }
 
 /// `body` as JSON text, refusing what JSON cannot carry (a cycle, a BigInt, a function, a
@@ -381,22 +433,31 @@ impl JsSubmitter {
     /// Sends `body` once: resolves when the outcome is definite, or `unsure` when retries
     /// stopped. The same body while one is pending joins it. Rejects, with nothing stored or
     /// sent, for a body JSON cannot carry (code "body") or when another body is pending
-    /// ("pending").
+    /// ("pending"). `options.signal` aborts the wait ("aborted"; see `SubmitOptions`).
     #[wasm_bindgen(unchecked_return_type = "Promise<SubmitResult>")]
     pub fn submit(
         &self,
         #[wasm_bindgen(unchecked_param_type = "unknown")] body: JsValue,
+        #[wasm_bindgen(unchecked_param_type = "SubmitOptions")] options: Option<JsValue>,
     ) -> Promise {
-        match to_json(&body) {
-            Ok(text) => settle(self.inner.driver().submit(&text)),
-            Err(e) => Promise::reject(&e.into()),
-        }
+        let begun = signal_of(&options.unwrap_or_default()).and_then(|signal| {
+            let text = to_json(&body)?;
+            Ok(settle(self.inner.driver().submit(&text), signal))
+        });
+        begun.unwrap_or_else(|e| Promise::reject(&e.into()))
     }
 
     /// Resends the pending submission: same key, same body ("state" when nothing is pending).
+    /// `options.signal` aborts the wait ("aborted"; see `SubmitOptions`).
     #[wasm_bindgen(js_name = tryAgain, unchecked_return_type = "Promise<SubmitResult>")]
-    pub fn try_again(&self) -> Promise {
-        settle(self.inner.try_again())
+    pub fn try_again(
+        &self,
+        #[wasm_bindgen(unchecked_param_type = "SubmitOptions")] options: Option<JsValue>,
+    ) -> Promise {
+        match signal_of(&options.unwrap_or_default()) {
+            Ok(signal) => settle(self.inner.try_again(), signal),
+            Err(e) => Promise::reject(&e.into()),
+        }
     }
 
     /// "Send as new", for an `expired` (or `unsure`) submission, once a person has checked that
@@ -404,7 +465,7 @@ impl JsSubmitter {
     /// nothing expired or unsure is pending).
     #[wasm_bindgen(js_name = sendAsNew, unchecked_return_type = "Promise<SubmitResult>")]
     pub fn send_as_new(&self) -> Promise {
-        settle(self.inner.send_as_new())
+        settle(self.inner.send_as_new(), None)
     }
 
     /// Drops an unconfirmed submission: the record is removed, an attempt under way is aborted,

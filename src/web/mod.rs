@@ -63,7 +63,7 @@ mod storage;
 #[global_allocator]
 static ALLOCATOR: alloc::Allocator = alloc::Allocator::new();
 
-pub use driver::{Listener, Pending, Settlement, Settling, Submitter, Update};
+pub use driver::{AbortHandle, Listener, Pending, Settlement, Settling, Submitter, Update};
 pub use error::{Error, ErrorCode};
 pub use form::{FormKit, FormLock, FormOptions, Messages, Resume, SuccessMessage, SuccessText};
 pub use options::{AttemptHeaders, Credentials, Options, StorageKind};
