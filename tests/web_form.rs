@@ -26,11 +26,26 @@ wasm_bindgen_test_configure!(run_in_browser);
 mod web_support;
 use web_support::*;
 
-#[wasm_bindgen(
-    inline_js = "export function sleep(ms) { return new Promise((r) => setTimeout(r, ms)); }"
-)]
+#[wasm_bindgen(inline_js = r#"
+export function sleep(ms) { return new Promise((r) => setTimeout(r, ms)); }
+// Offline as a page sees it (navigator.onLine false, the offline event), and back.
+export function set_offline() {
+  Object.defineProperty(navigator, 'onLine', { configurable: true, get: () => false });
+  globalThis.dispatchEvent(new Event('offline'));
+}
+export function set_online() {
+  delete navigator.onLine;
+  globalThis.dispatchEvent(new Event('online'));
+}
+export function reset_online() {
+  if (Object.getOwnPropertyDescriptor(navigator, 'onLine')) set_online();
+}
+"#)]
 extern "C" {
     fn sleep(ms: u32) -> js_sys::Promise;
+    fn set_offline();
+    fn set_online();
+    fn reset_online();
 }
 
 fn document() -> web_sys::Document {
@@ -59,6 +74,8 @@ struct Case {
 
 impl Case {
     fn new(what: &str) -> Case {
+        // Every test begins online, even after one that failed while offline.
+        reset_online();
         Case {
             tenant: unique(what),
             name: unique(what),
@@ -726,4 +743,91 @@ async fn messages_name_a_wrong_key_and_keep_the_english_for_the_others() {
     for (key, _) in Messages::keys() {
         assert!(readme.contains(&format!("`{key}`")), "README lacks {key}");
     }
+}
+
+#[test]
+async fn offline_the_form_stays_locked_says_it_goes_when_back_and_then_sends_the_same_key() {
+    let case = Case::new("kit-offline");
+    let form = case.form("");
+    let _kit = case.attach(&form, 1);
+    let seen = changes(&form);
+    fill_ticket(&form, "Sent from a train");
+    set_offline();
+    form.request_submit().unwrap();
+    assert_eq!(state(&form), "waiting");
+    assert!(
+        status_text(&form).contains("when the connection is back"),
+        "{}",
+        status_text(&form)
+    );
+    assert_eq!(busy(&form).as_deref(), Some("true"));
+    assert!(disabled(&form, "[name=subject]") && disabled(&form, "button[type=submit]"));
+    JsFuture::from(sleep(300)).await.unwrap();
+    assert!(case.keys().is_empty(), "nothing is sent while offline");
+    set_online();
+    settled(&form, "succeeded").await;
+    assert_eq!(case.keys().len(), 1);
+    assert_eq!(case.count("tickets").await, 1.0);
+    assert_eq!(*seen.borrow(), ["waiting", "sending", "succeeded"]);
+    form.remove();
+}
+
+#[test]
+async fn an_expired_form_says_to_check_and_offers_send_as_a_new_ticket_and_discard() {
+    let case = Case::new("kit-expired");
+    let lifetime = |mut options: FormOptions| {
+        // A server that keeps keys one second (usable for 0.9 s).
+        options.submitter.retry.budget = Duration::from_millis(500);
+        options.submitter.retry.key_lifetime = Duration::from_millis(1000);
+        options
+    };
+    let form = case.form("");
+    let kit = FormKit::attach(&form, lifetime(case.options(1))).unwrap();
+    fill_ticket(&form, "Too late");
+    case.plan(&["offline"]);
+    form.request_submit().unwrap();
+    settled(&form, "unsure").await;
+    assert!(button(&form, "Try again").is_some());
+    // Its key's deadline comes while the person looks at it.
+    settled(&form, "expired").await;
+    let said = status_text(&form);
+    assert!(
+        said.contains("may or may not have arrived") && said.contains("check"),
+        "{said}"
+    );
+    assert!(
+        button(&form, "Try again").is_none(),
+        "Try again cannot work"
+    );
+    assert!(button(&form, "Send as a new ticket").is_some() && button(&form, "Discard").is_some());
+    assert_eq!(busy(&form).as_deref(), Some("true"));
+    assert!(disabled(&form, "[name=subject]") && disabled(&form, "button[type=submit]"));
+    // The form's own submit, and the kit's tryAgain(), send nothing with the expired key.
+    form.request_submit().unwrap();
+    kit.try_again();
+    assert!(
+        button(&form, "Send as a new ticket").is_some(),
+        "still offered"
+    );
+    JsFuture::from(sleep(100)).await.unwrap();
+    assert_eq!(case.keys().len(), 1);
+    // A reload finds it expired too: the fields back, locked, the same offer.
+    kit.detach();
+    form.remove();
+    let form = case.form("");
+    let _kit = FormKit::attach(&form, lifetime(case.options(1))).unwrap();
+    assert_eq!(state(&form), "expired");
+    assert_eq!(field(&form, "subject").value(), "Too late");
+    assert!(disabled(&form, "[name=subject]"));
+    assert!(button(&form, "Try again").is_none());
+    button(&form, "Send as a new ticket")
+        .expect("offered after the reload")
+        .click();
+    settled(&form, "succeeded").await;
+    let keys = case.keys();
+    assert_eq!(keys.len(), 2);
+    assert_ne!(keys[0], keys[1], "sent as new: a new key, deliberately");
+    assert_eq!(case.count("tickets").await, 1.0);
+    assert_eq!(case.stored(), None);
+    form.remove();
 }

@@ -7,6 +7,12 @@
 //! [`Submitter::submit`]. After the actions, the core's [`poll_timeout`](Submission::poll_timeout)
 //! arms the one timer. Whether and when to retry, what a status means, the key, the record and
 //! "same body" are the core's calls, never the driver's.
+//!
+//! What the platform says of the connection goes to the core's
+//! [`handle_online`](Submission::handle_online): `navigator.onLine` when the submitter is made,
+//! at each begin and after a failed attempt, and the global's `online` and `offline` events while
+//! it lives. An [`AbortHandle`] (JavaScript's `{ signal }`) ends one caller's wait; when no caller
+//! is left, the core [stops](Submission::stop) and the fetch under way is aborted, the key kept.
 
 use std::cell::{Cell, OnceCell, RefCell};
 use std::collections::VecDeque;

@@ -438,7 +438,7 @@ impl JsSubmitter {
     pub fn submit(
         &self,
         #[wasm_bindgen(unchecked_param_type = "unknown")] body: JsValue,
-        #[wasm_bindgen(unchecked_param_type = "SubmitOptions")] options: Option<JsValue>,
+        #[wasm_bindgen(unchecked_optional_param_type = "SubmitOptions")] options: Option<JsValue>,
     ) -> Promise {
         let begun = signal_of(&options.unwrap_or_default()).and_then(|signal| {
             let text = to_json(&body)?;
@@ -452,7 +452,7 @@ impl JsSubmitter {
     #[wasm_bindgen(js_name = tryAgain, unchecked_return_type = "Promise<SubmitResult>")]
     pub fn try_again(
         &self,
-        #[wasm_bindgen(unchecked_param_type = "SubmitOptions")] options: Option<JsValue>,
+        #[wasm_bindgen(unchecked_optional_param_type = "SubmitOptions")] options: Option<JsValue>,
     ) -> Promise {
         match signal_of(&options.unwrap_or_default()) {
             Ok(signal) => settle(self.inner.try_again(), signal),

@@ -10,8 +10,11 @@
 //! tickets.pending()            // { key, body, attempts, startedAt } or null, read from storage
 //! await tickets.submit(body)   // { outcome, status, key, body, replayed, attempts, gaveUp }
 //! await tickets.tryAgain()     // resend the pending submission: same key, same body
+//! tickets.submit(body, { signal }) // an abort rejects ("aborted"); the key stays pending
+//! tickets.sendAsNew()          // an expired submission, checked, sent again under a new key
 //! tickets.discard()            // drop an unconfirmed submission; the next one gets a new key
-//! tickets.onChange(fn)         // idle, sending, waiting, unsure, the outcome, and warnings
+//! tickets.onChange(fn)         // idle, sending, waiting (for a retry or online), unsure, the
+//!                              // outcome, and warnings
 //! ```
 //!
 //! # What it promises

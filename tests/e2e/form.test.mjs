@@ -138,11 +138,43 @@ test('a reload in the middle of a slow request restores the locked form and fini
   await context.close()
 })
 
-// Offline the browser spends no attempt (tests/e2e/network.test.mjs); a connection that the
-// server drops while the browser thinks it is online is what spends the budget.
-test('a dead connection until the budget is spent shows Try again; back, Try again makes one ticket', async () => {
+test('offline, the form waits locked for the connection, spending nothing; back online it is sent at once, one ticket', async () => {
   const { tenant, page, context } = await openDemo('offline', '&attempts=3&base=50&budget=4000')
   await fill(page, KIT, { subject: 'Offline' })
+  await page.evaluate((sel) => {
+    window.changes = []
+    document.querySelector(sel).addEventListener('oncekey:change', (e) => window.changes.push(e.detail))
+  }, KIT)
+  await context.setOffline(true)
+  await page.click(`${KIT} button[type=submit]`)
+  await page.waitForFunction((sel) => document.querySelector(sel).dataset.oncekeyState === 'waiting', KIT)
+  // Longer than the round's budget (4 s): offline, none of it is spent, and it never ends unsure.
+  await page.waitForTimeout(4500)
+  assert.equal(await state(page), 'waiting')
+  const changes = await page.evaluate(() => window.changes)
+  assert.deepEqual(changes.map((d) => d.state), ['waiting'], 'no attempt while offline')
+  assert.equal(changes[0].waitingFor, 'online')
+  assert.match(await page.textContent(`${KIT} [role=status]`), /when the connection is back/)
+  assert.equal(await page.isEditable(`${KIT} [name=subject]`), false, 'locked while offline')
+  assert.equal(await page.getAttribute(KIT, 'aria-busy'), 'true')
+  const key = await liveKey(page)
+  await screenshot(page, '04-offline')
+  assert.equal((await tickets(server.url, tenant)).length, 0)
+  await context.setOffline(false)
+  await settled(page, 'succeeded')
+  assert.equal(await liveKey(page), key, 'sent with the same key')
+  const sent = await page.evaluate(() => window.changes.filter((d) => d.state === 'sending'))
+  assert.equal(sent.length, 1, 'one attempt, at once')
+  assert.equal(sent[0].attempts, 1)
+  assert.equal((await tickets(server.url, tenant)).length, 1)
+  await context.close()
+})
+
+// Offline the browser spends no attempt (above); a connection that the server drops while the
+// browser is online is what spends the budget and leaves Try again.
+test('a dead connection until the budget is spent shows Try again; back, Try again makes one ticket', async () => {
+  const { tenant, page, context } = await openDemo('dead', '&attempts=3&base=50&budget=4000')
+  await fill(page, KIT, { subject: 'Dead connection' })
   await page.evaluate((sel) => {
     window.changes = []
     document.querySelector(sel).addEventListener('oncekey:change', (e) => window.changes.push(e.detail))

@@ -1,7 +1,7 @@
 // Compiled with tsc (scripts/test-web.sh): the package's declarations give real types for the
 // options, the results and the events, not `any`. Each @ts-expect-error must be an error.
 import init, { Submitter, attachForm, autoAttach } from '../../pkg/oncekey.js';
-import type { FormKit, FormKitOptions, Outcome, SubmitResult, SubmitterChange, SubmitterState } from '../../pkg/oncekey.js';
+import type { FormKit, FormKitMessages, FormKitOptions, Outcome, SubmitResult, SubmitterChange, SubmitterState } from '../../pkg/oncekey.js';
 
 await init();
 const tickets = new Submitter('new-ticket', {
@@ -13,6 +13,7 @@ const tickets = new Submitter('new-ticket', {
   storage: 'local',
   credentials: 'include',
   encoding: 'form',
+  keyLifetimeMs: 12 * 3600_000,
 });
 const result: SubmitResult = await tickets.submit({ subject: 'Printer' });
 const outcome: Outcome = result.outcome;
@@ -30,6 +31,19 @@ const stop: () => void = tickets.onChange((change: SubmitterChange) => {
   void warning;
 });
 const again: SubmitResult = await tickets.tryAgain();
+const controller = new AbortController();
+const held: Promise<SubmitResult> = tickets.submit({ subject: 'Printer' }, { signal: controller.signal });
+const retried: Promise<SubmitResult> = tickets.tryAgain({ signal: controller.signal });
+const asNew: SubmitResult = await tickets.sendAsNew();
+void [held, retried, asNew];
+tickets.onChange((change: SubmitterChange) => {
+  const why: 'retry' | 'online' | null = change.waitingFor;
+  void why;
+});
+// @ts-expect-error: the signal is an AbortSignal
+tickets.submit({}, { signal: 'stop' });
+// @ts-expect-error: keyLifetimeMs is a number of milliseconds
+new Submitter('x', { url: '/x', keyLifetimeMs: '24h' });
 const state: SubmitterState = tickets.state;
 tickets.discard();
 stop();
@@ -65,7 +79,14 @@ if (form !== null) {
   };
   const other: FormKit = attachForm(form, options);
   other.tryAgain();
+  other.sendAsNew();
   other.discard();
+  const messages: FormKitMessages = { sending: 'Envoi…', tryAgain: 'Réessayer', sendAsNew: 'Envoyer comme nouveau ticket' };
+  attachForm(form, { messages });
+  // @ts-expect-error: a message key the kit does not know
+  attachForm(form, { messages: { tryagain: 'Réessayer' } });
+  // @ts-expect-error: messages are strings
+  attachForm(form, { messages: { discard: 5 } });
   // @ts-expect-error: successMessage is a string or a function
   attachForm(form, { successMessage: 5 });
   // @ts-expect-error: clearOnSuccess is true or false

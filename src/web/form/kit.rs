@@ -254,6 +254,10 @@ impl Kit {
         if kit.in_flight.get() || kit.wiring.borrow().is_none() {
             return;
         }
+        if kit.submitter.state() == State::Expired {
+            // Nothing more goes out with an expired key: the offer stays as it is.
+            return;
+        }
         kit.remove_controls();
         kit.hold(false);
         Kit::settle_later(kit, kit.submitter.try_again());
