@@ -103,6 +103,8 @@ bench: server
 	@echo "== form kit: submit to locked form and to first request, beside a hand-written form"
 	$(MAKE) -s www
 	node tests/e2e/bench-form.mjs 100
+	@echo "== slow and dead connections: first paint on Slow 3G, online to the resent request"
+	node tests/e2e/bench-network.mjs 3
 	@echo "== native client: throughput against plain reqwest, peak memory; the fleet on PostgreSQL"
 	bash scripts/with-pg.sh bash scripts/bench-native.sh
 	@echo "== reference server: the key check's cost"

@@ -1,7 +1,8 @@
 // The package and the demo under a strict Content Security Policy, sent by the reference server
-// (--csp): scripts only from the page's origin, WebAssembly compiled but no eval, no inline script,
-// and Trusted Types enforced, so any string written into an HTML or script sink throws. A server's
-// problem details carrying HTML are shown as text.
+// (--csp): scripts only from the page's origin, WebAssembly compiled but no eval, no inline script
+// but the first-paint snippet (allowed by its hash), and Trusted Types enforced, so any string
+// written into an HTML or script sink throws. A server's problem details carrying HTML are shown
+// as text.
 import assert from 'node:assert/strict'
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
@@ -14,7 +15,8 @@ const POLICY = [
   "default-src 'self'",
   // The demo's favicon is a data: URL.
   "img-src 'self' data:",
-  "script-src 'self' 'wasm-unsafe-eval'",
+  // The demo's first-paint snippet, by its hash (README.md, "Protected from the first paint").
+  "script-src 'self' 'wasm-unsafe-eval' 'sha256-v3O2s/7v8Y+lAyO1ldNwGHWDeJJodDQruaDCQ1/j9FE='",
   "object-src 'none'",
   "base-uri 'none'",
   "form-action 'self'",

@@ -170,6 +170,35 @@ test('offline, the form waits locked for the connection, spending nothing; back 
   await context.close()
 })
 
+// Offline the browser spends no attempt (above); a connection that the server drops while the
+// browser is online is what spends the budget and leaves Try again.
+test('a dead connection until the budget is spent shows Try again; back, Try again makes one ticket', async () => {
+  const { tenant, page, context } = await openDemo('dead', '&attempts=3&base=50&budget=4000')
+  await fill(page, KIT, { subject: 'Dead connection' })
+  await page.evaluate((sel) => {
+    window.changes = []
+    document.querySelector(sel).addEventListener('oncekey:change', (e) => window.changes.push(e.detail))
+  }, KIT)
+  await condition(page, 'offline')
+  await page.click(`${KIT} button[type=submit]`)
+  await page.waitForSelector(`${KIT} button:has-text("Try again")`, { timeout: 30000 })
+  assert.equal(await state(page), 'unsure')
+  const unsure = await page.evaluate(() => window.changes.filter((d) => d.state === 'unsure'))
+  assert.equal(unsure.length, 1, 'one oncekey:change for one change of state')
+  assert.equal(unsure[0].outcome, 'unsure')
+  assert.equal(await page.isEditable(`${KIT} [name=subject]`), false, 'still locked while unsure')
+  assert.equal(await page.getAttribute(KIT, 'aria-busy'), 'true')
+  const key = await liveKey(page)
+  await screenshot(page, '04-unsure')
+  assert.equal((await tickets(server.url, tenant)).length, 0)
+  await condition(page, '')
+  await page.click(`${KIT} button:has-text("Try again")`)
+  await settled(page, 'succeeded')
+  assert.equal(await liveKey(page), key, 'Try again resends the same key')
+  assert.equal((await tickets(server.url, tenant)).length, 1)
+  await context.close()
+})
+
 test('a refusal unlocks the form with the fields kept; the corrected request gets a new key', async () => {
   const { tenant, page, context, errors } = await openDemo('refused')
   await fill(page, KIT, { subject: 'Bad email', email: 'not-an-email' })
@@ -234,9 +263,9 @@ test('a password field never reaches sessionStorage; after a reload the kit asks
 
 test('keyboard-only use works and focus moves to the status', async () => {
   const { tenant, page, context } = await openDemo('keyboard')
-  // Tab from the top: the conditions radio group, then the kit's subject field.
-  await page.keyboard.press('Tab')
-  await page.keyboard.press('Tab')
+  // Tab from the top: the language switch, the browser's network and the server faults (radio
+  // groups), then the kit's subject field.
+  for (let i = 0; i < 4; i++) await page.keyboard.press('Tab')
   assert.equal(await page.evaluate(() => document.activeElement.name), 'subject')
   await page.keyboard.type('Typed without a mouse')
   await page.keyboard.press('Tab')

@@ -1,8 +1,12 @@
 import init, { attachForm, listPending } from 'oncekey'
+import { LANGUAGES, messagesFor } from './messages.js'
+import { restoreNetwork, setNetwork } from './network.js'
 import './style.css'
 
 // Each visitor (and each end-to-end test) can have its own ticket lists: /?tenant=NAME. The
-// retry policy can be tried out too: /?attempts=3&base=50&budget=4000 (milliseconds).
+// retry policy can be tried out too: /?attempts=3&base=50&budget=4000 (milliseconds), the
+// storage (/?storage=local: shared by the tabs of the origin), and the kit's language
+// (/?lang=fr).
 const params = new URLSearchParams(location.search)
 const tenant = params.get('tenant') || 'demo'
 const plainTenant = `${tenant}-plain`
@@ -10,6 +14,8 @@ const retry = {}
 for (const name of ['attempts', 'base', 'cap', 'budget']) {
   if (params.has(name)) retry[name] = Number(params.get(name))
 }
+const storage = params.get('storage')
+const lang = LANGUAGES.includes(params.get('lang')) ? params.get('lang') : 'en'
 
 const $ = (id) => document.getElementById(id)
 
@@ -64,6 +70,7 @@ async function refreshTickets() {
 }
 
 function describeWait(detail) {
+  if (detail.state === 'waiting' && detail.waitingFor === 'online') return 'the connection to be back'
   if (detail.state === 'waiting' && detail.nextAttemptAt) {
     const secs = Math.max(0, (detail.nextAttemptAt - Date.now()) / 1000)
     return `next attempt in ${secs.toFixed(1)} s`
@@ -124,15 +131,50 @@ function wirePlainForm(form) {
   })
 }
 
+// The browser's network (a service worker plays it) and the kit's language: both switches.
+function wireSwitches() {
+  const network = restoreNetwork()
+  const note = $('network-note')
+  for (const radio of document.querySelectorAll('input[name="network"]')) {
+    radio.checked = radio.value === network
+    radio.addEventListener('change', async () => {
+      note.textContent = 'switching…'
+      try {
+        await setNetwork(radio.value)
+        note.textContent = ''
+      } catch (e) {
+        note.textContent = `could not switch: ${e.message}`
+      }
+      document.documentElement.dataset.network = radio.value
+    })
+  }
+  document.documentElement.dataset.network = network
+  const language = $('language')
+  language.value = lang
+  // The kit's texts are chosen when it attaches: a reload in the other language (a pending
+  // ticket is restored, with its key).
+  language.addEventListener('change', () => {
+    const next = new URLSearchParams(location.search)
+    if (language.value === 'en') next.delete('lang')
+    else next.set('lang', language.value)
+    location.search = next.toString()
+  })
+}
+
+wireSwitches()
 await init()
 const form = $('ticket-form')
 form.addEventListener('oncekey:change', (e) => showLive(e.detail))
 attachForm(form, {
   headers: { 'X-Tenant': tenant },
   ...(Object.keys(retry).length ? { retry } : {}),
+  ...(storage ? { storage } : {}),
+
   // Called for every attempt and never stored: the demo's fault goes on the next request only.
   attemptHeaders: faultHeaders,
   successMessage: (ticket) => `Ticket #${ticket.id} created: “${ticket.subject}”.`,
+  // Another language: every text the kit writes (the `messages` option), its success message too.
+  ...messagesFor(lang),
 })
 wirePlainForm($('plain-form'))
 // What was not confirmed in this origin (uploads are kept in IndexedDB, across closing the tab).

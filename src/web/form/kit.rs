@@ -18,6 +18,7 @@ use wasm_bindgen::JsCast;
 use web_sys::{Element, Event, HtmlElement, HtmlFormElement};
 
 use super::answer::clear_field_errors;
+use super::first_paint;
 use super::fields::{read_fields, restore_fields, secret_field_names};
 use super::messages::{Message, Messages};
 use super::view::{set, status_of};
@@ -117,6 +118,7 @@ impl Kit {
         });
         Kit::wire(&kit);
         let _ = form.set_attribute("data-oncekey-state", kit.submitter.state().as_str());
+        first_paint::enable_waiting(form);
         let had = kit.submitter.pending().is_some();
         Kit::take_up_pending(&kit, o.resume);
         if !had {
@@ -132,6 +134,10 @@ impl Kit {
                     }
                 }
             });
+        }
+        // A submit held before the module loaded: pressed now, as the person meant.
+        if first_paint::take_held(form) {
+            Kit::on_submit(&kit);
         }
         Ok(kit)
     }

@@ -41,6 +41,7 @@
 
 mod answer;
 mod fields;
+mod first_paint;
 mod js;
 mod kit;
 mod lock;
