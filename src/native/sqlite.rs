@@ -154,9 +154,21 @@ fn prepare(path: &Path, conn: &mut Connection) -> Result<()> {
         .map_err(|e| err("opened", e))?;
     // Every statement the store runs, its own and the writer's, stays parsed.
     conn.set_prepared_statement_cache_capacity(64);
-    let mode: String = conn
-        .query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))
-        .map_err(|e| err("read", e))?;
+    // Switching a fresh file to WAL takes SQLite's exclusive lock, and SQLite answers "busy"
+    // there without waiting on the busy handler: a fleet of processes opening a new store at
+    // once would fail but for one. Retried, within the same 10 s as every other lock.
+    let started = std::time::Instant::now();
+    let mode: String = loop {
+        match conn.query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0)) {
+            Err(rusqlite::Error::SqliteFailure(f, _))
+                if f.code == rusqlite::ErrorCode::DatabaseBusy
+                    && started.elapsed() < Duration::from_secs(10) =>
+            {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            done => break done.map_err(|e| err("read", e))?,
+        }
+    };
     if !mode.eq_ignore_ascii_case("wal") {
         return Err(Error::store(
             format!("the store {} could not be put in WAL mode", path.display()),
@@ -706,6 +718,32 @@ mod tests {
         let a = SqliteStore::open(&path).unwrap();
         let b = SqliteStore::open(&path).unwrap();
         super::super::store::check_semantics(&a, &b);
+    }
+
+    /// A fleet starting at once: every process opens the same fresh store, and each of them
+    /// gets it (none fails with "database is locked" while another sets up WAL mode).
+    #[test]
+    fn many_open_a_fresh_store_at_once() {
+        for round in 0..20 {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("s.db");
+            let start = std::sync::Barrier::new(8);
+            std::thread::scope(|scope| {
+                let opened: Vec<_> = (0..8)
+                    .map(|_| {
+                        scope.spawn(|| {
+                            start.wait();
+                            SqliteStore::open(&path).map(|_| ())
+                        })
+                    })
+                    .collect();
+                for o in opened {
+                    if let Err(e) = o.join().unwrap() {
+                        panic!("round {round}: {e}");
+                    }
+                }
+            });
+        }
     }
 
     #[cfg(unix)]
