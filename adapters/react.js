@@ -13,8 +13,8 @@ const serverSnapshot = () => IDLE;
 export const ready = () => readyOnce(init);
 
 /**
- * The submission `name` as React state: { ready, state, key, attempts, nextAttemptAt, pending,
- * locked, settlement, error, warning, storage } and submit, tryAgain, discard, setSecrets.
+ * The submission `name` as React state: { ready, state, key, attempts, nextAttemptAt, waitingFor, pending,
+ * locked, settlement, error, warning, storage } and submit, tryAgain, sendAsNew, discard, setSecrets.
  * `options` are the Submitter's, read when the page first uses the name (attemptHeaders is
  * called through the latest render's).
  */
@@ -27,6 +27,7 @@ export function useSubmitter(name, options) {
       ...snapshot,
       submit: entry.submit,
       tryAgain: entry.tryAgain,
+      sendAsNew: entry.sendAsNew,
       discard: entry.discard,
       setSecrets: entry.setSecrets,
       submitter: entry.submitter,

@@ -1,9 +1,9 @@
 // What the React and Vue adapters' declarations share (store.js is their shared code).
-import type { Submitter, SubmitterState, SubmitResult } from './oncekey.js';
+import type { SubmitOptions, Submitter, SubmitterState, SubmitResult } from './oncekey.js';
 
 /** The package's errors: an Error named "OncekeyError" whose `code` says why. */
 export interface OncekeyError extends Error {
-  code: 'option' | 'body' | 'pending' | 'state' | 'discarded';
+  code: 'option' | 'body' | 'pending' | 'state' | 'discarded' | 'aborted';
 }
 
 /** The submission's state, from the Submitter's events and promises. */
@@ -17,6 +17,8 @@ export interface SubmitterSnapshot<Body = unknown> {
   readonly attempts: number;
   /** In "waiting": when the next attempt is due, ms since the epoch. */
   readonly nextAttemptAt: number | null;
+  /** In "waiting": for the retry due at nextAttemptAt ("retry") or for the connection ("online"). */
+  readonly waitingFor: 'retry' | 'online' | null;
   /**
    * The stored body while the outcome is unknown, also after a reload (fill the form from it);
    * the same object for as long as the submission is pending. Null otherwise.
@@ -37,9 +39,11 @@ export interface SubmitterSnapshot<Body = unknown> {
 /** The Submitter's calls, made once init() has run: the same functions for the page's life. */
 export interface SubmitterCalls<Body = unknown> {
   /** Submitter.submit; joins the pending submission for the same body. */
-  submit(body: Body): Promise<SubmitResult>;
-  /** Submitter.tryAgain: the same key and body. */
-  tryAgain(): Promise<SubmitResult>;
+  submit(body: Body, options?: SubmitOptions): Promise<SubmitResult>;
+  /** Submitter.tryAgain: the same key and body ({ signal } aborts the wait, code "aborted"). */
+  tryAgain(options?: SubmitOptions): Promise<SubmitResult>;
+  /** Submitter.sendAsNew: an expired submission sent deliberately under a new key. */
+  sendAsNew(): Promise<SubmitResult>;
   /** Submitter.discard: the next submission gets a new key. */
   discard(): void;
   /** Submitter.setSecrets: sent with every attempt, never stored. */

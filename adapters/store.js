@@ -20,6 +20,7 @@ export const IDLE = Object.freeze({
   key: null,
   attempts: 0,
   nextAttemptAt: null,
+  waitingFor: null,
   pending: null,
   locked: false,
   settlement: null,
@@ -27,6 +28,9 @@ export const IDLE = Object.freeze({
   warning: null,
   storage: null,
 });
+
+/** A calls' options object ({ signal }), not an event a handler was given. */
+const isOptions = (o) => o !== null && typeof o === 'object' && !('target' in o) && !('nativeEvent' in o);
 
 /** In a page (not a server render, not a worker). */
 export const inBrowser = () => typeof document !== 'undefined';
@@ -68,6 +72,7 @@ export const SERVER = Object.freeze({
   update() {},
   submit: () => Promise.reject(notInBrowser()),
   tryAgain: () => Promise.reject(notInBrowser()),
+  sendAsNew: () => Promise.reject(notInBrowser()),
   discard() {},
   setSecrets() {},
   submitter: null,
@@ -113,9 +118,12 @@ class Entry {
     this.#options = options;
   }
 
-  submit = (body) => this.#call((s) => s.submit(body));
+  submit = (body, options) => this.#call((s) => s.submit(body, options));
 
-  tryAgain = () => this.#call((s) => s.tryAgain());
+  // An onClick handler passes its event: only an options object ({ signal }) is handed on.
+  tryAgain = (options) => this.#call((s) => s.tryAgain(isOptions(options) ? options : undefined));
+
+  sendAsNew = () => this.#call((s) => s.sendAsNew());
 
   discard = () => {
     if (this.submitter) this.submitter.discard();
@@ -162,7 +170,7 @@ class Entry {
     }
   }
 
-  #changed({ state, key, attempts, nextAttemptAt, warning }) {
+  #changed({ state, key, attempts, nextAttemptAt, waitingFor, warning }) {
     const was = this.#snapshot;
     const locked = LOCKED.includes(state);
     // The stored body, read again only for another key: the same object from render to render,
@@ -173,6 +181,7 @@ class Entry {
       key,
       attempts,
       nextAttemptAt,
+      waitingFor: waitingFor ?? null,
       pending,
       locked,
       warning: warning ?? was.warning,

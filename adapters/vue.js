@@ -12,8 +12,8 @@ const PACKAGE = { init, Submitter };
 export const ready = () => readyOnce(init);
 
 /**
- * The submission `name` as refs: ready, state, key, attempts, nextAttemptAt, pending, locked,
- * settlement, error, warning, storage; and submit, tryAgain, discard, setSecrets. `options` are
+ * The submission `name` as refs: ready, state, key, attempts, nextAttemptAt, waitingFor, pending, locked,
+ * settlement, error, warning, storage; and submit, tryAgain, sendAsNew, discard, setSecrets. `options` are
  * the Submitter's, read when the page first uses the name.
  */
 export function useSubmitter(name, options) {
@@ -39,6 +39,7 @@ export function useSubmitter(name, options) {
     ...refs,
     submit: entry.submit,
     tryAgain: entry.tryAgain,
+    sendAsNew: entry.sendAsNew,
     discard: entry.discard,
     setSecrets: entry.setSecrets,
     get submitter() {

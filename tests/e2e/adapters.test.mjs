@@ -54,8 +54,12 @@ class FakeSubmitter {
     }
     return new Promise((resolve) => this.waiters.push(resolve))
   }
-  tryAgain() {
-    this.calls.push(['tryAgain'])
+  tryAgain(options) {
+    this.calls.push(options === undefined ? ['tryAgain'] : ['tryAgain', options])
+    return new Promise((resolve) => this.waiters.push(resolve))
+  }
+  sendAsNew() {
+    this.calls.push(['sendAsNew'])
     return new Promise((resolve) => this.waiters.push(resolve))
   }
   discard() {
@@ -209,4 +213,23 @@ test('init() failing is in the snapshot and rejects calls; a later call asks aga
   assert.equal(entry.read().error, null)
   made[0].settle()
   assert.equal((await sent).outcome, 'succeeded')
+})
+
+test("waitingFor, sendAsNew and a call's { signal } reach the Submitter; a click event given to tryAgain does not", async () => {
+  const entry = entryFor(fresh(), { url: '/x' }, PKG)
+  entry.subscribe(() => {})
+  await tick()
+  const s = made[0]
+  assert.equal(entry.read().waitingFor, null)
+  Object.assign(s, { state: 'waiting', key: 'k-off' })
+  const change = s.change
+  s.change = () => ({ ...change.call(s), waitingFor: 'online' })
+  s.emit()
+  assert.equal(entry.read().waitingFor, 'online', 'offline: the snapshot says it waits for the connection')
+  assert.equal(entry.read().locked, true)
+  const signal = new AbortController().signal
+  entry.tryAgain({ signal })
+  entry.tryAgain({ target: {}, preventDefault() {} })
+  entry.sendAsNew()
+  assert.deepEqual(s.calls, [['tryAgain', { signal }], ['tryAgain'], ['sendAsNew']])
 })
