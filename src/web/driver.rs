@@ -75,6 +75,10 @@ impl ::core::fmt::Debug for Submitter {
     }
 }
 
+/// How often a submission waiting for the connection looks at `navigator.onLine` itself,
+/// beside the `online` event (see [`Driver::arm`]).
+const ONLINE_POLL: std::time::Duration = std::time::Duration::from_secs(1);
+
 pub(crate) struct Driver {
     pub(crate) name: String,
     pub(crate) options: Options,
@@ -805,10 +809,18 @@ impl Driver {
         self.arm();
     }
 
-    /// Arms the core's timer for its deadline (once per deadline).
+    /// Arms the core's timer for its deadline (once per deadline). While the submission waits
+    /// for the connection, the timer also looks at `navigator.onLine` every
+    /// [`ONLINE_POLL`]: a dedicated worker's global is not told `online` in every browser
+    /// (Chromium's emulated offline changes its `navigator.onLine` and fires no event there),
+    /// and a submission must not wait for an event that never comes.
     fn arm(self: &Rc<Self>) {
         let mut m = self.machine.borrow_mut();
-        let deadline = m.core.poll_timeout();
+        let mut deadline = m.core.poll_timeout();
+        if m.core.waiting_for() == Some(WaitingFor::Online) {
+            let poll = now() + ONLINE_POLL;
+            deadline = Some(deadline.map_or(poll, |at| at.min(poll)));
+        }
         if m.timer.as_ref().map(|(at, _)| *at) == deadline {
             return;
         }
@@ -819,7 +831,13 @@ impl Driver {
                 if let Some(d) = weak.upgrade() {
                     // Disarmed first, so that the drive re-arms, also when this fired early.
                     let timer = d.machine.borrow_mut().timer.take();
-                    d.machine.borrow_mut().core.handle_timeout(now());
+                    {
+                        let mut m = d.machine.borrow_mut();
+                        if m.core.waiting_for() == Some(WaitingFor::Online) && on_line() {
+                            m.core.handle_online(now(), true);
+                        }
+                        m.core.handle_timeout(now());
+                    }
                     d.drive();
                     drop(timer);
                 }
