@@ -535,7 +535,11 @@ async fn a_json_submission_kept_in_indexeddb_is_found_by_a_new_submitter_and_fin
         .unwrap()
         .is_none());
     let stored = case.stored().await;
-    assert!(text(&stored, "record").contains(&key), "kept in IndexedDB");
+    assert!(!stored.is_null(), "kept in IndexedDB");
+    assert!(
+        text(&stored, "record").contains(&key),
+        "the record holds the key"
+    );
     let listed = JsFuture::from(oncekey::js::list_pending("indexeddb".into()))
         .await
         .unwrap();
