@@ -105,6 +105,8 @@ bench: server
 	node tests/e2e/bench-form.mjs 100
 	@echo "== slow and dead connections: first paint on Slow 3G, online to the resent request"
 	node tests/e2e/bench-network.mjs 3
+	@echo "== uploads: submit to fetch() and to the answer for 5 MB, peak memory for 20 MB, beside a plain fetch"
+	node tests/e2e/bench-upload.mjs 9
 	@echo "== native client: throughput against plain reqwest, peak memory; the fleet on PostgreSQL"
 	bash scripts/with-pg.sh bash scripts/bench-native.sh
 	@echo "== reference server: the key check's cost"

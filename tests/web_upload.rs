@@ -512,3 +512,109 @@ async fn list_pending_names_every_unconfirmed_submission_of_a_storage() {
         .iter()
         .all(|e| text(&e, "name") != case.name));
 }
+
+#[test]
+async fn a_json_submission_kept_in_indexeddb_is_found_by_a_new_submitter_and_finished_with_the_same_key(
+) {
+    let case = Case::new("json-idb");
+    // The reply is held past the attempt's timeout: unsure, the ticket made meanwhile.
+    case.plan(&["delay=1500"]);
+    let body = JSON::parse(r#"{"subject":"Printer","body":"kept","email":"a@b.co"}"#).unwrap();
+    let key = {
+        let s = case.submitter(r#""storage":"indexeddb","timeoutMs":300,"retry":{"attempts":1}"#);
+        assert_eq!(s.storage().as_string().as_deref(), Some("indexeddb"));
+        let first = JsFuture::from(s.submit(body, None))
+            .await
+            .expect("submit resolves");
+        assert_eq!(text(&first, "outcome"), "unsure");
+        text(&first, "key")
+    };
+    // Nothing in sessionStorage (as after closing the tab); the record in IndexedDB.
+    assert!(session()
+        .get_item(&format!("oncekey:{}", case.name))
+        .unwrap()
+        .is_none());
+    let stored = case.stored().await;
+    assert!(!stored.is_null(), "kept in IndexedDB");
+    assert!(
+        text(&stored, "record").contains(&key),
+        "the record holds the key"
+    );
+    let listed = JsFuture::from(oncekey::js::list_pending("indexeddb".into()))
+        .await
+        .unwrap();
+    let mine: Vec<JsValue> = js_sys::Array::from(&listed)
+        .iter()
+        .filter(|e| text(e, "name") == case.name)
+        .collect();
+    assert_eq!(mine.len(), 1, "listPending('indexeddb') lists it");
+    assert_eq!(text(&mine[0], "key"), key);
+    // The held reply over (the ticket made), a new submitter takes the record up from IndexedDB:
+    // unsure, the same key; Try again gets the first answer.
+    JsFuture::from(sleep(1600)).await.unwrap();
+    let s = case.submitter(r#""storage":"indexeddb""#);
+    for _ in 0..300 {
+        if s.state().as_string().as_deref() == Some("unsure") {
+            break;
+        }
+        JsFuture::from(sleep(10)).await.unwrap();
+    }
+    assert_eq!(s.state().as_string().as_deref(), Some("unsure"), "taken up");
+    let again = JsFuture::from(s.try_again(None)).await.expect("resolves");
+    assert_eq!(text(&again, "outcome"), "succeeded");
+    assert_eq!(text(&again, "key"), key);
+    assert_eq!(get(&again, "replayed"), JsValue::TRUE);
+    let keys = case.keys();
+    assert!(keys.len() >= 2, "{keys:?}");
+    assert!(keys.iter().all(|k| *k == key), "{keys:?} vs {key}");
+    for e in case.seen() {
+        assert_eq!(text(&e, "type"), "application/json", "sent as JSON");
+    }
+    assert_eq!(case.tickets().await.len(), 1, "one ticket");
+    for _ in 0..50 {
+        if case.stored().await.is_null() {
+            break;
+        }
+        JsFuture::from(sleep(10)).await.unwrap();
+    }
+    assert!(case.stored().await.is_null(), "removed after the answer");
+}
+
+#[test]
+async fn an_upload_s_signal_aborts_its_wait_and_try_again_finishes_it_with_the_same_key() {
+    let case = Case::new("upload-signal");
+    // The answer held: the abort comes while the attempt is under way.
+    case.plan(&["delay=2000"]);
+    let s = case.submitter(r#""retry":{"attempts":1}"#);
+    let bytes = file_bytes(40_000, 10);
+    let controller = web_sys::AbortController::new().unwrap();
+    let options = js_sys::Object::new();
+    Reflect::set(&options, &"signal".into(), &controller.signal()).unwrap();
+    let sending = JsFuture::from(s.submit(
+        ticket_form(&bytes, "held.png", "image/png").into(),
+        Some(options.into()),
+    ));
+    let abort = controller.clone();
+    wasm_bindgen_futures::spawn_local(async move {
+        JsFuture::from(sleep(300)).await.unwrap();
+        abort.abort();
+    });
+    let aborted = sending.await.expect_err("aborted");
+    assert_eq!(
+        error_code(&aborted),
+        "aborted",
+        "{}",
+        error_message(&aborted)
+    );
+    let pending = s.pending();
+    assert!(!pending.is_null(), "still pending");
+    let key = text(&pending, "key");
+    assert!(!case.stored().await.is_null(), "kept in IndexedDB");
+    // The held attempt's claim over, Try again gets the first answer or does the work once.
+    JsFuture::from(sleep(2000)).await.unwrap();
+    let again = JsFuture::from(s.try_again(None)).await.expect("resolves");
+    assert_eq!(text(&again, "outcome"), "succeeded");
+    assert_eq!(text(&again, "key"), key);
+    assert!(all_equal(&case.keys()), "{:?}", case.keys());
+    assert_one_ticket_with(&case, &bytes, "held.png").await;
+}

@@ -447,7 +447,10 @@ impl Submitter {
     /// Where records are kept: the storage asked for, or [`StorageKind::Memory`] once it could
     /// not be used.
     pub fn storage(&self) -> StorageKind {
-        self.driver.store.borrow().kind()
+        match self.driver.store.borrow().kind() {
+            StorageKind::IndexedDb if self.indexeddb_failed() => StorageKind::Memory,
+            kind => kind,
+        }
     }
 
     /// The pending submission, as stored, or `None`.

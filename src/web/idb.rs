@@ -3,7 +3,8 @@
 //! The storage that outlives the tab and holds bytes (CONTRACT.md section 5): one database,
 //! `oncekey`, with one object store, `pending`, whose value under a submission's name is the
 //! record's JSON text with its fields and files (`{ record, fields: [[name, text]], files:
-//! [[name, File]] }`, the files as the `Blob`s themselves, structured-cloned by the browser). A
+//! [[name, File]] }`, the files as the `Blob`s themselves, structured-cloned by the browser;
+//! `json: true` added for a JSON body kept here by `storage: 'indexeddb'`, no upload). A
 //! value is written in one `readwrite` transaction, and a write counts only once that
 //! transaction has completed. IndexedDB is reached through web-sys, bound to the global scope
 //! (a worker has it too); each request becomes a promise whose `resolve` and `reject` are its
@@ -91,6 +92,8 @@ pub(crate) struct Stored {
     pub(crate) record: String,
     pub(crate) fields: Vec<(String, String)>,
     pub(crate) files: Vec<(String, web_sys::Blob)>,
+    /// A JSON body kept here (`storage: 'indexeddb'`), no upload: `json: true` in the value.
+    pub(crate) json: bool,
 }
 
 fn pairs<T: Into<JsValue> + Clone>(items: &[(String, T)]) -> Array {
@@ -109,6 +112,9 @@ pub(crate) async fn put(db: &IdbDatabase, name: &str, value: &Stored) -> Result<
     set("record", &JsValue::from_str(&value.record));
     set("fields", &pairs(&value.fields));
     set("files", &pairs(&value.files));
+    if value.json {
+        set("json", &JsValue::TRUE);
+    }
     let (tx, store) = store(db, IdbTransactionMode::Readwrite)?;
     store
         .put_with_key(&object, &JsValue::from_str(name))
@@ -173,6 +179,7 @@ fn read(found: &JsValue) -> Result<Stored, Why> {
         record,
         fields,
         files,
+        json: field("json").is_truthy(),
     })
 }
 

@@ -56,8 +56,12 @@ export interface SubmitterOptions {
   /** Per attempt, default 30000; a timed-out attempt is retried with the same key. */
   timeoutMs?: number;
   retry?: RetryOptions;
-  /** Where key and body are kept until a definite answer; default "session". */
-  storage?: "session" | "local" | "memory";
+  /**
+   * Where key and body are kept until a definite answer; default "session". "indexeddb" keeps a
+   * JSON body across closing the tab too (an upload is kept there whatever is asked); blocked,
+   * it falls back to memory with a warning.
+   */
+  storage?: "session" | "local" | "memory" | "indexeddb";
   /** fetch's credentials; default "same-origin". */
   credentials?: "omit" | "same-origin" | "include";
   /** "json" (default) or "form" (application/x-www-form-urlencoded from a flat object). */
@@ -334,6 +338,11 @@ out_object!(PendingOut {
 fn settle(settling: Settling, signal: Option<AbortSignal>) -> Promise {
     let on_abort = signal.map(|signal| {
         let handle = settling.abort_handle();
+        // Aborted while an upload was hashed (or IndexedDB opened): begun, so pending with its
+        // key, and this wait over at once.
+        if signal.aborted() {
+            settling.abort_handle().abort();
+        }
         let f = Closure::<dyn FnMut()>::new(move || handle.abort());
         let _ = signal.add_event_listener_with_callback("abort", f.as_ref().unchecked_ref());
         (signal, f)
@@ -452,7 +461,8 @@ impl JsSubmitter {
     /// ("pending"). A `FormData` is an upload: sent as `multipart/form-data`, kept with its
     /// files in IndexedDB until a definite answer, its files' SHA-256, names and types part of
     /// "same body"; over `maxBodyBytes` it rejects ("body") before anything is stored.
-    /// `options.signal` aborts the wait ("aborted"; see `SubmitOptions`; not for an upload).
+    /// `options.signal` aborts the wait ("aborted"; see `SubmitOptions`), an upload's too: one
+    /// aborted while its files are hashed is begun and left pending with its key.
     #[wasm_bindgen(unchecked_return_type = "Promise<SubmitResult>")]
     pub fn submit(
         &self,
@@ -460,16 +470,31 @@ impl JsSubmitter {
         #[wasm_bindgen(unchecked_optional_param_type = "SubmitOptions")] options: Option<JsValue>,
     ) -> Promise {
         if let Some(form) = body.dyn_ref::<web_sys::FormData>() {
+            let signal = match signal_of(&options.unwrap_or_default()) {
+                Ok(signal) => signal,
+                Err(e) => return Promise::reject(&e.into()),
+            };
             let (driver, form) = (self.inner.driver().clone(), form.clone());
             return wasm_bindgen_futures::future_to_promise(async move {
-                match super::upload::submit(driver, form).await {
-                    Ok(s) => Ok(result(&s)),
-                    Err(e) => Err(e.into()),
-                }
+                let settling = super::upload::begin(driver, form)
+                    .await
+                    .map_err(JsValue::from)?;
+                wasm_bindgen_futures::JsFuture::from(settle(settling, signal)).await
             });
         }
         let begun = signal_of(&options.unwrap_or_default()).and_then(|signal| {
             let text = to_json(&body)?;
+            if self.inner.driver().options.storage == super::StorageKind::IndexedDb {
+                // Once IndexedDB was looked at: a submission stored there is taken up first, so
+                // this one joins it or is refused ("pending") instead of writing over it.
+                let (driver, loaded) = (self.inner.driver().clone(), self.inner.loaded());
+                return Ok(wasm_bindgen_futures::future_to_promise(async move {
+                    if let Some(loaded) = loaded {
+                        let _ = wasm_bindgen_futures::JsFuture::from(loaded).await;
+                    }
+                    wasm_bindgen_futures::JsFuture::from(settle(driver.submit(&text), signal)).await
+                }));
+            }
             Ok(settle(self.inner.driver().submit(&text), signal))
         });
         begun.unwrap_or_else(|e| Promise::reject(&e.into()))
@@ -523,7 +548,10 @@ impl JsSubmitter {
     }
 
     /// Where records are kept: the storage asked for, or "memory" once it could not be used.
-    #[wasm_bindgen(getter, unchecked_return_type = "\"session\" | \"local\" | \"memory\"")]
+    #[wasm_bindgen(
+        getter,
+        unchecked_return_type = "\"session\" | \"local\" | \"memory\" | \"indexeddb\""
+    )]
     pub fn storage(&self) -> JsValue {
         JsValue::from_str(self.inner.storage().as_str())
     }

@@ -21,7 +21,8 @@
 //! # What it promises
 //!
 //! Key and body are written to storage before the first byte is sent (the core's `Persist`
-//! comes before its `Send`, and web storage writes are synchronous), and removed only after a
+//! comes before its `Send`, and web storage writes are synchronous; IndexedDB's, for uploads
+//! and `storage: 'indexeddb'`, hold the driver until committed), and removed only after a
 //! definite answer. A new `Submitter` of the same name, after a reload, finds them. Retries
 //! keep the key; when and whether to retry is the core's call, never the driver's. A second
 //! `submit` of the same body joins the one under way; across tabs, a Web Lock named after the

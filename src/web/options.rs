@@ -30,15 +30,19 @@ pub enum StorageKind {
     Local,
     /// Memory only: lost on a reload. Also what a storage that cannot be used degrades to.
     Memory,
+    /// IndexedDB (database `oncekey`, store `pending`): kept across closing the tab and
+    /// restarting the browser, for a JSON body too. Uploads are kept there whatever is asked.
+    IndexedDb,
 }
 
 impl StorageKind {
-    /// `session`, `local` or `memory`.
+    /// `session`, `local`, `memory` or `indexeddb`.
     pub fn as_str(self) -> &'static str {
         match self {
             StorageKind::Session => "session",
             StorageKind::Local => "local",
             StorageKind::Memory => "memory",
+            StorageKind::IndexedDb => "indexeddb",
         }
     }
 }
@@ -234,11 +238,12 @@ impl Options {
         if let Some(i) = choice(value, "keyFormat", &["bare", "sf-string"])? {
             o.key_format = [KeyFormat::Bare, KeyFormat::SfString][i];
         }
-        if let Some(i) = choice(value, "storage", &["session", "local", "memory"])? {
+        if let Some(i) = choice(value, "storage", &["session", "local", "memory", "indexeddb"])? {
             o.storage = [
                 StorageKind::Session,
                 StorageKind::Local,
                 StorageKind::Memory,
+                StorageKind::IndexedDb,
             ][i];
         }
         if let Some(i) = choice(value, "credentials", &["same-origin", "omit", "include"])? {

@@ -97,7 +97,8 @@ impl Store {
             asked: kind,
             web: None,
         };
-        if kind == StorageKind::Memory {
+        // IndexedDB is asynchronous: `upload.rs` keeps those records, this store none.
+        if matches!(kind, StorageKind::Memory | StorageKind::IndexedDb) {
             return (store, None);
         }
         match probe(kind) {
@@ -113,6 +114,7 @@ impl Store {
     pub(crate) fn kind(&self) -> StorageKind {
         match self.web {
             Some(_) => self.asked,
+            None if self.asked == StorageKind::IndexedDb => self.asked,
             None => StorageKind::Memory,
         }
     }
@@ -125,6 +127,9 @@ impl Store {
 
     /// The text stored under `name`, and a warning when the storage failed.
     pub(crate) fn read(&mut self, name: &str) -> (Option<String>, Option<String>) {
+        if self.asked == StorageKind::IndexedDb {
+            return (None, None);
+        }
         let slot = slot(name);
         if let Some(web) = &self.web {
             match web.get_item(&slot) {

@@ -20,9 +20,10 @@ use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::{spawn_local, JsFuture};
 use web_sys::{Blob, FormData, IdbDatabase};
 
-use super::driver::{Driver, Settlement};
+use super::driver::{Driver, Settlement, Settling};
 use super::error::{describe, Error, ErrorCode};
 use super::idb::{self, Stored};
+use super::options::StorageKind;
 use super::warn;
 use crate::core::body::{Fields, Value};
 use crate::core::text::decimal;
@@ -95,14 +96,15 @@ pub(crate) fn start(d: &Rc<Driver>) {
                 d.uploads.borrow_mut().db = Db::Open(db.clone());
                 match found {
                     Ok(Some(Ok(stored))) => {
-                        let payload = Payload {
+                        // A JSON body (`storage: 'indexeddb'`) has no payload: it is sent as JSON.
+                        let payload = (!stored.json).then_some(Payload {
                             fields: stored.fields,
                             files: stored.files,
-                        };
+                        });
                         match d.take_up(&stored.record) {
                             Ok(true) => {
                                 let mut u = d.uploads.borrow_mut();
-                                u.payload = Some(payload);
+                                u.payload = payload;
                                 u.taken_up = true;
                             }
                             Ok(false) => warn_all(
@@ -125,11 +127,13 @@ pub(crate) fn start(d: &Rc<Driver>) {
             }
             Err(why) => {
                 d.uploads.borrow_mut().db = Db::Failed;
+                let what = match d.options.storage {
+                    StorageKind::IndexedDb => "); submissions are kept in memory",
+                    _ => "); uploads are kept in memory",
+                };
                 warn_all(
                     &d,
-                    "IndexedDB cannot be used (".to_owned()
-                        + &why
-                        + "); uploads are kept in memory and will not survive a reload",
+                    "IndexedDB cannot be used (".to_owned() + &why + what + " and will not survive a reload",
                 );
             }
         }
@@ -146,30 +150,45 @@ pub(crate) fn started(d: &Driver) {
     u.payload = u.next.take();
 }
 
-/// `Persist` of an upload: writes the record with its payload in one IndexedDB transaction and
-/// blocks the driver until it has committed. `false` when the submission is no upload (the
-/// driver writes its record as usual).
+/// `Persist` of an upload, or of any record under `storage: 'indexeddb'`: writes the record
+/// with its payload (none for a JSON body) in one IndexedDB transaction, once IndexedDB was
+/// looked at, and blocks the driver until it has committed. `false` when the record is not
+/// IndexedDB's to keep (the driver writes it to its web storage as usual).
 pub(crate) fn persist(d: &Rc<Driver>, record: String) -> bool {
-    let (payload, db) = {
+    let (payload, ready) = {
         let u = d.uploads.borrow();
-        (u.payload.clone(), db(d))
+        (u.payload.clone(), u.ready.clone())
     };
-    let Some(payload) = payload else {
+    if payload.is_none() && d.options.storage != StorageKind::IndexedDb {
         return false;
-    };
-    let Some(db) = db else {
-        // In memory only (the warning was given when IndexedDB failed).
-        return true;
-    };
+    }
     d.uploads.borrow_mut().blocked = true;
     let d = d.clone();
     spawn_local(async move {
-        let stored = Stored {
-            record,
-            fields: payload.fields,
-            files: payload.files,
+        if let Some(ready) = ready {
+            let _ = JsFuture::from(ready).await;
+        }
+        // None: in memory only (the warning was given when IndexedDB failed).
+        let written = match db(&d) {
+            Some(db) => {
+                let stored = match payload {
+                    Some(p) => Stored {
+                        record,
+                        fields: p.fields,
+                        files: p.files,
+                        json: false,
+                    },
+                    None => Stored {
+                        record,
+                        fields: Vec::new(),
+                        files: Vec::new(),
+                        json: true,
+                    },
+                };
+                idb::put(&db, &d.name, &stored).await
+            }
+            None => Ok(()),
         };
-        let written = idb::put(&db, &d.name, &stored).await;
         {
             let mut u = d.uploads.borrow_mut();
             u.blocked = false;
@@ -182,7 +201,7 @@ pub(crate) fn persist(d: &Rc<Driver>, record: String) -> bool {
                 &d,
                 "IndexedDB failed (".to_owned()
                     + &why
-                    + "); this upload is kept in memory and will not survive a reload",
+                    + "); this submission is kept in memory and will not survive a reload",
             );
         }
         d.drive();
@@ -190,10 +209,12 @@ pub(crate) fn persist(d: &Rc<Driver>, record: String) -> bool {
     true
 }
 
-/// `Forget`: the upload's record and files are removed.
+/// `Forget`: the upload's record and files (or the record kept by `storage: 'indexeddb'`) are
+/// removed.
 pub(crate) fn forget(d: &Driver) {
     let had = d.uploads.borrow_mut().payload.take().is_some();
-    if let (true, Some(db)) = (had, db(d)) {
+    let kept = had || d.options.storage == StorageKind::IndexedDb;
+    if let (true, Some(db)) = (kept, db(d)) {
         let name = d.name.clone();
         spawn_local(async move {
             let _ = idb::delete(&db, &name).await;
@@ -317,6 +338,16 @@ async fn describe_body(payload: &Payload) -> Result<String, Error> {
 }
 
 impl super::Submitter {
+    /// Whether IndexedDB was asked for (`storage: 'indexeddb'`) and could not be used.
+    pub(crate) fn indexeddb_failed(&self) -> bool {
+        matches!(self.driver().uploads.borrow().db, Db::Failed)
+    }
+
+    /// Resolves once IndexedDB was looked at (at once when it was).
+    pub(crate) fn loaded(&self) -> Option<Promise> {
+        self.driver().uploads.borrow().ready.clone()
+    }
+
     /// Calls `f` once IndexedDB was looked at, with whether an upload stored there was taken
     /// up (it is pending then).
     pub(crate) fn when_loaded(&self, f: impl FnOnce(bool) + 'static) {
@@ -346,6 +377,11 @@ impl super::Submitter {
 
 /// Sends `form` once as `multipart/form-data` (see the module docs).
 pub(crate) async fn submit(d: Rc<Driver>, form: FormData) -> Result<Settlement, Error> {
+    begin(d, form).await?.await
+}
+
+/// Reads, checks and hashes `form`, then begins it: the wait for its settlement.
+pub(crate) async fn begin(d: Rc<Driver>, form: FormData) -> Result<Settling, Error> {
     let (payload, size) = entries(&form, d.options.max_body_bytes)?;
     let ready = d.uploads.borrow().ready.clone();
     if let Some(ready) = ready {
@@ -363,5 +399,5 @@ pub(crate) async fn submit(d: Rc<Driver>, form: FormData) -> Result<Settlement, 
     d.uploads.borrow_mut().next = Some(payload);
     let settling = d.submit(&text);
     d.uploads.borrow_mut().next = None;
-    settling.await
+    Ok(settling)
 }

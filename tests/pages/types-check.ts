@@ -96,5 +96,8 @@ if (form !== null) {
 }
 const kits: FormKit[] = autoAttach({ headers: { 'X-Tenant': 'acme' } });
 void kits;
-const storage: 'session' | 'local' | 'memory' = tickets.storage;
+const storage: 'session' | 'local' | 'memory' | 'indexeddb' = tickets.storage;
 void storage;
+// A JSON body kept in IndexedDB too.
+const kept = new Submitter('kept', { url: '/api/tickets', storage: 'indexeddb' });
+void kept;
