@@ -33,7 +33,7 @@ export interface SubmitterSnapshot<Body = unknown> {
   /** Storage degraded to memory, or an unreadable record was removed. */
   readonly warning: string | null;
   /** Where the record is kept, once ready. */
-  readonly storage: 'session' | 'local' | 'memory' | null;
+  readonly storage: 'session' | 'local' | 'indexeddb' | 'memory' | null;
 }
 
 /** The Submitter's calls, made once init() has run: the same functions for the page's life. */
