@@ -63,7 +63,7 @@ if_native! {
         BoxError, Claim, Client, ClientBuilder, Due, Error, HeaderProvider, Lease, Listed,
         DEFAULT_MAX_RESPONSE_BYTES,
         MemoryStore, Outgoing, Pending, Quarantined, Result, Resumed, Settlement, SqliteStore, Store,
-        SubmissionBuilder,
+        StoreAnswer, StoreCall, StoreReply, SubmissionBuilder,
     };
     #[cfg(feature = "postgres")]
     pub use crate::native::PostgresStore;

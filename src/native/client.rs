@@ -25,7 +25,7 @@ use super::error::{BoxError, Error, Result};
 use super::flight::{Flights, Job};
 use super::owner::{holder, Holder};
 use super::settlement::{Pending, Resumed, Settlement};
-use super::store::{Claim, Lease, Quarantined, Store};
+use super::store::{StoreAnswer, StoreCall, Claim, Lease, Quarantined, Store};
 use crate::core::{Key, KeyFormat, Record, Request, RetryPolicy, Timestamp};
 
 /// The wall clock, as the core wants it.
@@ -249,11 +249,24 @@ impl Client {
     /// unexpired lease is [`Error::is_busy`].
     pub(super) async fn claim(&self, name: &str) -> Result<Option<String>> {
         let lease = self.lease_until(now());
-        let (n, mine) = (name.to_owned(), lease.clone());
-        let mut claimed = self
-            .store_call(move |s| s.claim(&n, &mine, now()))
+        let claimed = self
+            .store_start(StoreCall::Claim {
+                name: name.to_owned(),
+                lease: lease.clone(),
+                now: now(),
+            })
             .await
             .map_err(|e| e.with_name(name))?;
+        let mut claimed = match claimed {
+            StoreAnswer::Claim(c) => c,
+            other => {
+                return Err(Error::store(
+                    "the store failed",
+                    format!("it answered {other:?} to a claim"),
+                )
+                .with_name(name))
+            }
+        };
         if let Claim::Busy(held) = &claimed {
             if let Holder::DeadHere(pid) = holder(&held.owner) {
                 let (n, dead) = (name.to_owned(), held.owner.clone());
@@ -334,15 +347,51 @@ impl Client {
         })
     }
 
+    /// Makes one of a submission's calls: through [`Store::start`] when the store answers from a
+    /// thread of its own (awaited on a oneshot, no blocking-pool thread in between), otherwise
+    /// as [`Client::store_call`] does.
+    pub(super) async fn store_start(&self, call: StoreCall) -> Result<StoreAnswer> {
+        let store = &self.inner.store;
+        if !store.starts() {
+            return self.store_call(move |s| call.run(s)).await;
+        }
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        store.start(
+            call,
+            Box::new(move |answer| {
+                let _ = tx.send(answer);
+            }),
+        );
+        let result = rx
+            .await
+            .unwrap_or_else(|_| Err("the store dropped a call unanswered".into()));
+        result.map_err(|e| match e.downcast::<Error>() {
+            Ok(e) => *e,
+            Err(e) => Error::store("the store failed", e),
+        })
+    }
+
+    /// [`Client::store_start`] for a call answered with a flag.
+    pub(super) async fn store_bool(&self, call: StoreCall) -> Result<bool> {
+        match self.store_start(call).await? {
+            StoreAnswer::Bool(b) => Ok(b),
+            other => Err(Error::store(
+                "the store failed",
+                format!("it answered {other:?} to a call answered with a flag"),
+            )),
+        }
+    }
+
     /// Gives the lease on `name` up: for anyone at once (`None`), or keeping the submission out
     /// of [`Store::claim_due`] until `due` ([`Store::defer`]).
     pub(super) async fn release(&self, name: &str, due: Option<Timestamp>) {
         let n = name.to_owned();
         let owner = self.inner.owner.clone();
         let released = self
-            .store_call(move |s| match due {
-                None => s.release(&n, &owner),
-                Some(due) => s.defer(&n, &owner, due),
+            .store_start(StoreCall::Release {
+                name: n,
+                owner,
+                due,
             })
             .await;
         if let Err(e) = released {

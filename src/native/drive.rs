@@ -12,6 +12,7 @@ use super::client::{jitter, now, Client, Outgoing};
 use super::error::{Error, Result};
 use super::flight::Lead;
 use super::settlement::Settlement;
+use super::store::StoreCall;
 use crate::core::{Action, Answer, Attempt, Failure, Key, State};
 
 impl Client {
@@ -29,9 +30,12 @@ impl Client {
                     Action::Persist(record) => {
                         let text = record.to_json();
                         let lease = self.lease_until(now());
-                        let n = name.to_owned();
                         let saved = self
-                            .store_call(move |s| s.save(&n, &text, &lease))
+                            .store_bool(StoreCall::Save {
+                                name: name.to_owned(),
+                                record: text,
+                                lease,
+                            })
                             .await
                             .map_err(|e| e.with_name(name))?;
                         if !saved {
@@ -40,9 +44,11 @@ impl Client {
                     }
                     Action::Send(attempt) => send = Some(attempt),
                     Action::Forget => {
-                        let n = name.to_owned();
-                        let owner = self.inner.owner.clone();
-                        match self.store_call(move |s| s.remove(&n, &owner)).await {
+                        let remove = StoreCall::Remove {
+                            name: name.to_owned(),
+                            owner: self.inner.owner.clone(),
+                        };
+                        match self.store_bool(remove).await {
                             Ok(true) => {}
                             Ok(false) => tracing::warn!(
                                 name,
@@ -117,9 +123,11 @@ impl Client {
             core(&mut |sub| due = sub.poll_timeout());
             if let Some(at) = due {
                 let lease = self.lease_until(at);
-                let n = name.to_owned();
                 if !self
-                    .store_call(move |s| s.renew(&n, &lease))
+                    .store_bool(StoreCall::Renew {
+                        name: name.to_owned(),
+                        lease,
+                    })
                     .await
                     .map_err(|e| e.with_name(name))?
                 {

@@ -61,4 +61,6 @@ pub use limits::DEFAULT_MAX_RESPONSE_BYTES;
 pub use pg::PostgresStore;
 pub use settlement::{Pending, Resumed, Settlement};
 pub use sqlite::SqliteStore;
-pub use store::{Claim, Due, Lease, Listed, MemoryStore, Quarantined, Store};
+pub use store::{
+    Claim, Due, Lease, Listed, MemoryStore, Quarantined, Store, StoreAnswer, StoreCall, StoreReply,
+};

@@ -8,7 +8,9 @@
 //!
 //! # Group commit, and one sync per submission
 //!
-//! One writer thread owns the connection. Every call is queued to it; it takes all the calls
+//! One writer thread owns the connection. Every call is queued to it (a client's calls through
+//! [`Store::start`], answered from the writer or the syncer straight to the awaiting task, with
+//! no thread of tokio's blocking pool in between); it takes all the calls
 //! waiting and runs each in its own savepoint of one open `BEGIN IMMEDIATE` transaction.
 //! Commits sync nothing by themselves (`synchronous = NORMAL`). A batch that writes a record
 //! ([`Store::save`], before the attempt it covers, and [`Store::quarantine`]) commits at once,
@@ -36,7 +38,7 @@ use std::time::Duration;
 use rusqlite::{params, Connection, ErrorCode, OptionalExtension, TransactionBehavior};
 
 use super::error::{BoxError, Error, Result};
-use super::store::{Claim, Lease, Listed, Quarantined, Store};
+use super::store::{StoreAnswer, StoreCall, Claim, Lease, Listed, Quarantined, Store};
 use crate::core::Timestamp;
 
 /// The schema, one step per version: `MIGRATIONS[i]` takes `user_version` from `i` to `i + 1`.
@@ -79,10 +81,13 @@ enum Done {
 /// One call, run on the writer's connection inside the batch's transaction.
 type Run = Box<dyn FnOnce(&Connection) -> rusqlite::Result<Done> + Send>;
 
+/// Where a call's answer goes: a blocking caller's channel, or [`Store::start`]'s reply.
+type Answer = Box<dyn FnOnce(Reply) + Send>;
+
 struct Job {
     run: Run,
     durable: bool,
-    reply: mpsc::SyncSender<Reply>,
+    reply: Answer,
 }
 
 impl std::fmt::Debug for Job {
@@ -231,25 +236,38 @@ impl SqliteStore {
         run: impl FnOnce(&Connection) -> rusqlite::Result<Done> + Send + 'static,
     ) -> Reply {
         let (reply, answer) = mpsc::sync_channel(1);
+        self.queue(
+            durable,
+            Box::new(run),
+            Box::new(move |done| {
+                let _ = reply.send(done);
+            }),
+        );
+        answer.recv().unwrap_or_else(|_| Err(self.gone()))
+    }
+
+    /// Queues `run` to the writer thread, which hands its answer to `reply` (or, when the
+    /// store is closed, answers so here).
+    fn queue(&self, durable: bool, run: Run, reply: Answer) {
         let job = Job {
-            run: Box::new(run),
+            run,
             durable,
             reply,
         };
-        let sent = match &*self.jobs.lock().unwrap_or_else(|e| e.into_inner()) {
-            Some(jobs) => jobs.send(job).is_ok(),
-            None => false,
+        let refused = match &*self.jobs.lock().unwrap_or_else(|e| e.into_inner()) {
+            Some(jobs) => jobs.send(job).err().map(|e| e.0),
+            None => Some(job),
         };
-        let gone = || -> BoxError {
-            Box::new(Error::store(
-                format!("the store {} is closed", self.path.display()),
-                "its writer thread stopped",
-            ))
-        };
-        if !sent {
-            return Err(gone());
+        if let Some(job) = refused {
+            (job.reply)(Err(self.gone()));
         }
-        answer.recv().unwrap_or_else(|_| Err(gone()))
+    }
+
+    fn gone(&self) -> BoxError {
+        Box::new(Error::store(
+            format!("the store {} is closed", self.path.display()),
+            "its writer thread stopped",
+        ))
     }
 }
 
@@ -280,7 +298,7 @@ const MAX_OPEN: Duration = Duration::from_millis(20);
 /// once; other connections see it once committed, and wait on SQLite's write lock meanwhile.
 fn write_batches(path: &Path, conn: Connection, queue: mpsc::Receiver<Job>, syncs: &AtomicU64) {
     std::thread::scope(|scope| {
-        let (synced, to_sync) = mpsc::channel::<Vec<Answered>>();
+        let (synced, to_sync) = mpsc::channel::<Vec<Ran>>();
         let syncer = std::thread::Builder::new()
             .name("oncekey-sqlite-sync".into())
             .spawn_scoped(scope, move || sync_batches(path, to_sync, syncs));
@@ -289,7 +307,7 @@ fn write_batches(path: &Path, conn: Connection, queue: mpsc::Receiver<Job>, sync
             Err(e) => {
                 let message = format!("the store's sync thread could not start: {e}");
                 while let Ok(job) = queue.recv() {
-                    let _ = job.reply.send(Err(message.clone().into()));
+                    (job.reply)(Err(message.clone().into()));
                 }
             }
         }
@@ -298,13 +316,13 @@ fn write_batches(path: &Path, conn: Connection, queue: mpsc::Receiver<Job>, sync
 }
 
 /// A call that ran, with its answer, waiting for the sync that makes it durable.
-type Answered = (rusqlite::Result<Done>, mpsc::SyncSender<Reply>);
+type Ran = (rusqlite::Result<Done>, Answer);
 
 fn write(
     path: &Path,
     conn: &Connection,
     queue: &mpsc::Receiver<Job>,
-    synced: &mpsc::Sender<Vec<Answered>>,
+    synced: &mpsc::Sender<Vec<Ran>>,
 ) {
     let mut open = false;
     let mut opened = std::time::Instant::now();
@@ -362,7 +380,7 @@ fn write(
             answers.push(answer);
             replies.push(job.reply);
         }
-        let answered: Vec<Answered> = answers.into_iter().zip(replies).collect();
+        let answered: Vec<Ran> = answers.into_iter().zip(replies).collect();
         if !durable {
             answer(path, answered);
             continue;
@@ -381,16 +399,15 @@ fn write(
     }
 }
 
-fn answer(path: &Path, answered: Vec<Answered>) {
+fn answer(path: &Path, answered: Vec<Ran>) {
     for (answer, reply) in answered {
-        let _ = reply
-            .send(answer.map_err(|e| -> BoxError { Box::new(sql_error(path, "written", e)) }));
+        reply(answer.map_err(|e| -> BoxError { Box::new(sql_error(path, "written", e)) }));
     }
 }
 
 /// The syncer thread: takes every committed durable batch waiting, syncs the log once for them
 /// all (a sync covers every commit before it), and only then answers their calls.
-fn sync_batches(path: &Path, queue: mpsc::Receiver<Vec<Answered>>, syncs: &AtomicU64) {
+fn sync_batches(path: &Path, queue: mpsc::Receiver<Vec<Ran>>, syncs: &AtomicU64) {
     let mut wal: Option<std::fs::File> = None;
     while let Ok(mut waiting) = queue.recv() {
         while let Ok(more) = queue.try_recv() {
@@ -445,7 +462,7 @@ fn sync_error(message: String) -> rusqlite::Error {
 /// Answers every reply of a batch that failed with the same error.
 fn fail_all(
     path: &Path,
-    replies: impl Iterator<Item = mpsc::SyncSender<Reply>>,
+    replies: impl Iterator<Item = Answer>,
     what: &str,
     e: rusqlite::Error,
 ) {
@@ -459,7 +476,7 @@ fn fail_all(
         } else {
             Error::store(failed, message.clone())
         };
-        let _ = reply.send(Err(Box::new(e)));
+        reply(Err(Box::new(e)));
     }
 }
 
@@ -496,10 +513,93 @@ fn unexpected() -> BoxError {
     "the store's writer answered another kind of call".into()
 }
 
+/// A submission's call as a job for the writer: whether it must be durable before it is
+/// answered, and what it runs.
+fn job(call: StoreCall) -> (bool, Run) {
+    match call {
+        StoreCall::Claim { name, lease, now } => (
+            false,
+            Box::new(move |conn| claim(conn, &name, None, &lease, now)),
+        ),
+        StoreCall::Save {
+            name,
+            record,
+            lease,
+        } => (
+            true,
+            Box::new(move |conn| {
+                conn.prepare_cached(
+                    "UPDATE oncekey_pending SET record = ?2, lease_until = ?4 WHERE name = ?1 AND lease_owner = ?3",
+                )?
+                .execute(params![name, record, lease.owner, millis(lease.until)])
+                .map(|n| Done::Bool(n == 1))
+            }),
+        ),
+        StoreCall::Renew { name, lease } => (
+            false,
+            Box::new(move |conn| {
+                conn.prepare_cached(
+                    "UPDATE oncekey_pending SET lease_until = ?3 WHERE name = ?1 AND lease_owner = ?2",
+                )?
+                .execute(params![name, lease.owner, millis(lease.until)])
+                .map(|n| Done::Bool(n == 1))
+            }),
+        ),
+        // Not synced on its own: it rides the next synced commit (see the module docs).
+        StoreCall::Remove { name, owner } => (
+            false,
+            Box::new(move |conn| {
+                conn.prepare_cached(
+                    "DELETE FROM oncekey_pending WHERE name = ?1 AND lease_owner = ?2",
+                )?
+                .execute(params![name, owner])
+                .map(|n| Done::Bool(n == 1))
+            }),
+        ),
+        // No deferral here: a released submission is due at once (the default).
+        StoreCall::Release { name, owner, .. } => (
+            false,
+            Box::new(move |conn| {
+                conn.prepare_cached(
+                    "DELETE FROM oncekey_pending WHERE name = ?1 AND lease_owner = ?2 AND record IS NULL",
+                )?
+                .execute(params![name, owner])?;
+                conn.prepare_cached(
+                    "UPDATE oncekey_pending SET lease_owner = NULL, lease_until = NULL WHERE name = ?1 AND lease_owner = ?2",
+                )?
+                .execute(params![name, owner])?;
+                Ok(Done::Unit)
+            }),
+        ),
+    }
+}
+
+/// A job's answer as the [`StoreCall`]'s.
+fn answered(done: Done) -> std::result::Result<StoreAnswer, BoxError> {
+    match done {
+        Done::Claim(c) => Ok(StoreAnswer::Claim(c)),
+        Done::Bool(b) => Ok(StoreAnswer::Bool(b)),
+        Done::Unit => Ok(StoreAnswer::Unit),
+        Done::List(_) | Done::Quarantined(_) => Err(unexpected()),
+    }
+}
+
+impl SqliteStore {
+    /// Makes `call` on the writer thread and waits for its answer.
+    fn call_blocking(&self, call: StoreCall) -> Reply {
+        let (durable, run) = job(call);
+        self.call(durable, run)
+    }
+}
+
 impl Store for SqliteStore {
     fn claim(&self, name: &str, lease: &Lease, now: Timestamp) -> Result<Claim, BoxError> {
-        let (name, lease) = (name.to_owned(), lease.clone());
-        match self.call(false, move |conn| claim(conn, &name, None, &lease, now))? {
+        let call = StoreCall::Claim {
+            name: name.to_owned(),
+            lease: lease.clone(),
+            now,
+        };
+        match self.call_blocking(call)? {
             Done::Claim(c) => Ok(c),
             _ => Err(unexpected()),
         }
@@ -522,63 +622,62 @@ impl Store for SqliteStore {
     }
 
     fn save(&self, name: &str, record: &str, lease: &Lease) -> Result<bool, BoxError> {
-        let (name, record, lease) = (name.to_owned(), record.to_owned(), lease.clone());
-        let done = self.call(true, move |conn| {
-            conn.prepare_cached(
-                "UPDATE oncekey_pending SET record = ?2, lease_until = ?4 WHERE name = ?1 AND lease_owner = ?3",
-            )?
-            .execute(params![name, record, lease.owner, millis(lease.until)])
-            .map(|n| Done::Bool(n == 1))
-        })?;
-        match done {
+        let call = StoreCall::Save {
+            name: name.to_owned(),
+            record: record.to_owned(),
+            lease: lease.clone(),
+        };
+        match self.call_blocking(call)? {
             Done::Bool(b) => Ok(b),
             _ => Err(unexpected()),
         }
     }
 
     fn renew(&self, name: &str, lease: &Lease) -> Result<bool, BoxError> {
-        let (name, lease) = (name.to_owned(), lease.clone());
-        let done = self.call(false, move |conn| {
-            conn.prepare_cached(
-                "UPDATE oncekey_pending SET lease_until = ?3 WHERE name = ?1 AND lease_owner = ?2",
-            )?
-            .execute(params![name, lease.owner, millis(lease.until)])
-            .map(|n| Done::Bool(n == 1))
-        })?;
-        match done {
+        let call = StoreCall::Renew {
+            name: name.to_owned(),
+            lease: lease.clone(),
+        };
+        match self.call_blocking(call)? {
             Done::Bool(b) => Ok(b),
             _ => Err(unexpected()),
         }
     }
 
     fn remove(&self, name: &str, owner: &str) -> Result<bool, BoxError> {
-        let (name, owner) = (name.to_owned(), owner.to_owned());
-        // Not synced on its own: it rides the next synced commit (see the module docs).
-        let done = self.call(false, move |conn| {
-            conn.prepare_cached("DELETE FROM oncekey_pending WHERE name = ?1 AND lease_owner = ?2")?
-                .execute(params![name, owner])
-                .map(|n| Done::Bool(n == 1))
-        })?;
-        match done {
+        let call = StoreCall::Remove {
+            name: name.to_owned(),
+            owner: owner.to_owned(),
+        };
+        match self.call_blocking(call)? {
             Done::Bool(b) => Ok(b),
             _ => Err(unexpected()),
         }
     }
 
     fn release(&self, name: &str, owner: &str) -> Result<(), BoxError> {
-        let (name, owner) = (name.to_owned(), owner.to_owned());
-        self.call(false, move |conn| {
-            conn.prepare_cached(
-                "DELETE FROM oncekey_pending WHERE name = ?1 AND lease_owner = ?2 AND record IS NULL",
-            )?
-            .execute(params![name, owner])?;
-            conn.prepare_cached(
-                "UPDATE oncekey_pending SET lease_owner = NULL, lease_until = NULL WHERE name = ?1 AND lease_owner = ?2",
-            )?
-            .execute(params![name, owner])?;
-            Ok(Done::Unit)
-        })?;
+        let call = StoreCall::Release {
+            name: name.to_owned(),
+            owner: owner.to_owned(),
+            due: None,
+        };
+        self.call_blocking(call)?;
         Ok(())
+    }
+
+    /// The writer thread answers a submission's calls itself: a save once the sync that makes
+    /// it durable is done, every other call at once.
+    fn starts(&self) -> bool {
+        true
+    }
+
+    fn start(&self, call: StoreCall, reply: super::store::StoreReply) {
+        let (durable, run) = job(call);
+        self.queue(
+            durable,
+            run,
+            Box::new(move |done| reply(done.and_then(answered))),
+        );
     }
 
     fn list(&self) -> Result<Vec<Listed>, BoxError> {
@@ -845,6 +944,57 @@ mod tests {
             .query_row("SELECT count(*) FROM oncekey_pending", [], |r| r.get(0))
             .unwrap();
         assert_eq!(rows, 0);
+    }
+
+    #[test]
+    fn started_calls_are_answered_from_the_store_a_save_after_its_sync() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = std::sync::Arc::new(SqliteStore::open(dir.path().join("s.db")).unwrap());
+        assert!(store.starts());
+        let lease = Lease {
+            owner: "o".into(),
+            until: Timestamp::from_millis(100),
+        };
+        let start = |call: StoreCall| {
+            let (tx, rx) = mpsc::channel();
+            let seen = store.clone();
+            store.start(
+                call,
+                Box::new(move |answer| {
+                    // The syncs counted when the answer is handed over.
+                    let _ = tx.send((answer.unwrap(), seen.syncs()));
+                }),
+            );
+            rx.recv().unwrap()
+        };
+        let claim = StoreCall::Claim {
+            name: "a".into(),
+            lease: lease.clone(),
+            now: Timestamp::from_millis(0),
+        };
+        assert_eq!(start(claim), (StoreAnswer::Claim(Claim::Taken(None)), 0));
+        let save = StoreCall::Save {
+            name: "a".into(),
+            record: "{r}".into(),
+            lease: lease.clone(),
+        };
+        assert_eq!(start(save), (StoreAnswer::Bool(true), 1), "answered once synced");
+        let other = StoreCall::Save {
+            name: "a".into(),
+            record: "{x}".into(),
+            lease: Lease {
+                owner: "p".into(),
+                until: Timestamp::from_millis(100),
+            },
+        };
+        assert_eq!(start(other).0, StoreAnswer::Bool(false));
+        assert_eq!(store.list().unwrap()[0].record, "{r}");
+        let remove = StoreCall::Remove {
+            name: "a".into(),
+            owner: "o".into(),
+        };
+        assert_eq!(start(remove), (StoreAnswer::Bool(true), 2));
+        assert!(store.list().unwrap().is_empty());
     }
 
     #[test]

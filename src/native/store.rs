@@ -77,10 +77,96 @@ pub struct Due {
     pub record: String,
 }
 
+/// One of the calls a submission makes as it goes, for [`Store::start`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum StoreCall {
+    /// [`Store::claim`].
+    Claim {
+        /// The submission's name.
+        name: String,
+        /// The lease to take.
+        lease: Lease,
+        /// The time leases are judged at.
+        now: Timestamp,
+    },
+    /// [`Store::save`].
+    Save {
+        /// The submission's name.
+        name: String,
+        /// The record's text.
+        record: String,
+        /// The caller's lease, extended to its `until`.
+        lease: Lease,
+    },
+    /// [`Store::renew`].
+    Renew {
+        /// The submission's name.
+        name: String,
+        /// The caller's lease, extended to its `until`.
+        lease: Lease,
+    },
+    /// [`Store::remove`].
+    Remove {
+        /// The submission's name.
+        name: String,
+        /// The lease holder.
+        owner: String,
+    },
+    /// [`Store::release`], or [`Store::defer`] until `due` when it is set.
+    Release {
+        /// The submission's name.
+        name: String,
+        /// The lease holder.
+        owner: String,
+        /// Kept out of [`Store::claim_due`] until then.
+        due: Option<Timestamp>,
+    },
+}
+
+/// What a [`StoreCall`] answered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum StoreAnswer {
+    /// For [`StoreCall::Claim`].
+    Claim(Claim),
+    /// For [`StoreCall::Save`], [`StoreCall::Renew`] and [`StoreCall::Remove`].
+    Bool(bool),
+    /// For [`StoreCall::Release`].
+    Unit,
+}
+
+/// Where [`Store::start`] hands a call's answer, from whatever thread it is made on.
+pub type StoreReply = Box<dyn FnOnce(Result<StoreAnswer, BoxError>) + Send>;
+
+impl StoreCall {
+    /// Makes the call on `store` with its blocking methods, here and now.
+    pub fn run<S: Store + ?Sized>(self, store: &S) -> Result<StoreAnswer, BoxError> {
+        Ok(match self {
+            StoreCall::Claim { name, lease, now } => StoreAnswer::Claim(store.claim(&name, &lease, now)?),
+            StoreCall::Save {
+                name,
+                record,
+                lease,
+            } => StoreAnswer::Bool(store.save(&name, &record, &lease)?),
+            StoreCall::Renew { name, lease } => StoreAnswer::Bool(store.renew(&name, &lease)?),
+            StoreCall::Remove { name, owner } => StoreAnswer::Bool(store.remove(&name, &owner)?),
+            StoreCall::Release { name, owner, due } => {
+                match due {
+                    None => store.release(&name, &owner)?,
+                    Some(due) => store.defer(&name, &owner, due)?,
+                }
+                StoreAnswer::Unit
+            }
+        })
+    }
+}
+
 /// Durable storage for pending submissions, shared by every client that opens it.
 ///
 /// Each method is one atomic step. Methods block; the client calls them on tokio's blocking
-/// pool unless [`Store::blocks`] says they return at once.
+/// pool unless [`Store::blocks`] says they return at once, or [`Store::starts`] says the store
+/// answers a submission's calls from a thread of its own ([`Store::start`]).
 pub trait Store: Send + Sync + fmt::Debug + 'static {
     /// In one transaction: when no other owner holds an unexpired lease on `name` (at `now`),
     /// set the name's lease to `lease` (creating the row if there is none) and answer
@@ -185,6 +271,22 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     /// directly on the async task.
     fn blocks(&self) -> bool {
         true
+    }
+
+    /// Whether [`Store::start`] returns at once and answers later, from a thread of the
+    /// store's own: the client then makes a submission's calls ([`StoreCall`]) through it, and awaits
+    /// the answer without keeping a thread of tokio's blocking pool waiting. `false` (the
+    /// default): the client runs them as [`Store::blocks`] says.
+    fn starts(&self) -> bool {
+        false
+    }
+
+    /// Starts `call` and hands its answer to `reply` once it is made, with the same semantics
+    /// as the method it names (a save's answer once the record is durable). Called only when
+    /// [`Store::starts`] says so; the default makes the call here, blocking, and answers at
+    /// once.
+    fn start(&self, call: StoreCall, reply: StoreReply) {
+        reply(call.run(self));
     }
 }
 
