@@ -13,6 +13,7 @@ import {
   uniqueTenant,
   watchConsole,
 } from './harness.mjs'
+import { emulate } from './network.mjs'
 
 let server
 let browser
@@ -306,14 +307,18 @@ test('the plain form really makes two tickets where the kit makes one', async ()
 
 test('a reload in the middle of a slow upload resends the same bytes with the same key from IndexedDB', async () => {
   const { tenant, page, context, errors } = await openDemo('reload-upload')
-  await condition(page, 'delay=3000')
   await fill(page, KIT, { subject: 'Reloaded mid-upload', body: 'Photo attached' })
   const bytes = Buffer.alloc(256 * 1024, 7)
   await page.setInputFiles(`${KIT} [name=attachment]`, { name: 'photo.jpg', mimeType: 'image/jpeg', buffer: bytes })
+  // A phone's upstream (Chromium's own throttling): the 256 KB take about 4 s to go up.
+  const cdp = await emulate(context, page, { latency: 100, downloadThroughput: -1, uploadThroughput: 64 * 1024 })
   await page.click(`${KIT} button[type=submit]`)
   await page.waitForSelector(`${KIT}[aria-busy="true"]`)
   const key = await liveKey(page)
+  await page.waitForTimeout(1500)
+  assert.equal((await tickets(server.url, tenant)).length, 0, 'reloaded while the upload was still going up')
   await page.reload()
+  await cdp.send('Network.emulateNetworkConditions', { offline: false, latency: 0, downloadThroughput: -1, uploadThroughput: -1 })
   await page.waitForSelector(`${KIT}[data-oncekey-state]`)
   await settled(page, 'succeeded')
   assert.equal(await liveKey(page), key, 'the same key after the reload')
