@@ -6,6 +6,7 @@ import { after, before, test } from 'node:test'
 import {
   eventually,
   launchBrowser,
+  launchPersistent,
   screenshot,
   startServer,
   stats,
@@ -384,4 +385,40 @@ test('an upload whose reply is lost: the plain form stores the file twice, the k
   assert.equal(kit[0].attachments[0].sha256, createHash('sha256').update(bytes).digest('hex'))
   await screenshot(page, '09-side-by-side-upload')
   await context.close()
+})
+
+test('an upload pending when the browser is closed is finished with its key after a restart', async () => {
+  const { mkdtempSync, rmSync } = await import('node:fs')
+  const os = await import('node:os')
+  const profile = mkdtempSync(`${os.tmpdir()}/oncekey-profile-`)
+  const tenant = uniqueTenant('restart-upload')
+  const bytes = Buffer.alloc(128 * 1024, 5)
+  try {
+    let context = await launchPersistent(profile)
+    let page = context.pages()[0] ?? (await context.newPage())
+    await page.goto(`${server.url}/?tenant=${tenant}`)
+    await page.waitForSelector(`${KIT}[data-oncekey-state]`)
+    // The browser closes while the server holds the reply.
+    await condition(page, 'delay=3000')
+    await fill(page, KIT, { subject: 'Sent before a restart', body: 'Invoice attached' })
+    await page.setInputFiles(`${KIT} [name=attachment]`, { name: 'invoice.pdf', mimeType: 'application/pdf', buffer: bytes })
+    await page.click(`${KIT} button[type=submit]`)
+    await page.waitForSelector(`${KIT}[aria-busy="true"]`)
+    const key = await liveKey(page)
+    await context.close()
+
+    context = await launchPersistent(profile)
+    page = context.pages()[0] ?? (await context.newPage())
+    await page.goto(`${server.url}/?tenant=${tenant}`)
+    await page.waitForSelector(`${KIT}[data-oncekey-state]`)
+    await settled(page, 'succeeded')
+    assert.equal(await liveKey(page), key, 'the key from before the restart')
+    const list = await tickets(server.url, tenant)
+    assert.equal(list.length, 1, 'one ticket')
+    const { createHash } = await import('node:crypto')
+    assert.equal(list[0].attachments[0].sha256, createHash('sha256').update(bytes).digest('hex'))
+    await context.close()
+  } finally {
+    rmSync(profile, { recursive: true, force: true })
+  }
 })

@@ -68,6 +68,12 @@ export function launchBrowser() {
   })
 }
 
+/** A browser whose profile lives in `dir`: closed and launched again on the same folder, it is a
+ * browser restarted (IndexedDB and localStorage kept, sessionStorage gone). */
+export function launchPersistent(dir) {
+  return chromium.launchPersistentContext(dir, { executablePath: '/usr/bin/chromium', args: CHROMIUM_ARGS })
+}
+
 /** The tickets the server holds for a tenant. */
 export async function tickets(base, tenant) {
   const res = await fetch(`${base}/api/tickets`, { headers: { 'X-Tenant': tenant } })
