@@ -831,3 +831,55 @@ async fn an_expired_form_says_to_check_and_offers_send_as_a_new_ticket_and_disca
     assert_eq!(case.stored(), None);
     form.remove();
 }
+
+#[test]
+async fn an_expired_form_found_after_a_reload_asks_for_its_secrets_before_sending_it_as_new() {
+    let case = Case::new("kit-expired-secret");
+    let lifetime = |mut options: FormOptions| {
+        options.submitter.retry.budget = Duration::from_millis(500);
+        options.submitter.retry.key_lifetime = Duration::from_millis(1000);
+        options
+    };
+    let form = case.form(SECRETS);
+    let kit = FormKit::attach(&form, lifetime(case.options(1))).unwrap();
+    fill_ticket(&form, "Too late, with a card");
+    fill(&form, "password", "hunter2-very-secret");
+    fill(&form, "card", "4242424242424242");
+    fill(&form, "pin", "9876");
+    case.plan(&["offline"]);
+    form.request_submit().unwrap();
+    settled(&form, "expired").await;
+    // A reload: the secrets were never stored.
+    kit.detach();
+    form.remove();
+    let form = case.form(SECRETS);
+    let _kit = FormKit::attach(&form, lifetime(case.options(1))).unwrap();
+    assert_eq!(state(&form), "expired");
+    assert_eq!(field(&form, "password").value(), "");
+    button(&form, "Send as a new ticket")
+        .expect("offered after the reload")
+        .click();
+    // Asked for, not sent without them.
+    let text = status_text(&form);
+    assert!(
+        text.contains("Password, Card and PIN were not kept"),
+        "{text}"
+    );
+    assert!(!disabled(&form, "[name=password]") && disabled(&form, "[name=subject]"));
+    JsFuture::from(sleep(100)).await.unwrap();
+    assert_eq!(
+        case.keys().len(),
+        1,
+        "nothing sent before the secrets are back"
+    );
+    fill(&form, "password", "hunter2-very-secret");
+    fill(&form, "card", "4242424242424242");
+    fill(&form, "pin", "9876");
+    form.request_submit().unwrap();
+    settled(&form, "succeeded").await;
+    let keys = case.keys();
+    assert_eq!(keys.len(), 2);
+    assert_ne!(keys[0], keys[1], "sent as new: a new key");
+    assert_eq!(case.count("tickets").await, 1.0);
+    form.remove();
+}

@@ -237,7 +237,12 @@ impl Kit {
                 }
                 Err(message) => return kit.say(&message),
             }
-            return Kit::resend(kit);
+            // The secrets asked for after a reload: then on with what was offered.
+            return if kit.submitter.state() == State::Expired {
+                Kit::send_as_new(kit)
+            } else {
+                Kit::resend(kit)
+            };
         }
         match kit.submitter.state() {
             // The person pressed Enter or the form's button while unsure: that is Try again.
@@ -302,6 +307,11 @@ impl Kit {
             return;
         }
         kit.remove_controls();
+        // Found expired after a reload, its secrets are gone (never stored): asked for first,
+        // then sent as new when the form is submitted (`on_submit`).
+        if !kit.secret_names.is_empty() && kit.submitter.driver().secrets().is_empty() {
+            return kit.ask_for_secrets();
+        }
         kit.hold(false);
         Kit::settle_later(kit, kit.submitter.send_as_new());
     }
