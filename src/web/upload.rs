@@ -26,7 +26,7 @@ use super::idb::{self, Stored};
 use super::options::StorageKind;
 use super::warn;
 use crate::core::body::{Fields, Value};
-use crate::core::text::decimal;
+use crate::core::text::{decimal, push_hex, LOWER_HEX};
 
 #[wasm_bindgen]
 extern "C" {
@@ -241,23 +241,24 @@ pub(crate) fn form_data(d: &Driver) -> Option<FormData> {
         }
     }
     for (name, blob) in &payload.files {
-        let file_name = blob
-            .dyn_ref::<web_sys::File>()
-            .map(|f| f.name())
-            .unwrap_or_else(|| "blob".into());
-        let _ = form.append_with_blob_and_filename(name, blob, &file_name);
+        let _ = form.append_with_blob_and_filename(name, blob, &file_name(blob));
     }
     Some(form)
 }
 
 fn hex(bytes: &[u8]) -> String {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
     let mut out = String::with_capacity(bytes.len() * 2);
     for b in bytes {
-        out.push(HEX[usize::from(b >> 4)] as char);
-        out.push(HEX[usize::from(b & 15)] as char);
+        push_hex(&mut out, *b, LOWER_HEX);
     }
     out
+}
+
+/// The name a blob goes out under: a `File`'s own, else "blob" (as `FormData` names it).
+fn file_name(blob: &Blob) -> String {
+    blob.dyn_ref::<web_sys::File>()
+        .map(|f| f.name())
+        .unwrap_or_else(|| "blob".into())
 }
 
 /// The SHA-256 of a blob's bytes, by SubtleCrypto.
@@ -321,11 +322,7 @@ async fn describe_body(payload: &Payload) -> Result<String, Error> {
             .map_err(|why| Error::body("a file cannot be hashed: ".to_owned() + &why))?;
         let mut f = Fields::new();
         f.insert("field".into(), Value::String(field.clone()));
-        let name = blob
-            .dyn_ref::<web_sys::File>()
-            .map(|f| f.name())
-            .unwrap_or_else(|| "blob".into());
-        f.insert("name".into(), Value::String(name));
+        f.insert("name".into(), Value::String(file_name(blob)));
         f.insert("type".into(), Value::String(blob.type_()));
         f.insert("size".into(), Value::Number(decimal(blob.size() as u64)));
         f.insert("sha256".into(), Value::String(sha));
