@@ -12,6 +12,7 @@ use wasm_bindgen_futures::future_to_promise;
 
 use super::error::Error;
 use super::idb;
+use super::storage::is_record_slot;
 use crate::core::Record;
 
 fn entry(record: &Record, size: f64) -> JsValue {
@@ -45,7 +46,7 @@ fn in_web_storage(local: bool) -> Array {
         let Ok(Some(slot)) = storage.key(i) else {
             continue;
         };
-        if !slot.starts_with("oncekey:") || slot == "oncekey:probe" {
+        if !is_record_slot(&slot) {
             continue;
         }
         let Ok(Some(text)) = storage.get_item(&slot) else {

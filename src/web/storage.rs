@@ -22,8 +22,18 @@ thread_local! {
     static MEMORY: RefCell<Vec<(String, String)>> = const { RefCell::new(Vec::new()) };
 }
 
+/// Where a record's slot name begins; the rest is the submission's name.
+const SLOT_PREFIX: &str = "oncekey:";
+/// The slot a probe writes and removes (no submission's).
+const PROBE_SLOT: &str = "oncekey:probe";
+
 fn slot(name: &str) -> String {
-    "oncekey:".to_owned() + name
+    SLOT_PREFIX.to_owned() + name
+}
+
+/// Whether `slot` of a web storage holds a submission's record (not another key, not a probe).
+pub(crate) fn is_record_slot(slot: &str) -> bool {
+    slot.starts_with(SLOT_PREFIX) && slot != PROBE_SLOT
 }
 
 fn memory_get(slot: &str) -> Option<String> {
@@ -84,8 +94,8 @@ fn probe(kind: StorageKind) -> Result<web_sys::Storage, String> {
         StorageKind::Local => LocalStorage::raw(),
         _ => SessionStorage::raw(),
     };
-    web.set_item("oncekey:probe", "1")
-        .and_then(|()| web.remove_item("oncekey:probe"))
+    web.set_item(PROBE_SLOT, "1")
+        .and_then(|()| web.remove_item(PROBE_SLOT))
         .map_err(|e| describe(&e))?;
     Ok(web)
 }
