@@ -327,6 +327,14 @@ impl Future for Settling {
 }
 
 impl Settling {
+    /// A call refused before anything began: it settles with `e` at once.
+    fn refused(e: Error) -> Settling {
+        Settling {
+            slot: Err(Some(e)),
+            driver: Weak::new(),
+        }
+    }
+
     /// A handle that aborts this wait (and the retries, when nobody else waits).
     pub fn abort_handle(&self) -> AbortHandle {
         AbortHandle {
@@ -484,10 +492,7 @@ impl Submitter {
         };
         match result {
             Ok(()) => self.driver.wait(),
-            Err(e) => Settling {
-                slot: Err(Some(Error::new(ErrorCode::State, e.message()))),
-                driver: Weak::new(),
-            },
+            Err(e) => Settling::refused(Error::new(ErrorCode::State, e.message())),
         }
     }
 
@@ -496,10 +501,7 @@ impl Submitter {
     /// key ([`ErrorCode::State`] when nothing expired or unsure is pending).
     pub fn send_as_new(&self) -> Settling {
         let d = &self.driver;
-        let refused = |e: Error| Settling {
-            slot: Err(Some(e)),
-            driver: Weak::new(),
-        };
+        let refused = Settling::refused;
         let key = match random_bytes() {
             Ok(bytes) => bytes,
             Err(e) => {
@@ -601,10 +603,7 @@ fn restore(core: &mut Submission, text: &str, resume: bool) -> Option<String> {
 impl Driver {
     /// Begins the submission of `body` (JSON text).
     pub(crate) fn submit(self: &Rc<Self>, body: &str) -> Settling {
-        let refused = |e: Error| Settling {
-            slot: Err(Some(e)),
-            driver: Weak::new(),
-        };
+        let refused = Settling::refused;
         let o = &self.options;
         let request = match Request::new(&o.method, &o.url, body, o.encoding) {
             Ok(request) => request,
@@ -821,7 +820,11 @@ impl Driver {
         let mut m = self.machine.borrow_mut();
         let mut deadline = m.core.poll_timeout();
         if m.core.waiting_for() == Some(WaitingFor::Online) {
-            let poll = now() + ONLINE_POLL;
+            // A look already armed within ONLINE_POLL stands: every drive comes here, and
+            // would otherwise put it off by a new timer each time.
+            let soon = now() + ONLINE_POLL;
+            let armed = m.timer.as_ref().map(|(at, _)| *at).filter(|at| *at <= soon);
+            let poll = armed.unwrap_or(soon);
             deadline = Some(deadline.map_or(poll, |at| at.min(poll)));
         }
         if m.timer.as_ref().map(|(at, _)| *at) == deadline {
