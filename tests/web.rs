@@ -100,6 +100,22 @@ export function set_online() {
 export function reset_online() {
   if (Object.getOwnPropertyDescriptor(navigator, 'onLine')) set_online();
 }
+// navigator.locks.request, each grant put off by `ms` (as a busy lock manager would), its
+// requests logged as { name, asked, granted } (Date.now()); `restore()` undoes it.
+export function delay_locks(ms) {
+  const locks = navigator.locks;
+  const real = locks.request.bind(locks);
+  const log = [];
+  locks.request = (name, cb) => {
+    const entry = { name, asked: Date.now(), granted: null };
+    log.push(entry);
+    return real(name, (l) => new Promise((r) => setTimeout(r, ms)).then(() => {
+      entry.granted = Date.now();
+      return cb(l);
+    }));
+  };
+  return { log, restore: () => { delete locks.request; } };
+}
 export function cycle() { const a = { subject: 'loop' }; a.self = a; return a; }
 export function with_bigint() { return { subject: 'big', amount: 10n }; }
 export function with_function() { return { subject: 'fn', onClick() {} }; }
@@ -115,6 +131,7 @@ extern "C" {
     fn set_offline(dispatch: bool);
     fn set_online();
     fn reset_online();
+    fn delay_locks(ms: u32) -> JsValue;
     fn cycle() -> JsValue;
     fn with_bigint() -> JsValue;
     fn with_function() -> JsValue;
@@ -1031,6 +1048,57 @@ async fn the_first_attempt_takes_the_web_lock_so_a_duplicated_tab_never_sends_be
     assert_eq!(text(&ra, "key"), key);
     assert_eq!(text(&rb, "key"), key);
     assert_eq!(get(&rb, "replayed"), JsValue::TRUE);
+    assert_eq!(case.tickets().await, 1.0);
+}
+
+#[test]
+async fn a_new_keys_first_attempt_holds_the_lock_without_waiting_for_it_and_retries_wait() {
+    // The first attempt of a key made here asks for the lock before anyone else can know the
+    // key, and goes out before the (slow) grant; the retry waits for its grant. Still one
+    // ticket, one key.
+    let case = Case::new("lock-fresh");
+    case.plan(&["fail-before"]);
+    let locks = delay_locks(300);
+    let s = case.submitter("");
+    let result = settle(s.submit(json(TICKET), None)).await;
+    let restore: js_sys::Function = get(&locks, "restore").unchecked_into();
+    restore.call0(&JsValue::NULL).unwrap();
+    let result = result.unwrap();
+    assert_eq!(text(&result, "outcome"), "succeeded");
+    let key = text(&result, "key");
+    let log: Vec<JsValue> = js_sys::Array::from(&get(&locks, "log"))
+        .iter()
+        .filter(|e| text(e, "name") == "oncekey:".to_owned() + &key)
+        .collect();
+    assert_eq!(log.len(), 2, "one lock asked for per attempt");
+    let seen = case.seen();
+    assert_eq!(statuses(&case), ["503", "201"]);
+    let at = |e: &JsValue, f: &str| get(e, f).as_f64().unwrap();
+    assert!(
+        at(&seen[0], "at") < at(&log[0], "granted"),
+        "the first attempt went out before its lock was granted"
+    );
+    assert!(
+        at(&seen[1], "at") >= at(&log[1], "granted"),
+        "the retry waited for its lock"
+    );
+    assert_eq!(case.keys(), [key.clone(), key]);
+    assert_eq!(case.tickets().await, 1.0);
+}
+
+#[test]
+async fn a_key_in_memory_only_takes_no_lock() {
+    // Memory storage: no other tab or submitter can know the key, so no lock is asked for.
+    let case = Case::new("lock-memory");
+    case.plan(&["fail-before"]);
+    let locks = delay_locks(0);
+    let s = case.submitter(r#""storage":"memory""#);
+    let result = settle(s.submit(json(TICKET), None)).await;
+    let restore: js_sys::Function = get(&locks, "restore").unchecked_into();
+    restore.call0(&JsValue::NULL).unwrap();
+    assert_eq!(text(&result.unwrap(), "outcome"), "succeeded");
+    assert_eq!(js_sys::Array::from(&get(&locks, "log")).length(), 0);
+    assert_eq!(statuses(&case), ["503", "201"]);
     assert_eq!(case.tickets().await, 1.0);
 }
 

@@ -3,8 +3,10 @@
 //! One `fetch` of the core's `Send`, after the current task, under the Web Lock named after the
 //! key: every attempt, the first of a key too, since another tab can know a key from its first
 //! moment (`localStorage`, or a duplicated tab, which copies `sessionStorage` with the record in
-//! it). The lock's round trip costs about a millisecond. The per-attempt timeout aborts the fetch; a timed-out attempt, a network error and an abort are
-//! failures for the core, an answer of any status is an answer.
+//! it). Only a key kept in memory needs none. The first attempt of a key made here asks for the
+//! lock before anyone else can and does not wait for the grant; every other attempt waits for
+//! it. The per-attempt timeout aborts the fetch; a timed-out attempt, a network error and an
+//! abort are failures for the core, an answer of any status is an answer.
 
 use std::cell::Cell;
 use std::rc::Rc;
@@ -15,7 +17,7 @@ use wasm_bindgen_futures::{spawn_local, JsFuture};
 use web_sys::{AbortController, RequestCredentials, RequestInit, Response};
 
 use super::driver::Driver;
-use super::global::{fetch, lock, Timer};
+use super::global::{fetch, request_lock, Timer};
 use super::options::Credentials;
 use super::warn;
 use crate::core::text::quoted;
@@ -33,19 +35,35 @@ const READ: &[&str] = &[
 ];
 
 /// Starts `attempt`; `body` is what goes on the wire, or `None` when it cannot be sent (a secret
-/// the encoding cannot carry), which fails like the network.
+/// the encoding cannot carry), which fails like the network. `shared`: another tab or submitter
+/// can know the key (it is not in memory only), so the attempt holds the Web Lock named after it.
+/// `fresh`: the key was made by this submitter for this attempt, its first, so nobody else can
+/// have asked for the lock yet. The lock is asked for now, before anyone could, and held until
+/// the attempt is over, but the fetch does not wait for it to be granted (a round trip to the
+/// browser's lock manager, most of the driver's own cost per submission).
 pub(crate) fn start(
     driver: Rc<Driver>,
     attempt: Attempt,
     body: Option<String>,
     controller: Option<AbortController>,
+    (shared, fresh): (bool, bool),
 ) {
+    let lock = shared
+        .then(|| request_lock(&("oncekey:".to_owned() + attempt.key.as_str())))
+        .flatten();
     spawn_local(async move {
-        let _lock = lock(&("oncekey:".to_owned() + attempt.key.as_str())).await;
+        let lock = match lock {
+            Some(lock) if !fresh => lock.granted().await,
+            lock => lock,
+        };
         let id = attempt.id;
         match send(&driver, attempt, body, controller).await {
             Ok((answer, text)) => driver.answer(id, &answer, text),
             Err(failure) => driver.failure(id, failure),
+        }
+        // Let go once granted (at once when it was): its callback must still find it then.
+        if let Some(lock) = lock {
+            drop(lock.granted().await);
         }
     });
 }

@@ -108,6 +108,9 @@ struct Machine {
     last_text: Option<String>,
     /// Fields merged into the JSON object body of every attempt, in memory only.
     secrets: Fields,
+    /// A key was just made here, and its first attempt goes out in this drive: nobody else can
+    /// know it yet ([`attempt::start`]).
+    fresh: bool,
 }
 
 /// What [`Submitter::on_change`] keeps of a listener.
@@ -421,6 +424,7 @@ impl Submitter {
                 flight: None,
                 last_text: None,
                 secrets: Fields::new(),
+                fresh: false,
             }),
             listeners: RefCell::new(Vec::new()),
             queue: RefCell::new(VecDeque::new()),
@@ -518,7 +522,10 @@ impl Submitter {
         };
         match result {
             Ok(()) => {
-                d.machine.borrow_mut().last_text = None;
+                let mut m = d.machine.borrow_mut();
+                m.last_text = None;
+                m.fresh = true;
+                drop(m);
                 d.wait()
             }
             Err(e) => refused(Error::new(ErrorCode::State, e.message())),
@@ -638,7 +645,10 @@ impl Driver {
         match begun {
             Ok(Begun::Started) => {
                 super::upload::started(self);
-                self.machine.borrow_mut().last_text = None;
+                let mut m = self.machine.borrow_mut();
+                m.last_text = None;
+                m.fresh = true;
+                drop(m);
                 self.wait()
             }
             Ok(_) => self.wait(),
@@ -770,14 +780,18 @@ impl Driver {
                     }
                 }
                 Action::Send(a) => {
-                    let wire = {
+                    // Memory only, and no upload (kept in IndexedDB): no other tab or
+                    // submitter can know the key.
+                    let shared = self.store.borrow().kind() != StorageKind::Memory
+                        || super::upload::is_upload(self);
+                    let (wire, controller, fresh) = {
                         let mut m = self.machine.borrow_mut();
                         let wire = wire_body(&a.request, &m.secrets);
                         let controller = web_sys::AbortController::new().ok();
                         m.flight = controller.clone().map(|c| (a.id, c));
-                        (wire, controller)
+                        (wire, controller, std::mem::take(&mut m.fresh))
                     };
-                    attempt::start(self.clone(), a, wire.0.ok(), wire.1);
+                    attempt::start(self.clone(), a, wire.ok(), controller, (shared, fresh));
                 }
                 Action::Forget => {
                     super::upload::forget(self);
@@ -808,6 +822,9 @@ impl Driver {
                 }
             }
         }
+        // A first attempt not sent in the drive that made its key (offline, an upload being
+        // stored) waits for the lock like any other.
+        self.machine.borrow_mut().fresh = false;
         self.arm();
     }
 

@@ -129,10 +129,11 @@ fn locks() -> Option<LockManager> {
     request.is_function().then(|| locks.unchecked_into())
 }
 
-/// Holds the Web Lock `name` until dropped, once it was granted: waits for another tab or
-/// submitter that holds it. `None` where the browser has no Web Locks or refuses one (an opaque
-/// origin, say): then the attempt goes on without, and the server's idempotency still holds.
-pub(crate) async fn lock(name: &str) -> Option<LockGuard> {
+/// Asks for the Web Lock `name` at once and holds it, once granted, until the [`Lock`] is
+/// dropped (dropped first, it is let go the moment it is granted). `None` where the browser has
+/// no Web Locks: then the attempt goes on without, and the server's idempotency still holds.
+/// Requests for one name are granted in the order they were made, across tabs.
+pub(crate) fn request_lock(name: &str) -> Option<Lock> {
     let locks = locks()?;
     let mut release = None;
     let held = Promise::new(&mut |resolve, _| release = Some(resolve));
@@ -152,9 +153,9 @@ pub(crate) async fn lock(name: &str) -> Option<LockGuard> {
         let _ = refused.call1(&JsValue::NULL, &JsValue::FALSE);
     });
     let _ = request.catch(&on_refused);
-    let ok = JsFuture::from(granted).await.ok()? == JsValue::TRUE;
-    ok.then_some(LockGuard {
+    Some(Lock {
         release,
+        granted,
         _closures: (callback, on_refused),
     })
 }
@@ -165,14 +166,24 @@ type LockClosures = (
     Closure<dyn FnMut(JsValue)>,
 );
 
-/// A held Web Lock, released when dropped.
-pub(crate) struct LockGuard {
+/// A Web Lock asked for ([`request_lock`]): held once granted, let go when dropped.
+pub(crate) struct Lock {
     release: Function,
+    granted: Promise,
     /// Called once each at most, and kept until then.
     _closures: LockClosures,
 }
 
-impl Drop for LockGuard {
+impl Lock {
+    /// Waits until it is granted: another tab or submitter may hold it. `None` when the browser
+    /// refused it (an opaque origin, say).
+    pub(crate) async fn granted(self) -> Option<Lock> {
+        let ok = JsFuture::from(self.granted.clone()).await.ok()? == JsValue::TRUE;
+        ok.then_some(self)
+    }
+}
+
+impl Drop for Lock {
     fn drop(&mut self) {
         let _ = self.release.call0(&JsValue::NULL);
     }
