@@ -95,6 +95,46 @@ async fn send(
         false => Failure::Network,
     };
     let r = &attempt.request;
+    let init = request_init(driver, &attempt, &body, &signal);
+    let response: Response = JsFuture::from(fetch(&r.url, &init).map_err(failed)?)
+        .await
+        .map_err(failed)?
+        .unchecked_into();
+    // The status is the answer; a body cut off (by the timeout) only loses the details.
+    let text = match response.text() {
+        Ok(p) => JsFuture::from(p)
+            .await
+            .ok()
+            .and_then(|t| t.as_string())
+            .unwrap_or_default(),
+        Err(_) => String::new(),
+    };
+    Ok((answer(&response, &text, &o.key_header), text))
+}
+
+/// What the answer table makes of `response` ([`Answer::from_response`]).
+#[inline(never)]
+fn answer(response: &Response, text: &str, key_header: &str) -> Answer {
+    let found = response.headers();
+    let mut read = Vec::new();
+    for name in READ {
+        if let Ok(Some(value)) = found.get(name) {
+            read.push((*name, value));
+        }
+    }
+    Answer::from_response(
+        response.status(),
+        read.iter().map(|(n, v)| (*n, v.as_str())),
+        text,
+        key_header,
+    )
+}
+/// The `fetch` options of `attempt`: its headers (the key's among them), method, credentials,
+/// signal and body. Out of the attempt's future, which then holds only what it awaits.
+#[inline(never)]
+fn request_init(driver: &Driver, attempt: &Attempt, body: &str, signal: &web_sys::AbortSignal) -> RequestInit {
+    let o = &driver.options;
+    let r = &attempt.request;
     // A plain object by lower-case name (a later header replaces an earlier one of the same
     // name, as `Headers.set` does): fetch reads it faster than a `Headers` object.
     let headers = Object::new();
@@ -134,38 +174,13 @@ async fn send(
         Credentials::Omit => RequestCredentials::Omit,
         Credentials::Include => RequestCredentials::Include,
     });
-    init.set_signal(Some(&signal));
+    init.set_signal(Some(signal));
     // As fetch takes it: no body for GET and HEAD.
     if let Some(form) = &upload {
         init.set_body(form);
     } else if r.method != "GET" && r.method != "HEAD" {
-        init.set_body(&JsValue::from_str(&body));
+        init.set_body(&JsValue::from_str(body));
     }
-    let response: Response = JsFuture::from(fetch(&r.url, &init).map_err(failed)?)
-        .await
-        .map_err(failed)?
-        .unchecked_into();
-    let found = response.headers();
-    let mut read = Vec::new();
-    for name in READ {
-        if let Ok(Some(value)) = found.get(name) {
-            read.push((*name, value));
-        }
-    }
-    // The status is the answer; a body cut off (by the timeout) only loses the details.
-    let text = match response.text() {
-        Ok(p) => JsFuture::from(p)
-            .await
-            .ok()
-            .and_then(|t| t.as_string())
-            .unwrap_or_default(),
-        Err(_) => String::new(),
-    };
-    let answer = Answer::from_response(
-        response.status(),
-        read.iter().map(|(n, v)| (*n, v.as_str())),
-        &text,
-        &o.key_header,
-    );
-    Ok((answer, text))
+    init
 }
+
