@@ -429,6 +429,13 @@ thread_local! {
     });
 }
 
+/// A submission that begins after a wait: an upload (its files hashed first), or a JSON body
+/// kept in IndexedDB (once it was looked at).
+enum Later {
+    Upload(web_sys::FormData),
+    Json(String, Option<Promise>),
+}
+
 #[wasm_bindgen(js_class = Submitter)]
 impl JsSubmitter {
     /// Throws an error naming a wrong option; never throws for storage problems (warnings).
@@ -469,33 +476,33 @@ impl JsSubmitter {
         #[wasm_bindgen(unchecked_param_type = "unknown | FormData")] body: JsValue,
         #[wasm_bindgen(unchecked_optional_param_type = "SubmitOptions")] options: Option<JsValue>,
     ) -> Promise {
-        if let Some(form) = body.dyn_ref::<web_sys::FormData>() {
-            let signal = match signal_of(&options.unwrap_or_default()) {
-                Ok(signal) => signal,
-                Err(e) => return Promise::reject(&e.into()),
-            };
-            let (driver, form) = (self.inner.driver().clone(), form.clone());
-            return wasm_bindgen_futures::future_to_promise(async move {
-                let settling = super::upload::begin(driver, form)
-                    .await
-                    .map_err(JsValue::from)?;
-                wasm_bindgen_futures::JsFuture::from(settle(settling, signal)).await
-            });
-        }
         let begun = signal_of(&options.unwrap_or_default()).and_then(|signal| {
-            let text = to_json(&body)?;
-            if self.inner.driver().options.storage == super::StorageKind::IndexedDb {
+            let driver = self.inner.driver().clone();
+            let later = if let Some(form) = body.dyn_ref::<web_sys::FormData>() {
+                Later::Upload(form.clone())
+            } else {
+                let text = to_json(&body)?;
+                if driver.options.storage != super::StorageKind::IndexedDb {
+                    return Ok(settle(driver.submit(&text), signal));
+                }
                 // Once IndexedDB was looked at: a submission stored there is taken up first, so
                 // this one joins it or is refused ("pending") instead of writing over it.
-                let (driver, loaded) = (self.inner.driver().clone(), self.inner.loaded());
-                return Ok(wasm_bindgen_futures::future_to_promise(async move {
-                    if let Some(loaded) = loaded {
-                        let _ = wasm_bindgen_futures::JsFuture::from(loaded).await;
+                Later::Json(text, self.inner.loaded())
+            };
+            Ok(wasm_bindgen_futures::future_to_promise(async move {
+                let settling = match later {
+                    Later::Upload(form) => super::upload::begin(driver, form)
+                        .await
+                        .map_err(JsValue::from)?,
+                    Later::Json(text, loaded) => {
+                        if let Some(loaded) = loaded {
+                            let _ = wasm_bindgen_futures::JsFuture::from(loaded).await;
+                        }
+                        driver.submit(&text)
                     }
-                    wasm_bindgen_futures::JsFuture::from(settle(driver.submit(&text), signal)).await
-                }));
-            }
-            Ok(settle(self.inner.driver().submit(&text), signal))
+                };
+                wasm_bindgen_futures::JsFuture::from(settle(settling, signal)).await
+            }))
         });
         begun.unwrap_or_else(|e| Promise::reject(&e.into()))
     }
