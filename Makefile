@@ -98,8 +98,9 @@ demo: www
 		--www www/dist --pkg pkg --faults
 
 bench: server
-	@echo "== browser package: size and overhead"
-	bash scripts/bench-web.sh
+	@echo "== browser package: size and overhead (against the reference server built for speed)"
+	$(RELEASE_NATIVE) cargo build --release -p oncekey-server
+	ONCEKEY_SERVER_BIN=$(TARGET_DIR)/release/oncekey-server bash scripts/bench-web.sh
 	@echo "== form kit: submit to locked form and to first request, beside a hand-written form"
 	$(MAKE) -s www
 	node tests/e2e/bench-form.mjs 100
