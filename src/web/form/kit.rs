@@ -48,6 +48,9 @@ pub(super) struct Kit {
     /// Counts submissions begun and discards, so that a late settlement of a discarded one is
     /// ignored.
     pub(super) round: Cell<u32>,
+    /// The fields may carry notes of a refusal (or, before the first submit, the page's own
+    /// markup of them): cleared at the next submit, which otherwise skips the search.
+    pub(super) marked: Cell<bool>,
     /// A submission or a "Try again" of this kit awaits its settlement.
     pub(super) in_flight: Cell<bool>,
     /// The listeners; `None` once detached. They hold the kit (a cycle that `detach` breaks), so
@@ -116,6 +119,7 @@ impl Kit {
             controls: Cell::new(None),
             asking_secrets: Cell::new(false),
             round: Cell::new(0),
+            marked: Cell::new(true),
             in_flight: Cell::new(false),
             wiring: Cell::new(None),
         });
@@ -271,7 +275,9 @@ impl Kit {
         if kit.in_flight.get() {
             return;
         }
-        clear_field_errors(&kit.form);
+        if kit.marked.replace(false) {
+            clear_field_errors(&kit.form);
+        }
         remove_attr(&kit.form, "data-oncekey-outcome");
         // Read before locking: disabled fields are not submitted.
         let read = match read_fields(&kit.form, &kit.secret_names) {

@@ -84,8 +84,8 @@ impl FormLock {
 
 impl Drop for FormLock {
     fn drop(&mut self) {
-        for el in self.disabled.drain(..) {
-            set(&el, false);
+        for el in &self.disabled {
+            set(el, false);
         }
         remove_attr(&self.form, "aria-busy");
     }

@@ -36,44 +36,41 @@ impl Kit {
         self.remove_controls();
         let m = &self.messages;
         let problem = problem_text(s, m);
-        match outcome {
+        // The state, the message with the problem (none: the success's), the field to focus.
+        let (state, what, first_invalid) = match outcome {
             Outcome::Succeeded => {
                 if self.clear_on_success {
                     run(&self.form, "reset");
                 }
-                self.say(&self.success_text(s));
-                self.finish(State::Succeeded, s);
-                focus(&self.status);
+                (State::Succeeded, None, None)
             }
             Outcome::Refused => {
-                let first_invalid = show_problem(&self.form, s, m);
-                self.say(&m.fill(Message::Refused, &[("problem", &problem)]));
-                self.finish(State::Refused, s);
-                match first_invalid {
-                    Some(field) => focus(&field),
-                    None => focus(&self.status),
+                self.marked.set(true);
+                let first = show_problem(&self.form, s, m);
+                (State::Refused, Some(Message::Refused), first)
+            }
+            Outcome::Conflict => (State::Conflict, Some(Message::Conflict), None),
+            _ => (State::Misconfigured, Some(Message::Misconfigured), None),
+        };
+        let text = match what {
+            None => self.success_text(s),
+            Some(what) => {
+                if state != State::Refused {
+                    web_sys::console::error_1(&JsValue::from_str(&concat(&[
+                        "oncekey: ",
+                        outcome.as_str(),
+                        " for key ",
+                        s.key().as_str(),
+                        ": ",
+                        &problem,
+                    ])));
                 }
+                m.fill(what, &[("problem", &problem)])
             }
-            Outcome::Conflict | Outcome::Misconfigured => {
-                let (state, what) = if outcome == Outcome::Conflict {
-                    (State::Conflict, Message::Conflict)
-                } else {
-                    (State::Misconfigured, Message::Misconfigured)
-                };
-                web_sys::console::error_1(&JsValue::from_str(&concat(&[
-                    "oncekey: ",
-                    outcome.as_str(),
-                    " for key ",
-                    s.key().as_str(),
-                    ": ",
-                    &problem,
-                ])));
-                self.say(&m.fill(what, &[("problem", &problem)]));
-                self.finish(state, s);
-                focus(&self.status);
-            }
-            Outcome::Unsure | Outcome::Expired => {}
-        }
+        };
+        self.say(&text);
+        self.finish(state, s);
+        focus(first_invalid.as_ref().unwrap_or(&self.status));
     }
 
     /// The unconfirmed submission was dropped: the form is the person's again. Once: nothing
