@@ -48,7 +48,7 @@ pub(crate) fn default_success(s: &Settlement, m: &Messages) -> String {
 /// `"Ticket #{id} created"` with `{name}` replaced by the answer's fields (nothing for a field
 /// it does not have); an unclosed `{` is kept as written.
 pub(crate) fn fill_template(template: &str, s: &Settlement) -> String {
-    fill_with(template, |name| field(s, name))
+    fill_with(template, &|name| field(s, name))
 }
 
 /// One line for people from a problem document (its `title` and `detail`), or from a short

@@ -298,12 +298,12 @@ impl Kit {
                 data.delete(name);
             }
             kit.hold(false);
-            return Kit::settle_later(kit, kit.submitter.submit_form(data));
+            return Kit::settle_later(kit, Box::pin(kit.submitter.submit_form(data)));
         }
         // Locked in the submit's own task, before the driver's first step.
         kit.hold(false);
         // Begun now: key and body are stored before the submit event is over.
-        Kit::settle_later(kit, kit.submitter.submit(Value::Object(read.body)));
+        Kit::settle_later(kit, Box::pin(kit.submitter.submit(Value::Object(read.body))));
     }
 
     /// Try again: the same key and body (and the secrets held in memory).
@@ -317,7 +317,7 @@ impl Kit {
         }
         kit.remove_controls();
         kit.hold(false);
-        Kit::settle_later(kit, kit.submitter.try_again());
+        Kit::settle_later(kit, Box::pin(kit.submitter.try_again()));
     }
 
     /// "Send as a new ticket": the expired submission's request again, under a new key.
@@ -332,7 +332,7 @@ impl Kit {
             return kit.ask_for_secrets();
         }
         kit.hold(false);
-        Kit::settle_later(kit, kit.submitter.send_as_new());
+        Kit::settle_later(kit, Box::pin(kit.submitter.send_as_new()));
     }
 
     pub(super) fn discard(&self) {
@@ -341,10 +341,11 @@ impl Kit {
         self.discarded();
     }
 
-    /// Shows the settlement of `work` when it comes, unless the kit moved on meanwhile.
+    /// Shows the settlement of `work` when it comes (boxed: one copy of this code for a
+    /// submission and an upload alike), unless the kit moved on meanwhile.
     fn settle_later(
         kit: &Rc<Kit>,
-        work: impl ::core::future::Future<Output = Result<Settlement, Error>> + 'static,
+        work: Work,
     ) {
         let round = kit.round.get().wrapping_add(1);
         kit.round.set(round);
@@ -430,6 +431,9 @@ impl Kit {
         kit.announce(state, &detail);
     }
 }
+
+/// A submission's settlement to come.
+type Work = ::core::pin::Pin<Box<dyn ::core::future::Future<Output = Result<Settlement, Error>>>>;
 
 /// What a waiting submission waits for, as JavaScript reads it: `retry` or `online`.
 pub(crate) fn waiting_for(why: WaitingFor) -> &'static str {
