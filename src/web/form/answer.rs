@@ -7,9 +7,10 @@
 use crate::core::body::{Fields, Value};
 use crate::core::text::{concat, decimal};
 use crate::prelude::*;
-use wasm_bindgen::JsCast;
+use wasm_bindgen::JsValue;
 use web_sys::{Element, HtmlFormElement};
 
+use super::dom::{call, has_attr, make, remove_attr, run, select_all, set_attr, set_text};
 use super::fields::named_controls;
 use super::messages::{fill_with, Message, Messages};
 use super::Settlement;
@@ -47,7 +48,7 @@ pub(crate) fn default_success(s: &Settlement, m: &Messages) -> String {
 /// `"Ticket #{id} created"` with `{name}` replaced by the answer's fields (nothing for a field
 /// it does not have); an unclosed `{` is kept as written.
 pub(crate) fn fill_template(template: &str, s: &Settlement) -> String {
-    fill_with(template, |name| field(s, name))
+    fill_with(template, &|name| field(s, name))
 }
 
 /// One line for people from a problem document (its `title` and `detail`), or from a short
@@ -79,21 +80,14 @@ pub(crate) fn problem_text(s: &Settlement, m: &Messages) -> String {
 
 /// Removes what [`show_problem`] added: its notes, and its marks on the fields.
 pub(crate) fn clear_field_errors(form: &HtmlFormElement) {
-    let Ok(list) =
-        form.query_selector_all(".oncekey-field-error, [aria-invalid][data-oncekey-invalid]")
-    else {
-        return;
-    };
-    for i in 0..list.length() {
-        let Some(el) = list.get(i).map(JsCast::unchecked_into::<Element>) else {
-            continue;
-        };
-        if el.has_attribute("data-oncekey-invalid") {
+    let selector = ".oncekey-field-error, [aria-invalid][data-oncekey-invalid]";
+    for el in select_all(form, selector) {
+        if has_attr(&el, "data-oncekey-invalid") {
             for attr in ["aria-invalid", "data-oncekey-invalid", "aria-describedby"] {
-                let _ = el.remove_attribute(attr);
+                remove_attr(&el, attr);
             }
         } else {
-            el.remove();
+            run(&el, "remove");
         }
     }
 }
@@ -119,7 +113,6 @@ pub(crate) fn show_problem(
             _ => return None,
         },
     };
-    let document = form.owner_document()?;
     let mut first = None;
     for (i, p) in params.iter().enumerate() {
         let Value::Object(p) = p else { continue };
@@ -137,19 +130,19 @@ pub(crate) fn show_problem(
             .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
             .collect();
         let id = concat(&["oncekey-error-", &safe, "-", &decimal(i as u64)]);
-        let Ok(note) = document.create_element("span") else {
+        let Some(note) = make(form, "span") else {
             continue;
         };
-        let _ = note.set_attribute("class", "oncekey-field-error");
-        let _ = note.set_attribute("id", &id);
-        note.set_text_content(Some(&m.fill(
-            Message::FieldInvalid,
-            &[("field", name), ("reason", reason)],
-        )));
-        let _ = field.after_with_node_1(&note);
-        let _ = field.set_attribute("aria-invalid", "true");
-        let _ = field.set_attribute("data-oncekey-invalid", "");
-        let _ = field.set_attribute("aria-describedby", &id);
+        set_attr(&note, "class", "oncekey-field-error");
+        set_attr(&note, "id", &id);
+        set_text(
+            &note,
+            &m.fill(Message::FieldInvalid, &[("field", name), ("reason", reason)]),
+        );
+        call(&field, "after", &JsValue::from(note));
+        set_attr(&field, "aria-invalid", "true");
+        set_attr(&field, "data-oncekey-invalid", "");
+        set_attr(&field, "aria-describedby", &id);
         first.get_or_insert(field);
     }
     first

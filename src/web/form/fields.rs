@@ -7,17 +7,16 @@
 
 use crate::core::body::{Fields, Value};
 use crate::prelude::*;
-use js_sys::{Array, Reflect};
+use js_sys::Array;
 use wasm_bindgen::{JsCast, JsValue};
-use web_sys::{
-    Element, FormData, HtmlElement, HtmlFormElement, HtmlInputElement, HtmlOptionElement,
-    HtmlSelectElement, HtmlTextAreaElement,
-};
+use web_sys::{Element, FormData, HtmlFormElement};
+
+use super::dom::{attr, controls, get, has_attr, is_tag, items, put, text};
 
 /// An attribute's value in ASCII lower case ("" when absent): attribute values the kit compares
 /// (`type`, `autocomplete`) are ASCII keywords.
 fn lower(el: &Element, name: &str) -> String {
-    el.get_attribute(name)
+    attr(el, name)
         .unwrap_or_default()
         .to_ascii_lowercase()
 }
@@ -25,10 +24,9 @@ fn lower(el: &Element, name: &str) -> String {
 /// A button that submits the form: `<button>` (of type submit, the default) or
 /// `<input type=submit|image>`.
 pub(crate) fn is_submit_button(el: &Element) -> bool {
-    let tag = el.tag_name();
     let kind = lower(el, "type");
-    (tag.eq_ignore_ascii_case("button") && (kind.is_empty() || kind == "submit"))
-        || (tag.eq_ignore_ascii_case("input") && (kind == "submit" || kind == "image"))
+    (is_tag(el, "button") && (kind.is_empty() || kind == "submit"))
+        || (is_tag(el, "input") && (kind == "submit" || kind == "image"))
 }
 
 fn is_secret(el: &Element) -> bool {
@@ -36,16 +34,14 @@ fn is_secret(el: &Element) -> bool {
         || lower(el, "autocomplete")
             .split_ascii_whitespace()
             .any(|w| w.starts_with("cc-"))
-        || el.has_attribute("data-oncekey-secret")
+        || has_attr(el, "data-oncekey-secret")
 }
 
 /// The names of the form's secret fields, in document order, each once.
 pub(crate) fn secret_field_names(form: &HtmlFormElement) -> Vec<String> {
     let mut names: Vec<String> = Vec::new();
-    let elements = form.elements();
-    for i in 0..elements.length() {
-        let Some(el) = elements.item(i) else { continue };
-        if let Some(name) = el.get_attribute("name").filter(|n| !n.is_empty()) {
+    for el in controls(form) {
+        if let Some(name) = attr(&el, "name").filter(|n| !n.is_empty()) {
             if is_secret(&el) && !names.contains(&name) {
                 names.push(name);
             }
@@ -56,18 +52,15 @@ pub(crate) fn secret_field_names(form: &HtmlFormElement) -> Vec<String> {
 
 /// The form's controls named `name`, in document order.
 pub(crate) fn named_controls(form: &HtmlFormElement, name: &str) -> Vec<Element> {
-    let elements = form.elements();
-    (0..elements.length())
-        .filter_map(|i| elements.item(i))
-        .filter(|el| el.get_attribute("name").as_deref() == Some(name))
-        .collect()
+    let mut found = controls(form);
+    found.retain(|el| attr(el, "name").as_deref() == Some(name));
+    found
 }
 
 /// The text of the control's first `<label>`, trimmed; `None` when it has none (or it is empty).
 pub(crate) fn label_of(el: &Element) -> Option<String> {
-    let labels = Reflect::get(el, &JsValue::from_str("labels")).ok()?;
-    let first = Reflect::get(&labels, &JsValue::from_f64(0.0)).ok()?;
-    let text = first.dyn_into::<HtmlElement>().ok()?.inner_text();
+    let first = items(&get(el, "labels")).into_iter().next()?;
+    let text = text(&first, "innerText")?;
     let text = text.trim();
     (!text.is_empty()).then(|| text.to_owned())
 }
@@ -102,14 +95,8 @@ pub(crate) fn read_fields(
         let value = pair.get(1);
         let Some(text) = value.as_string() else {
             // A File: an upload when one was chosen (an empty file input sends nothing).
-            let size = Reflect::get(&value, &JsValue::from_str("size"))
-                .ok()
-                .and_then(|v| v.as_f64())
-                .unwrap_or(0.0);
-            let file = Reflect::get(&value, &JsValue::from_str("name"))
-                .ok()
-                .and_then(|v| v.as_string())
-                .unwrap_or_default();
+            let size = get(&value, "size").as_f64().unwrap_or(0.0);
+            let file = text(&value, "name").unwrap_or_default();
             read.files |= size > 0.0 || !file.is_empty();
             continue;
         };
@@ -134,28 +121,20 @@ pub(crate) fn restore_fields(form: &HtmlFormElement, fields: &Fields) {
         let mut next = values.iter();
         for el in named_controls(form, name) {
             let kind = lower(&el, "type");
-            if let Some(select) = el.dyn_ref::<HtmlSelectElement>() {
-                let options = select.options();
-                for i in 0..options.length() {
-                    // A select's options are <option>s.
-                    if let Some(option) = options
-                        .item(i)
-                        .map(JsCast::unchecked_into::<HtmlOptionElement>)
-                    {
-                        option.set_selected(values.contains(&option.value().as_str()));
-                    }
+            if is_tag(&el, "select") {
+                for option in items(&get(&el, "options")) {
+                    let selected = text(&option, "value").is_some_and(|v| values.contains(&&*v));
+                    put(&option, "selected", &JsValue::from_bool(selected));
                 }
-            } else if let Some(input) = el.dyn_ref::<HtmlInputElement>() {
-                if kind == "checkbox" || kind == "radio" {
-                    input.set_checked(values.contains(&input.value().as_str()));
-                } else if !matches!(kind.as_str(), "file" | "submit" | "button" | "image") {
-                    if let Some(v) = next.next() {
-                        input.set_value(v);
-                    }
-                }
-            } else if let Some(area) = el.dyn_ref::<HtmlTextAreaElement>() {
+            } else if is_tag(&el, "input") && (kind == "checkbox" || kind == "radio") {
+                let checked = text(&el, "value").is_some_and(|v| values.contains(&&*v));
+                put(&el, "checked", &JsValue::from_bool(checked));
+            } else if (is_tag(&el, "input")
+                && !matches!(kind.as_str(), "file" | "submit" | "button" | "image"))
+                || is_tag(&el, "textarea")
+            {
                 if let Some(v) = next.next() {
-                    area.set_value(v);
+                    put(&el, "value", &JsValue::from_str(v));
                 }
             }
         }

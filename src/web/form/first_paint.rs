@@ -15,6 +15,8 @@
 
 use web_sys::HtmlFormElement;
 
+use super::dom::{controls, has_attr, remove_attr};
+
 /// The snippet's mark on a form whose submit it held.
 const HELD: &str = "data-oncekey-held";
 /// The mark of a control disabled until the kit is attached.
@@ -22,21 +24,19 @@ const WAIT: &str = "data-oncekey-wait";
 
 /// Enables the controls disabled until the kit is attached.
 pub(super) fn enable_waiting(form: &HtmlFormElement) {
-    let elements = form.elements();
-    for i in 0..elements.length() {
-        let Some(el) = elements.item(i) else { continue };
-        if el.has_attribute(WAIT) {
-            let _ = el.remove_attribute(WAIT);
-            let _ = el.remove_attribute("disabled");
+    for el in controls(form) {
+        if has_attr(&el, WAIT) {
+            remove_attr(&el, WAIT);
+            remove_attr(&el, "disabled");
         }
     }
 }
 
 /// Whether the snippet held a submit of `form`; the mark is taken off.
 pub(super) fn take_held(form: &HtmlFormElement) -> bool {
-    let held = form.has_attribute(HELD);
+    let held = has_attr(form, HELD);
     if held {
-        let _ = form.remove_attribute(HELD);
+        remove_attr(form, HELD);
     }
     held
 }

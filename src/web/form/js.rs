@@ -13,8 +13,9 @@ use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
 use web_sys::HtmlFormElement;
 
-use super::view::body_js;
+use super::dom::{call_str, get, items, put};
 use super::messages::unknown;
+use super::view::body_js;
 use super::{FormKit, FormOptions, Messages, Resume, SuccessMessage};
 use crate::web::{Error, Options};
 
@@ -100,7 +101,7 @@ extern "C" {
     pub type FormKitOptions;
 }
 
-/// What the kit adds to a submitter's options.
+/// What the kit adds to a submitter's options, in the order `read_kit_option` reads them.
 const KIT_OPTIONS: [&str; 5] = [
     "name",
     "clearOnSuccess",
@@ -108,10 +109,6 @@ const KIT_OPTIONS: [&str; 5] = [
     "resume",
     "messages",
 ];
-
-fn get(object: &JsValue, name: &str) -> JsValue {
-    Reflect::get(object, &JsValue::from_str(name)).unwrap_or(JsValue::UNDEFINED)
-}
 
 /// Wires `form` to a submitter: locks it while the outcome is unknown, restores it after a
 /// reload, says what is happening, offers "Try again". URL and method default to the form's.
@@ -121,10 +118,7 @@ pub fn attach_form(
     options: Option<FormKitOptions>,
 ) -> Result<FormKit, Error> {
     // By its tag, not `instanceof`: a form of another frame is a form too.
-    let is_form = get(&form, "tagName")
-        .as_string()
-        .is_some_and(|tag| tag.eq_ignore_ascii_case("form"));
-    if !is_form {
+    if !super::dom::is_tag(&form, "form") {
         return Err(Error::option("attachForm needs a <form> element"));
     }
     let form: HtmlFormElement = form.unchecked_into();
@@ -135,22 +129,22 @@ pub fn attach_form(
 /// `attachForm` for every `<form data-oncekey="NAME">` on the page, with the same options.
 #[wasm_bindgen(js_name = autoAttach, unchecked_return_type = "FormKit[]")]
 pub fn auto_attach(options: Option<FormKitOptions>) -> Result<Array, Error> {
-    let document = web_sys::window()
-        .and_then(|w| w.document())
-        .ok_or_else(|| Error::option("autoAttach needs a page (window.document)"))?;
-    let forms = document
-        .query_selector_all("form[data-oncekey]")
-        .map_err(|_| Error::option("autoAttach cannot search the page"))?;
+    let document = get(&js_sys::global(), "document");
+    if !document.is_object() {
+        return Err(Error::option("autoAttach needs a page (window.document)"));
+    }
+    let forms = call_str(&document, "querySelectorAll", "form[data-oncekey]");
+    if !forms.is_object() {
+        return Err(Error::option("autoAttach cannot search the page"));
+    }
     let options = options.map_or(JsValue::UNDEFINED, JsValue::from);
     // An array of the kits as they are made (a Vec of exported structs costs the package 2 KB of
     // conversion code).
     let kits = Array::new();
-    for i in 0..forms.length() {
-        if let Some(form) = forms.get(i) {
-            // The selector only matches forms.
-            let form: HtmlFormElement = form.unchecked_into();
-            kits.push(&FormKit::attach(&form, read_options(&form, &options)?)?.into());
-        }
+    for form in items(&forms) {
+        // The selector only matches forms.
+        let form: HtmlFormElement = form.unchecked_into();
+        kits.push(&FormKit::attach(&form, read_options(&form, &options)?)?.into());
     }
     Ok(kits)
 }
@@ -165,73 +159,80 @@ impl FormOptions {
 }
 
 fn read_options(form: &HtmlFormElement, value: &JsValue) -> Result<FormOptions, Error> {
-    let value = if value.is_undefined() || value.is_null() {
-        JsValue::from(Object::new())
-    } else if value.is_object() && !value.is_function() {
-        value.clone()
-    } else {
+    let none = value.is_undefined() || value.is_null();
+    if !none && (!value.is_object() || value.is_function()) {
         return Err(Error::option("form kit options must be an object"));
-    };
-    let copy = Object::assign(&Object::new(), value.unchecked_ref());
-    for name in KIT_OPTIONS {
-        let _ = Reflect::delete_property(&copy, &JsValue::from_str(name));
+    }
+    let mut o = FormOptions::default();
+    // One pass over what was given: the kit's own options read as they come, the rest copied
+    // for the submitter.
+    let copy = Object::new();
+    if !none {
+        for name in Object::keys(value.unchecked_ref::<Object>()).iter() {
+            let v = Reflect::get(value, &name).unwrap_or_default();
+            let key = name.as_string().unwrap_or_default();
+            let Some(i) = KIT_OPTIONS.iter().position(|k| *k == key) else {
+                let _ = Reflect::set(&copy, &name, &v);
+                continue;
+            };
+            if v.is_undefined() {
+                continue;
+            }
+            read_kit_option(&mut o, i, v)?;
+        }
     }
     if get(&copy, "url").is_undefined() {
-        let _ = Reflect::set(&copy, &"url".into(), &form.action().into());
+        put(&copy, "url", &get(form, "action"));
     }
     let method_given = !get(&copy, "method").is_undefined();
-    let submitter = Options::from_js(&copy)?;
-    let name = match get(&value, "name") {
-        v if v.is_undefined() => None,
-        v => Some(
-            v.as_string()
-                .ok_or_else(|| Error::option("options.name must be a string"))?,
-        ),
-    };
-    let resume = match get(&value, "resume") {
-        v if v.is_undefined() => Resume::Auto,
-        v => match v.as_string().as_deref() {
-            Some("auto") => Resume::Auto,
-            Some("manual") => Resume::Manual,
-            _ => {
-                return Err(Error::option(concat(&[
-                    "options.resume must be \"auto\" or \"manual\", not ",
-                    &shown(&v),
-                ])))
-            }
-        },
-    };
-    let clear_on_success = match get(&value, "clearOnSuccess") {
-        v if v.is_undefined() => true,
-        v => v
-            .as_bool()
-            .ok_or_else(|| Error::option("options.clearOnSuccess must be true or false"))?,
-    };
-    let success_message = match get(&value, "successMessage") {
-        v if v.is_undefined() => SuccessMessage::Default,
-        v if v.is_function() => {
+    o.submitter = Options::from_js(&copy)?;
+    o.method = method_given.then(|| o.submitter.method.clone());
+    Ok(o)
+}
+
+/// The kit's option `KIT_OPTIONS[i]`, given as `v` (not `undefined`).
+fn read_kit_option(o: &mut FormOptions, i: usize, v: JsValue) -> Result<(), Error> {
+    match i {
+        0 => {
+            o.name = Some(
+                v.as_string()
+                    .ok_or_else(|| Error::option("options.name must be a string"))?,
+            )
+        }
+        1 => {
+            o.clear_on_success = v
+                .as_bool()
+                .ok_or_else(|| Error::option("options.clearOnSuccess must be true or false"))?
+        }
+        2 if v.is_function() => {
             let f: Function = v.unchecked_into();
             // A throw, or anything but a string, says "Sent.".
-            SuccessMessage::With(Rc::new(move |s| {
+            o.success_message = SuccessMessage::With(Rc::new(move |s| {
                 f.call1(&JsValue::NULL, &body_js(s)).ok()?.as_string()
             }))
         }
-        v => SuccessMessage::Template(v.as_string().ok_or_else(|| {
-            Error::option(
-                "options.successMessage must be a string such as \"Ticket #{id} created\" or a function",
-            )
-        })?),
-    };
-    let messages = read_messages(&get(&value, "messages"))?;
-    Ok(FormOptions {
-        messages,
-        name,
-        method: method_given.then(|| submitter.method.clone()),
-        submitter,
-        clear_on_success,
-        success_message,
-        resume,
-    })
+        2 => {
+            o.success_message = SuccessMessage::Template(v.as_string().ok_or_else(|| {
+                Error::option(
+                    "options.successMessage must be a string such as \"Ticket #{id} created\" or a function",
+                )
+            })?)
+        }
+        3 => {
+            o.resume = match v.as_string().as_deref() {
+                Some("auto") => Resume::Auto,
+                Some("manual") => Resume::Manual,
+                _ => {
+                    return Err(Error::option(concat(&[
+                        "options.resume must be \"auto\" or \"manual\", not ",
+                        &shown(&v),
+                    ])))
+                }
+            }
+        }
+        _ => o.messages = read_messages(&v)?,
+    }
+    Ok(())
 }
 
 /// `options.messages`: an object of the kit's message keys to strings.
@@ -245,10 +246,10 @@ fn read_messages(value: &JsValue) -> Result<Messages, Error> {
             "options.messages must be an object of message keys to texts, such as { tryAgain: \"Réessayer\" }",
         ));
     }
-    for entry in Object::entries(value.unchecked_ref::<Object>()).iter() {
-        let entry: Array = entry.unchecked_into();
-        let key = entry.get(0).as_string().unwrap_or_default();
-        let Some(text) = entry.get(1).as_string() else {
+    for name in Object::keys(value.unchecked_ref::<Object>()).iter() {
+        let given = Reflect::get(value, &name).unwrap_or_default();
+        let key = name.as_string().unwrap_or_default();
+        let Some(text) = given.as_string() else {
             if Messages::keys().all(|(k, _)| k != key) {
                 return Err(unknown("messages.", &key));
             }
@@ -256,7 +257,7 @@ fn read_messages(value: &JsValue) -> Result<Messages, Error> {
                 "options.messages.",
                 &key,
                 " must be a string, not ",
-                &shown(&entry.get(1)),
+                &shown(&given),
             ])));
         };
         messages.set(&key, text)?;

@@ -5,7 +5,7 @@
 //! of the kit (events it dispatches, focus, a page's listener, the submitter), so that a page's
 //! listener may call the kit again.
 
-use ::core::cell::{Cell, RefCell};
+use ::core::cell::Cell;
 
 use crate::core::body::Value;
 use crate::core::text::{concat, decimal, quoted};
@@ -14,14 +14,15 @@ use crate::prelude::*;
 use alloc::rc::Rc;
 use js_sys::Object;
 use wasm_bindgen::closure::Closure;
-use wasm_bindgen::JsCast;
-use web_sys::{Element, Event, HtmlElement, HtmlFormElement};
+use wasm_bindgen::JsValue;
+use web_sys::{Element, Event, HtmlFormElement};
 
 use super::answer::clear_field_errors;
+use super::dom::{attr, call2, get, put, remove_attr, run, set_attr, set_text, text};
 use super::first_paint;
 use super::fields::{read_fields, restore_fields, secret_field_names};
 use super::messages::{Message, Messages};
-use super::view::{set, status_of};
+use super::view::status_of;
 use super::{FormLock, FormOptions, Resume, SuccessMessage};
 use crate::web::{Error, ErrorCode, Listener, Settlement, Submitter, Update};
 
@@ -29,7 +30,7 @@ use crate::web::{Error, ErrorCode, Listener, Settlement, Submitter, Update};
 pub(super) struct Kit {
     pub(super) form: HtmlFormElement,
     pub(super) submitter: Submitter,
-    pub(super) status: HtmlElement,
+    pub(super) status: Element,
     /// The kit made the status element (and removes it on detach).
     pub(super) status_made: bool,
     /// The secret fields' names, read when the form is attached.
@@ -39,26 +40,34 @@ pub(super) struct Kit {
     /// Every text it writes.
     pub(super) messages: Messages,
     /// Held while the outcome is unknown.
-    pub(super) lock: RefCell<Option<FormLock>>,
+    pub(super) lock: Cell<Option<FormLock>>,
     /// "Try again" and "Discard", while unsure.
-    pub(super) controls: RefCell<Option<Element>>,
+    pub(super) controls: Cell<Option<Element>>,
     /// Waiting for the person to fill the secret fields again after a reload.
     pub(super) asking_secrets: Cell<bool>,
     /// Counts submissions begun and discards, so that a late settlement of a discarded one is
     /// ignored.
     pub(super) round: Cell<u32>,
+    /// The fields may carry notes of a refusal (or, before the first submit, the page's own
+    /// markup of them): cleared at the next submit, which otherwise skips the search.
+    pub(super) marked: Cell<bool>,
     /// A submission or a "Try again" of this kit awaits its settlement.
     pub(super) in_flight: Cell<bool>,
     /// The listeners; `None` once detached. They hold the kit (a cycle that `detach` breaks), so
-    /// the kit lives as long as the form is wired, whoever keeps a `FormKit`.
-    pub(super) wiring: RefCell<Option<Wiring>>,
+    /// the kit lives as long as the form is wired, whoever keeps a `FormKit`. Taken out only
+    /// for a moment (`offer`), with no call out of the kit meanwhile.
+    pub(super) wiring: Cell<Option<Wiring>>,
 }
 
+/// The classes of the kit's buttons, which say what a click on each does.
+pub(super) const TRY_AGAIN: &str = "oncekey-try-again";
+pub(super) const SEND_AS_NEW: &str = "oncekey-send-as-new";
+pub(super) const DISCARD: &str = "oncekey-discard secondary";
+
 pub(super) struct Wiring {
-    pub(super) on_submit: Closure<dyn FnMut(Event)>,
-    pub(super) on_try: Closure<dyn FnMut(Event)>,
-    pub(super) on_send_as_new: Closure<dyn FnMut(Event)>,
-    pub(super) on_discard: Closure<dyn FnMut(Event)>,
+    /// The form's submits and clicks on the kit's buttons, all in one listener: each closure
+    /// costs the package its own code.
+    pub(super) on_event: Closure<dyn FnMut(Event)>,
     pub(super) _listener: Listener,
 }
 
@@ -66,14 +75,12 @@ impl Kit {
     pub(super) fn attach(form: &HtmlFormElement, o: FormOptions) -> Result<Rc<Kit>, Error> {
         let mut options = o.submitter;
         if options.url.is_empty() {
-            options.url = form.action();
+            options.url = text(form, "action").unwrap_or_default();
         }
         options.method = match o.method {
             Some(method) => method,
             None => {
-                let method = form
-                    .get_attribute("method")
-                    .unwrap_or_else(|| "POST".into());
+                let method = attr(form, "method").unwrap_or_else(|| "POST".into());
                 if method.eq_ignore_ascii_case("get") || method.eq_ignore_ascii_case("dialog") {
                     return Err(Error::option(concat(&[
                         "the form's method is ",
@@ -88,10 +95,9 @@ impl Kit {
         options.resume = false;
         let name = match o.name {
             Some(name) => name,
-            None => form
-                .get_attribute("data-oncekey")
+            None => attr(form, "data-oncekey")
                 .filter(|n| !n.is_empty())
-                .or_else(|| Some(form.id()).filter(|n| !n.is_empty()))
+                .or_else(|| text(form, "id").filter(|n| !n.is_empty()))
                 .ok_or_else(|| {
                     Error::option(
                         "options.name is required when the form has no data-oncekey attribute or id",
@@ -109,15 +115,16 @@ impl Kit {
             clear_on_success: o.clear_on_success,
             success: o.success_message,
             messages: o.messages,
-            lock: RefCell::new(None),
-            controls: RefCell::new(None),
+            lock: Cell::new(None),
+            controls: Cell::new(None),
             asking_secrets: Cell::new(false),
             round: Cell::new(0),
+            marked: Cell::new(true),
             in_flight: Cell::new(false),
-            wiring: RefCell::new(None),
+            wiring: Cell::new(None),
         });
         Kit::wire(&kit);
-        let _ = form.set_attribute("data-oncekey-state", kit.submitter.state().as_str());
+        set_attr(form, "data-oncekey-state", kit.submitter.state().as_str());
         first_paint::enable_waiting(form);
         let had = kit.submitter.pending().is_some();
         Kit::take_up_pending(&kit, o.resume);
@@ -144,55 +151,65 @@ impl Kit {
 
     fn wire(kit: &Rc<Kit>) {
         let k = kit.clone();
-        let on_submit = Closure::<dyn FnMut(Event)>::new(move |event: Event| {
-            event.prevent_default();
-            Kit::on_submit(&k);
-        });
-        let k = kit.clone();
-        let on_try = Closure::<dyn FnMut(Event)>::new(move |_: Event| Kit::resend(&k));
-        let k = kit.clone();
-        let on_send_as_new =
-            Closure::<dyn FnMut(Event)>::new(move |_: Event| Kit::send_as_new(&k));
-        let k = kit.clone();
-        let on_discard = Closure::<dyn FnMut(Event)>::new(move |_: Event| k.discard());
+        let on_event =
+            Closure::<dyn FnMut(Event)>::new(move |event: Event| Kit::on_event(&k, &event));
         let k = kit.clone();
         let listener = kit
             .submitter
             .on_change(move |update: &Update| Kit::on_change(&k, update));
-        let _ = kit
-            .form
-            .add_event_listener_with_callback("submit", on_submit.as_ref().unchecked_ref());
-        *kit.wiring.borrow_mut() = Some(Wiring {
-            on_submit,
-            on_try,
-            on_send_as_new,
-            on_discard,
+        kit.listen("addEventListener", &on_event);
+        kit.wiring.set(Some(Wiring {
+            on_event,
             _listener: listener,
-        });
+        }));
+    }
+
+    /// The form's submit listener added or removed (`method`).
+    fn listen(&self, method: &str, f: &Closure<dyn FnMut(Event)>) {
+        call2(&self.form, method, &JsValue::from_str("submit"), f.as_ref());
+    }
+
+    /// A submit of the form, or a click on one of the kit's buttons (which, by its class).
+    fn on_event(kit: &Rc<Kit>, event: &Event) {
+        if text(event, "type").as_deref() == Some("submit") {
+            run(event, "preventDefault");
+            return Kit::on_submit(kit);
+        }
+        match attr(&get(event, "currentTarget"), "class").as_deref() {
+            Some(TRY_AGAIN) => Kit::resend(kit),
+            Some(SEND_AS_NEW) => Kit::send_as_new(kit),
+            Some(DISCARD) => kit.discard(),
+            _ => {}
+        }
+    }
+
+    /// Whether the form is wired (not detached).
+    fn wired(&self) -> bool {
+        let wiring = self.wiring.take();
+        let wired = wiring.is_some();
+        self.wiring.set(wiring);
+        wired
     }
 
     pub(super) fn detach(&self) {
-        let Some(wiring) = self.wiring.borrow_mut().take() else {
+        let Some(wiring) = self.wiring.take() else {
             return;
         };
-        let _ = self.form.remove_event_listener_with_callback(
-            "submit",
-            wiring.on_submit.as_ref().unchecked_ref(),
-        );
+        self.listen("removeEventListener", &wiring.on_event);
         // A settlement still to come finds the kit gone.
         self.round.set(self.round.get().wrapping_add(1));
         self.in_flight.set(false);
         self.asking_secrets.set(false);
         self.remove_controls();
         self.unlock();
-        for attr in ["data-oncekey-state", "data-oncekey-outcome", "aria-busy"] {
-            let _ = self.form.remove_attribute(attr);
+        for name in ["data-oncekey-state", "data-oncekey-outcome", "aria-busy"] {
+            remove_attr(&self.form, name);
         }
         clear_field_errors(&self.form);
         if self.status_made {
-            self.status.remove();
+            run(&self.status, "remove");
         } else {
-            self.status.set_text_content(None);
+            set_text(&self.status, "");
         }
         drop(wiring);
     }
@@ -211,8 +228,8 @@ impl Kit {
             restore_fields(&kit.form, fields);
         }
         let detail = Object::new();
-        set(&detail, "key", &pending.key().as_str().into());
-        set(&detail, "attempts", &pending.attempts().into());
+        put(&detail, "key", &pending.key().as_str().into());
+        put(&detail, "attempts", &pending.attempts().into());
         if kit.submitter.state() == State::Expired {
             // Past its key's lifetime: nothing is sent, whatever `resume` says.
             kit.show_expired();
@@ -258,8 +275,10 @@ impl Kit {
         if kit.in_flight.get() {
             return;
         }
-        clear_field_errors(&kit.form);
-        let _ = kit.form.remove_attribute("data-oncekey-outcome");
+        if kit.marked.replace(false) {
+            clear_field_errors(&kit.form);
+        }
+        remove_attr(&kit.form, "data-oncekey-outcome");
         // Read before locking: disabled fields are not submitted.
         let read = match read_fields(&kit.form, &kit.secret_names) {
             Ok(read) => read,
@@ -279,17 +298,17 @@ impl Kit {
                 data.delete(name);
             }
             kit.hold(false);
-            return Kit::settle_later(kit, kit.submitter.submit_form(data));
+            return Kit::settle_later(kit, Box::pin(kit.submitter.submit_form(data)));
         }
         // Locked in the submit's own task, before the driver's first step.
         kit.hold(false);
         // Begun now: key and body are stored before the submit event is over.
-        Kit::settle_later(kit, kit.submitter.submit(Value::Object(read.body)));
+        Kit::settle_later(kit, Box::pin(kit.submitter.submit(Value::Object(read.body))));
     }
 
     /// Try again: the same key and body (and the secrets held in memory).
     pub(super) fn resend(kit: &Rc<Kit>) {
-        if kit.in_flight.get() || kit.wiring.borrow().is_none() {
+        if kit.in_flight.get() || !kit.wired() {
             return;
         }
         if kit.submitter.state() == State::Expired {
@@ -298,12 +317,12 @@ impl Kit {
         }
         kit.remove_controls();
         kit.hold(false);
-        Kit::settle_later(kit, kit.submitter.try_again());
+        Kit::settle_later(kit, Box::pin(kit.submitter.try_again()));
     }
 
     /// "Send as a new ticket": the expired submission's request again, under a new key.
     pub(super) fn send_as_new(kit: &Rc<Kit>) {
-        if kit.in_flight.get() || kit.wiring.borrow().is_none() {
+        if kit.in_flight.get() || !kit.wired() {
             return;
         }
         kit.remove_controls();
@@ -313,7 +332,7 @@ impl Kit {
             return kit.ask_for_secrets();
         }
         kit.hold(false);
-        Kit::settle_later(kit, kit.submitter.send_as_new());
+        Kit::settle_later(kit, Box::pin(kit.submitter.send_as_new()));
     }
 
     pub(super) fn discard(&self) {
@@ -322,10 +341,11 @@ impl Kit {
         self.discarded();
     }
 
-    /// Shows the settlement of `work` when it comes, unless the kit moved on meanwhile.
+    /// Shows the settlement of `work` when it comes (boxed: one copy of this code for a
+    /// submission and an upload alike), unless the kit moved on meanwhile.
     fn settle_later(
         kit: &Rc<Kit>,
-        work: impl ::core::future::Future<Output = Result<Settlement, Error>> + 'static,
+        work: Work,
     ) {
         let round = kit.round.get().wrapping_add(1);
         kit.round.set(round);
@@ -399,18 +419,21 @@ impl Kit {
         }
         let detail = Object::new();
         if let Some(key) = &update.key {
-            set(&detail, "key", &key.as_str().into());
+            put(&detail, "key", &key.as_str().into());
         }
-        set(&detail, "attempts", &update.attempts.into());
+        put(&detail, "attempts", &update.attempts.into());
         if let Some(at) = update.next_attempt_at {
-            set(&detail, "nextAttemptAt", &(at.as_millis() as f64).into());
+            put(&detail, "nextAttemptAt", &(at.as_millis() as f64).into());
         }
         if let Some(why) = update.waiting_for {
-            set(&detail, "waitingFor", &waiting_for(why).into());
+            put(&detail, "waitingFor", &waiting_for(why).into());
         }
         kit.announce(state, &detail);
     }
 }
+
+/// A submission's settlement to come.
+type Work = ::core::pin::Pin<Box<dyn ::core::future::Future<Output = Result<Settlement, Error>>>>;
 
 /// What a waiting submission waits for, as JavaScript reads it: `retry` or `online`.
 pub(crate) fn waiting_for(why: WaitingFor) -> &'static str {

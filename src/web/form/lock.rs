@@ -6,10 +6,10 @@
 //! it enables them again and removes `aria-busy`.
 
 use crate::prelude::*;
-use js_sys::Reflect;
 use wasm_bindgen::JsValue;
 use web_sys::{Element, HtmlFormElement};
 
+use super::dom::{call, controls, get, put, remove_attr, set_attr};
 use super::fields::is_submit_button;
 
 /// A form locked while its submission's outcome is unknown; unlocked when dropped.
@@ -55,20 +55,17 @@ impl FormLock {
     }
 
     fn scan(&mut self, skip: Option<&Element>) {
-        let _ = self.form.set_attribute("aria-busy", "true");
-        let disabled = JsValue::from_str("disabled");
-        let elements = self.form.elements();
-        for i in 0..elements.length() {
-            let Some(el) = elements.item(i) else { continue };
-            if skip.is_some_and(|s| s.contains(Some(&el))) {
+        set_attr(&self.form, "aria-busy", "true");
+        for el in controls(&self.form) {
+            if skip.is_some_and(|s| call(s, "contains", &el).is_truthy()) {
                 continue;
             }
             if self.submit_enabled && is_submit_button(&el) {
                 if self.disabled.contains(&el) {
-                    set(&el, &disabled, false);
+                    set(&el, false);
                 }
-            } else if !get(&el, &disabled) {
-                set(&el, &disabled, true);
+            } else if !get(&el, "disabled").is_truthy() {
+                set(&el, true);
                 if !self.disabled.contains(&el) {
                     self.disabled.push(el);
                 }
@@ -80,30 +77,22 @@ impl FormLock {
     /// [`hold`](Self::hold) disables it again.
     pub(crate) fn release(&self, el: &Element) {
         if self.disabled.contains(el) {
-            set(el, &JsValue::from_str("disabled"), false);
+            set(el, false);
         }
     }
 }
 
 impl Drop for FormLock {
     fn drop(&mut self) {
-        let disabled = JsValue::from_str("disabled");
-        for el in self.disabled.drain(..) {
-            set(&el, &disabled, false);
+        for el in &self.disabled {
+            set(el, false);
         }
-        let _ = self.form.remove_attribute("aria-busy");
+        remove_attr(&self.form, "aria-busy");
     }
 }
 
-/// The `disabled` property (`name`), which every form control has: the kit reads and writes it
-/// alike for inputs, buttons, selects, text areas and fieldsets.
-fn get(el: &Element, name: &JsValue) -> bool {
-    Reflect::get(el, name)
-        .ok()
-        .and_then(|v| v.as_bool())
-        .unwrap_or(false)
-}
-
-fn set(el: &Element, name: &JsValue, value: bool) {
-    let _ = Reflect::set(el, name, &JsValue::from_bool(value));
+/// The `disabled` property, which every form control has: the kit writes it alike for inputs,
+/// buttons, selects, text areas and fieldsets.
+fn set(el: &Element, value: bool) {
+    put(el, "disabled", &JsValue::from_bool(value));
 }

@@ -126,7 +126,7 @@ impl Messages {
 
     /// The message with its `{name}` placeholders filled from `args`.
     pub(crate) fn fill(&self, m: Message, args: &[(&str, &str)]) -> String {
-        fill_with(self.text(m), |name| {
+        fill_with(self.text(m), &|name| {
             args.iter()
                 .find(|(n, _)| *n == name)
                 .map(|(_, v)| (*v).to_owned())
@@ -180,8 +180,8 @@ pub(crate) fn unknown(prefix: &str, key: &str) -> Error {
 }
 
 /// `template` with each `{name}` replaced by `value(name)` (nothing when it has none); an
-/// unclosed `{` is kept as written.
-pub(crate) fn fill_with(template: &str, value: impl Fn(&str) -> Option<String>) -> String {
+/// unclosed `{` is kept as written. (`dyn`: one copy of it for the messages and the templates.)
+pub(crate) fn fill_with(template: &str, value: &dyn Fn(&str) -> Option<String>) -> String {
     let mut out = String::new();
     let mut rest = template;
     while let Some((before, after)) = rest.split_once('{') {

@@ -40,6 +40,7 @@
 //! `attachForm` returned, and whose garbage collector frees the wrapper, keeps a working form.
 
 mod answer;
+mod dom;
 mod fields;
 mod first_paint;
 mod js;

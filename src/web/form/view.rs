@@ -7,14 +7,15 @@
 use crate::core::text::concat;
 use crate::core::{Outcome, State};
 use crate::prelude::*;
-use js_sys::{Object, Reflect, JSON};
+use js_sys::{Object, JSON};
 use wasm_bindgen::closure::Closure;
 use wasm_bindgen::{JsCast, JsValue};
-use web_sys::{CustomEvent, CustomEventInit, Element, Event, HtmlElement, HtmlFormElement};
+use web_sys::{CustomEvent, CustomEventInit, Element, Event, HtmlFormElement};
 
 use super::answer::{default_success, fill_template, problem_text, show_problem};
+use super::dom::{call, call2, has_attr, make, put, run, set_attr, set_text};
 use super::fields::{label_of, named_controls};
-use super::kit::Kit;
+use super::kit::{Kit, DISCARD, SEND_AS_NEW, TRY_AGAIN};
 use super::messages::Message;
 use super::{FormLock, SuccessMessage};
 use crate::web::{Error, Settlement};
@@ -35,52 +36,49 @@ impl Kit {
         self.remove_controls();
         let m = &self.messages;
         let problem = problem_text(s, m);
-        match outcome {
+        // The state, the message with the problem (none: the success's), the field to focus.
+        let (state, what, first_invalid) = match outcome {
             Outcome::Succeeded => {
                 if self.clear_on_success {
-                    self.form.reset();
+                    run(&self.form, "reset");
                 }
-                self.say(&self.success_text(s));
-                self.finish(State::Succeeded, s);
-                focus(&self.status);
+                (State::Succeeded, None, None)
             }
             Outcome::Refused => {
-                let first_invalid = show_problem(&self.form, s, m);
-                self.say(&m.fill(Message::Refused, &[("problem", &problem)]));
-                self.finish(State::Refused, s);
-                match first_invalid {
-                    Some(field) => focus(&field),
-                    None => focus(&self.status),
+                self.marked.set(true);
+                let first = show_problem(&self.form, s, m);
+                (State::Refused, Some(Message::Refused), first)
+            }
+            Outcome::Conflict => (State::Conflict, Some(Message::Conflict), None),
+            _ => (State::Misconfigured, Some(Message::Misconfigured), None),
+        };
+        let text = match what {
+            None => self.success_text(s),
+            Some(what) => {
+                if state != State::Refused {
+                    web_sys::console::error_1(&JsValue::from_str(&concat(&[
+                        "oncekey: ",
+                        outcome.as_str(),
+                        " for key ",
+                        s.key().as_str(),
+                        ": ",
+                        &problem,
+                    ])));
                 }
+                m.fill(what, &[("problem", &problem)])
             }
-            Outcome::Conflict | Outcome::Misconfigured => {
-                let (state, what) = if outcome == Outcome::Conflict {
-                    (State::Conflict, Message::Conflict)
-                } else {
-                    (State::Misconfigured, Message::Misconfigured)
-                };
-                web_sys::console::error_1(&JsValue::from_str(&concat(&[
-                    "oncekey: ",
-                    outcome.as_str(),
-                    " for key ",
-                    s.key().as_str(),
-                    ": ",
-                    &problem,
-                ])));
-                self.say(&m.fill(what, &[("problem", &problem)]));
-                self.finish(state, s);
-                focus(&self.status);
-            }
-            Outcome::Unsure | Outcome::Expired => {}
-        }
+        };
+        self.say(&text);
+        self.finish(state, s);
+        focus(first_invalid.as_ref().unwrap_or(&self.status));
     }
 
     /// The unconfirmed submission was dropped: the form is the person's again. Once: nothing
     /// happens when nothing was held.
     pub(super) fn discarded(&self) {
-        let lock = self.lock.borrow_mut().take();
+        let lock = self.lock.take();
         let asking = self.asking_secrets.replace(false);
-        if lock.is_none() && self.controls.borrow().is_none() && !asking {
+        if lock.is_none() && !self.has_controls() && !asking {
             return;
         }
         self.round.set(self.round.get().wrapping_add(1));
@@ -111,34 +109,24 @@ impl Kit {
     /// The kit's buttons after the status: "Try again" (or, expired, "Send as a new ticket") and
     /// "Discard"; kept when they are there already.
     fn offer(&self, expired: bool) {
-        if self.controls.borrow().is_some() {
+        if self.has_controls() {
             return;
         }
-        let made = {
-            let wiring = self.wiring.borrow();
-            let Some(w) = wiring.as_ref() else { return };
-            let m = &self.messages;
-            let first = match expired {
-                false => (m.text(Message::TryAgain), "oncekey-try-again", &w.on_try),
-                true => (
-                    m.text(Message::SendAsNew),
-                    "oncekey-send-as-new",
-                    &w.on_send_as_new,
-                ),
-            };
-            make_controls(
-                &self.status,
-                [
-                    first,
-                    (
-                        m.text(Message::Discard),
-                        "oncekey-discard secondary",
-                        &w.on_discard,
-                    ),
-                ],
-            )
+        let Some(wiring) = self.wiring.take() else {
+            return;
         };
-        *self.controls.borrow_mut() = made;
+        let m = &self.messages;
+        let first = match expired {
+            false => (m.text(Message::TryAgain), TRY_AGAIN),
+            true => (m.text(Message::SendAsNew), SEND_AS_NEW),
+        };
+        let made = make_controls(
+            &self.status,
+            [first, (m.text(Message::Discard), DISCARD)],
+            &wiring.on_event,
+        );
+        self.wiring.set(Some(wiring));
+        self.controls.set(made);
     }
 
     /// After a reload the secrets are gone: unlock just those fields and ask for them.
@@ -148,8 +136,9 @@ impl Kit {
         let mut labels: Vec<String> = Vec::new();
         let mut first = None;
         for name in &self.secret_names {
+            let lock = self.lock.take();
             for el in named_controls(&self.form, name) {
-                if let Some(lock) = self.lock.borrow().as_ref() {
+                if let Some(lock) = &lock {
                     lock.release(&el);
                 }
                 let label = label_of(&el).unwrap_or_else(|| name.clone());
@@ -158,6 +147,7 @@ impl Kit {
                 }
                 first.get_or_insert(el);
             }
+            self.lock.set(lock);
         }
         // "password", "password and pin", "password, card and pin" (by hand: slices' join
         // costs the package a kilobyte).
@@ -181,7 +171,7 @@ impl Kit {
         };
         self.say(&m.fill(message, &[("fields", &listed)]));
         let detail = Object::new();
-        set(&detail, "needsSecrets", &JsValue::TRUE);
+        put(&detail, "needsSecrets", &JsValue::TRUE);
         self.announce(State::Unsure, &detail);
         if let Some(el) = first {
             focus(&el);
@@ -190,34 +180,39 @@ impl Kit {
 
     /// Locks the form (or locks what was added since), skipping the kit's own buttons.
     pub(super) fn hold(&self, submit_enabled: bool) {
-        let controls = self.controls.borrow().clone();
-        let mut lock = self.lock.borrow_mut();
-        match lock.as_mut() {
-            Some(lock) => lock.hold(submit_enabled, controls.as_ref()),
-            None => {
-                *lock = Some(FormLock::holding(
-                    &self.form,
-                    submit_enabled,
-                    controls.as_ref(),
-                ))
+        let controls = self.controls.take();
+        let lock = match self.lock.take() {
+            Some(mut lock) => {
+                lock.hold(submit_enabled, controls.as_ref());
+                lock
             }
-        }
+            None => FormLock::holding(&self.form, submit_enabled, controls.as_ref()),
+        };
+        self.lock.set(Some(lock));
+        self.controls.set(controls);
     }
 
     pub(super) fn unlock(&self) {
-        let lock = self.lock.borrow_mut().take();
-        drop(lock);
+        drop(self.lock.take());
+    }
+
+    /// "Try again" (or "Send as a new ticket") and "Discard" are on the page.
+    pub(super) fn has_controls(&self) -> bool {
+        let controls = self.controls.take();
+        let has = controls.is_some();
+        self.controls.set(controls);
+        has
     }
 
     pub(super) fn remove_controls(&self) {
-        if let Some(c) = self.controls.borrow_mut().take() {
-            c.remove();
+        if let Some(c) = self.controls.take() {
+            run(&c, "remove");
         }
     }
 
     /// Text, never HTML.
     pub(super) fn say(&self, text: &str) {
-        self.status.set_text_content(Some(text));
+        set_text(&self.status, text);
     }
 
     pub(super) fn success_text(&self, s: &Settlement) -> String {
@@ -232,35 +227,34 @@ impl Kit {
 
     /// Records the settled outcome on the form and tells listeners.
     pub(super) fn finish(&self, state: State, s: &Settlement) {
-        let _ = self
-            .form
-            .set_attribute("data-oncekey-outcome", s.outcome().as_str());
+        set_attr(&self.form, "data-oncekey-outcome", s.outcome().as_str());
         let detail = Object::new();
-        set(&detail, "outcome", &s.outcome().as_str().into());
-        set(&detail, "key", &s.key().as_str().into());
-        set(&detail, "attempts", &s.attempts().into());
-        set(
+        put(&detail, "outcome", &s.outcome().as_str().into());
+        put(&detail, "key", &s.key().as_str().into());
+        put(&detail, "attempts", &s.attempts().into());
+        put(
             &detail,
             "status",
             &s.status().map_or(JsValue::NULL, JsValue::from),
         );
-        set(&detail, "replayed", &s.replayed().into());
-        set(&detail, "body", &body_js(s));
+        put(&detail, "replayed", &s.replayed().into());
+        put(&detail, "body", &body_js(s));
         self.announce(state, &detail);
     }
 
     /// Marks the form with `state` and tells listeners: an `oncekey:change` event whose detail
     /// is `detail` with its `state` set here. One call per change of state.
     pub(super) fn announce(&self, state: State, detail: &Object) {
-        let _ = self
-            .form
-            .set_attribute("data-oncekey-state", state.as_str());
-        set(detail, "state", &state.as_str().into());
-        let init = CustomEventInit::new();
-        init.set_detail(detail);
-        init.set_bubbles(true);
-        if let Ok(event) = CustomEvent::new_with_event_init_dict("oncekey:change", &init) {
-            let _ = self.form.dispatch_event(&event);
+        set_attr(&self.form, "data-oncekey-state", state.as_str());
+        put(detail, "state", &state.as_str().into());
+        // The init dictionary as a plain object: its setters would cost an import each.
+        let init = Object::new();
+        put(&init, "detail", detail);
+        put(&init, "bubbles", &JsValue::TRUE);
+        if let Ok(event) =
+            CustomEvent::new_with_event_init_dict("oncekey:change", init.unchecked_ref::<CustomEventInit>())
+        {
+            call(&self.form, "dispatchEvent", &event);
         }
     }
 }
@@ -274,67 +268,58 @@ pub(super) fn body_js(s: &Settlement) -> JsValue {
     }
 }
 
-pub(super) fn set(object: &Object, name: &str, value: &JsValue) {
-    let _ = Reflect::set(object, &JsValue::from_str(name), value);
-}
-
 pub(super) fn focus(el: &Element) {
-    if let Some(el) = el.dyn_ref::<HtmlElement>() {
-        let _ = el.focus();
-    }
+    run(el, "focus");
 }
 
 /// The form's `[role="status"]` element, or a `<p role="status">` made at its end; focusable by
 /// script, so that screen readers and keyboard users hear it.
-pub(super) fn status_of(form: &HtmlFormElement) -> Result<(HtmlElement, bool), Error> {
-    let found = form
-        .query_selector("[role=\"status\"]")
-        .ok()
-        .flatten()
-        .and_then(|el| el.dyn_into::<HtmlElement>().ok());
-    let (status, made) = match found {
-        Some(el) => (el, false),
-        None => {
-            let document = form
-                .owner_document()
-                .ok_or_else(|| Error::option("the form is not in a document"))?;
-            let el = document
-                .create_element("p")
-                .ok()
-                .map(JsCast::unchecked_into::<HtmlElement>)
+pub(super) fn status_of(form: &HtmlFormElement) -> Result<(Element, bool), Error> {
+    let found = call(form, "querySelector", &JsValue::from_str("[role=\"status\"]"));
+    let (status, made) = match found.is_object() {
+        true => (found.unchecked_into::<Element>(), false),
+        false => {
+            let el = make(form, "p")
                 .ok_or_else(|| Error::option("the form's status element cannot be made"))?;
-            let _ = el.set_attribute("role", "status");
-            let _ = el.set_attribute("class", "oncekey-status");
-            let _ = form.append_with_node_1(&el);
+            set_attr(&el, "role", "status");
+            set_attr(&el, "class", "oncekey-status");
+            call(form, "append", &el);
             (el, true)
         }
     };
-    if !status.has_attribute("tabindex") {
-        let _ = status.set_attribute("tabindex", "-1");
+    if !has_attr(&status, "tabindex") {
+        set_attr(&status, "tabindex", "-1");
     }
     Ok((status, made))
 }
 
-/// A button of the kit: its label, its class and what a click does.
-type Button<'a> = (&'a str, &'a str, &'a Closure<dyn FnMut(Event)>);
+/// A button of the kit: its label and its class (which says what a click does).
+type Button<'a> = (&'a str, &'static str);
 
 /// The kit's buttons ("Try again" and "Discard"), after the status.
-pub(super) fn make_controls(status: &HtmlElement, buttons: [Button<'_>; 2]) -> Option<Element> {
-    let document = status.owner_document()?;
-    let actions = document.create_element("div").ok()?;
-    let _ = actions.set_attribute("class", "oncekey-actions actions");
-    for (text, class, f) in buttons {
-        let button = document.create_element("button").ok()?;
-        let _ = button.set_attribute("type", "button");
-        let _ = button.set_attribute("class", class);
-        button.set_text_content(Some(text));
-        let _ = button.add_event_listener_with_callback("click", f.as_ref().unchecked_ref());
-        let _ = actions.append_with_node_1(&button);
+pub(super) fn make_controls(
+    status: &Element,
+    buttons: [Button<'_>; 2],
+    on_click: &Closure<dyn FnMut(Event)>,
+) -> Option<Element> {
+    let actions = make(status, "div")?;
+    set_attr(&actions, "class", "oncekey-actions actions");
+    for (text, class) in buttons {
+        let button = make(status, "button")?;
+        set_attr(&button, "type", "button");
+        set_attr(&button, "class", class);
+        set_text(&button, text);
+        call2(
+            &button,
+            "addEventListener",
+            &JsValue::from_str("click"),
+            on_click.as_ref(),
+        );
+        call(&actions, "append", &button);
     }
-    let _ = status.after_with_node_1(&actions);
+    call(status, "after", &actions);
     Some(actions)
 }
-
 /// What a thrown value says (the kit reads `FormData`, which throws only for a form that is
 /// not one).
 pub(super) fn describe(e: &JsValue) -> String {

@@ -1,0 +1,116 @@
+//! # The page, through one door
+//!
+//! Every DOM property and method the kit uses, by name, through `Reflect` and `Function.call`:
+//! each distinct web-sys method would cost the package an import and its glue, and the kit uses
+//! some forty, once or twice each. Reads that fail are `undefined`; calls that throw are
+//! `undefined` too (the kit ignores what the DOM refuses, as it did with `let _ =`).
+
+use crate::prelude::*;
+use js_sys::{Array, Function, Reflect};
+use wasm_bindgen::{JsCast, JsValue};
+use web_sys::Element;
+
+/// `target[name]`.
+pub(super) fn get(target: &JsValue, name: &str) -> JsValue {
+    Reflect::get(target, &JsValue::from_str(name)).unwrap_or(JsValue::UNDEFINED)
+}
+
+/// `target[name]` as a string, when it is one.
+pub(super) fn text(target: &JsValue, name: &str) -> Option<String> {
+    get(target, name).as_string()
+}
+
+/// `target[name] = value`.
+pub(super) fn put(target: &JsValue, name: &str, value: &JsValue) {
+    let _ = Reflect::set(target, &JsValue::from_str(name), value);
+}
+
+/// `target.method(arg)`: a method of at most one argument (`undefined` for none; a variadic
+/// one such as `after` gets exactly `arg`).
+pub(super) fn call(target: &JsValue, method: &str, arg: &JsValue) -> JsValue {
+    get(target, method)
+        .unchecked_into::<Function>()
+        .call1(target, arg)
+        .unwrap_or(JsValue::UNDEFINED)
+}
+
+/// `target.method(arg)`, with a string.
+pub(super) fn call_str(target: &JsValue, method: &str, arg: &str) -> JsValue {
+    call(target, method, &JsValue::from_str(arg))
+}
+
+/// `target.method(a, b)`.
+pub(super) fn call2(target: &JsValue, method: &str, a: &JsValue, b: &JsValue) -> JsValue {
+    get(target, method)
+        .unchecked_into::<Function>()
+        .call2(target, a, b)
+        .unwrap_or(JsValue::UNDEFINED)
+}
+
+/// `el.getAttribute(name)`.
+pub(super) fn attr(el: &JsValue, name: &str) -> Option<String> {
+    call_str(el, "getAttribute", name).as_string()
+}
+
+/// `el.hasAttribute(name)`.
+pub(super) fn has_attr(el: &JsValue, name: &str) -> bool {
+    call_str(el, "hasAttribute", name).is_truthy()
+}
+
+/// `el.setAttribute(name, value)`.
+pub(super) fn set_attr(el: &JsValue, name: &str, value: &str) {
+    call2(
+        el,
+        "setAttribute",
+        &JsValue::from_str(name),
+        &JsValue::from_str(value),
+    );
+}
+
+/// `el.removeAttribute(name)`.
+pub(super) fn remove_attr(el: &JsValue, name: &str) {
+    call_str(el, "removeAttribute", name);
+}
+
+/// `el.textContent = text`: text, never HTML.
+pub(super) fn set_text(el: &JsValue, text: &str) {
+    put(el, "textContent", &JsValue::from_str(text));
+}
+
+/// `el.method()`: `remove`, `focus`, `reset`, `preventDefault`.
+pub(super) fn run(el: &JsValue, method: &str) {
+    call(el, method, &JsValue::UNDEFINED);
+}
+
+/// A collection's items (`elements`, a `NodeList`, `options`), as elements.
+pub(super) fn items(list: &JsValue) -> Vec<Element> {
+    if !list.is_object() {
+        return Vec::new();
+    }
+    Array::from(list)
+        .iter()
+        .map(JsCast::unchecked_into::<Element>)
+        .collect()
+}
+
+/// The form's controls, in document order.
+pub(super) fn controls(form: &JsValue) -> Vec<Element> {
+    items(&get(form, "elements"))
+}
+
+/// `parent.querySelectorAll(selector)`'s elements.
+pub(super) fn select_all(parent: &JsValue, selector: &str) -> Vec<Element> {
+    items(&call_str(parent, "querySelectorAll", selector))
+}
+
+/// A new element of `el`'s document (`None`: it has none).
+pub(super) fn make(el: &JsValue, tag: &str) -> Option<Element> {
+    let document = get(el, "ownerDocument");
+    let made = call_str(&document, "createElement", tag);
+    (!made.is_undefined()).then(|| made.unchecked_into())
+}
+
+/// Whether `el` is the element `tag` (`tagName`, in any case).
+pub(super) fn is_tag(el: &JsValue, tag: &str) -> bool {
+    text(el, "tagName").is_some_and(|t| t.eq_ignore_ascii_case(tag))
+}
