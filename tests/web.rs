@@ -101,17 +101,23 @@ export function reset_online() {
   if (Object.getOwnPropertyDescriptor(navigator, 'onLine')) set_online();
 }
 // navigator.locks.request, each grant put off by `ms` (as a busy lock manager would), its
-// requests logged as { name, asked, granted } (Date.now()); `restore()` undoes it.
+// requests logged as { name, asked, granted, threw } (Date.now(); `threw`: what the granted
+// callback threw, null when nothing); `restore()` undoes it.
 export function delay_locks(ms) {
   const locks = navigator.locks;
   const real = locks.request.bind(locks);
   const log = [];
   locks.request = (name, cb) => {
-    const entry = { name, asked: Date.now(), granted: null };
+    const entry = { name, asked: Date.now(), granted: null, threw: null };
     log.push(entry);
     return real(name, (l) => new Promise((r) => setTimeout(r, ms)).then(() => {
       entry.granted = Date.now();
-      return cb(l);
+      try {
+        return cb(l);
+      } catch (e) {
+        entry.threw = String(e);
+        throw e;
+      }
     }));
   };
   return { log, restore: () => { delete locks.request; } };
@@ -1082,6 +1088,15 @@ async fn a_new_keys_first_attempt_holds_the_lock_without_waiting_for_it_and_retr
         at(&seen[1], "at") >= at(&log[1], "granted"),
         "the retry waited for its lock"
     );
+    // The first lock was let go before its grant came: its callback was still there for it.
+    JsFuture::from(sleep(400)).await.unwrap();
+    for entry in &log {
+        assert!(
+            get(entry, "granted").as_f64().is_some(),
+            "every lock was granted"
+        );
+        assert!(get(entry, "threw").is_null(), "{:?}", get(entry, "threw"));
+    }
     assert_eq!(case.keys(), [key.clone(), key]);
     assert_eq!(case.tickets().await, 1.0);
 }

@@ -52,7 +52,7 @@ pub(crate) fn start(
         .then(|| request_lock(&("oncekey:".to_owned() + attempt.key.as_str())))
         .flatten();
     spawn_local(async move {
-        let lock = match lock {
+        let _lock = match lock {
             Some(lock) if !fresh => lock.granted().await,
             lock => lock,
         };
@@ -60,10 +60,6 @@ pub(crate) fn start(
         match send(&driver, attempt, body, controller).await {
             Ok((answer, text)) => driver.answer(id, &answer, text),
             Err(failure) => driver.failure(id, failure),
-        }
-        // Let go once granted (at once when it was): its callback must still find it then.
-        if let Some(lock) = lock {
-            drop(lock.granted().await);
         }
     });
 }
@@ -129,6 +125,7 @@ fn answer(response: &Response, text: &str, key_header: &str) -> Answer {
         key_header,
     )
 }
+
 /// The `fetch` options of `attempt`: its headers (the key's among them), method, credentials,
 /// signal and body. Out of the attempt's future, which then holds only what it awaits.
 #[inline(never)]
@@ -183,4 +180,3 @@ fn request_init(driver: &Driver, attempt: &Attempt, body: &str, signal: &web_sys
     }
     init
 }
-

@@ -7,6 +7,9 @@
 //! web-sys has `LockManager` only behind `--cfg=web_sys_unstable_apis`, which a plain build
 //! does not set.
 
+use std::cell::Cell;
+use std::rc::Rc;
+
 use js_sys::{Function, Promise, Reflect};
 use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::JsFuture;
@@ -130,7 +133,7 @@ fn locks() -> Option<LockManager> {
 }
 
 /// Asks for the Web Lock `name` at once and holds it, once granted, until the [`Lock`] is
-/// dropped (dropped first, it is let go the moment it is granted). `None` where the browser has
+/// dropped (dropped before the grant, it is let go the moment it is granted). `None` where the browser has
 /// no Web Locks: then the attempt goes on without, and the server's idempotency still holds.
 /// Requests for one name are granted in the order they were made, across tabs.
 pub(crate) fn request_lock(name: &str) -> Option<Lock> {
@@ -141,7 +144,10 @@ pub(crate) fn request_lock(name: &str) -> Option<Lock> {
     let granted = Promise::new(&mut |resolve, _| grant = Some(resolve));
     let (release, grant) = (release?, grant?);
     let refused = grant.clone();
+    let answered = Rc::new(Cell::new(false));
+    let told = answered.clone();
     let callback: Closure<dyn FnMut(JsValue) -> JsValue> = Closure::once(move |_lock: JsValue| {
+        told.set(true);
         let _ = grant.call1(&JsValue::NULL, &JsValue::TRUE);
         JsValue::from(held)
     });
@@ -149,14 +155,17 @@ pub(crate) fn request_lock(name: &str) -> Option<Lock> {
         .request(name, callback.as_ref().unchecked_ref())
         .ok()?;
     // Refused before it was granted: `granted` resolves with false (a no-op once granted).
+    let told = answered.clone();
     let on_refused: Closure<dyn FnMut(JsValue)> = Closure::once(move |_e: JsValue| {
+        told.set(true);
         let _ = refused.call1(&JsValue::NULL, &JsValue::FALSE);
     });
     let _ = request.catch(&on_refused);
     Some(Lock {
         release,
         granted,
-        _closures: (callback, on_refused),
+        answered,
+        closures: Some((callback, on_refused)),
     })
 }
 
@@ -170,8 +179,10 @@ type LockClosures = (
 pub(crate) struct Lock {
     release: Function,
     granted: Promise,
-    /// Called once each at most, and kept until then.
-    _closures: LockClosures,
+    /// The browser granted or refused it: one of the closures was called.
+    answered: Rc<Cell<bool>>,
+    /// Called once each at most, and kept until the browser answered.
+    closures: Option<LockClosures>,
 }
 
 impl Lock {
@@ -186,5 +197,14 @@ impl Lock {
 impl Drop for Lock {
     fn drop(&mut self) {
         let _ = self.release.call0(&JsValue::NULL);
+        // Dropped before the browser answered: its callback must still be there when the
+        // grant comes (at once, the lock let go), so the closures go when it has come.
+        if let Some(closures) = self.closures.take().filter(|_| !self.answered.get()) {
+            let granted = self.granted.clone();
+            wasm_bindgen_futures::spawn_local(async move {
+                let _ = JsFuture::from(granted).await;
+                drop(closures);
+            });
+        }
     }
 }
