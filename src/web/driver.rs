@@ -522,10 +522,7 @@ impl Submitter {
         };
         match result {
             Ok(()) => {
-                let mut m = d.machine.borrow_mut();
-                m.last_text = None;
-                m.fresh = true;
-                drop(m);
+                d.made_key();
                 d.wait()
             }
             Err(e) => refused(Error::new(ErrorCode::State, e.message())),
@@ -645,10 +642,7 @@ impl Driver {
         match begun {
             Ok(Begun::Started) => {
                 super::upload::started(self);
-                let mut m = self.machine.borrow_mut();
-                m.last_text = None;
-                m.fresh = true;
-                drop(m);
+                self.made_key();
                 self.wait()
             }
             Ok(_) => self.wait(),
@@ -682,6 +676,14 @@ impl Driver {
     /// Tells the listeners of a warning, the state unchanged.
     pub(crate) fn warned(&self, warning: String) {
         self.emit(self.snapshot(Some(warning)));
+    }
+
+    /// A new key was made and its submission begun: no answer of the last one is kept, and its
+    /// first attempt is fresh ([`attempt::start`]).
+    fn made_key(&self) {
+        let mut m = self.machine.borrow_mut();
+        m.last_text = None;
+        m.fresh = true;
     }
 
     fn wait(self: &Rc<Self>) -> Settling {
