@@ -183,13 +183,6 @@ impl Kit {
         }
     }
 
-    /// Whether the form is wired (not detached).
-    fn wired(&self) -> bool {
-        let wiring = self.wiring.take();
-        let wired = wiring.is_some();
-        self.wiring.set(wiring);
-        wired
-    }
 
     pub(super) fn detach(&self) {
         let Some(wiring) = self.wiring.take() else {
@@ -308,7 +301,7 @@ impl Kit {
 
     /// Try again: the same key and body (and the secrets held in memory).
     pub(super) fn resend(kit: &Rc<Kit>) {
-        if kit.in_flight.get() || !kit.wired() {
+        if kit.in_flight.get() || !holds(&kit.wiring) {
             return;
         }
         if kit.submitter.state() == State::Expired {
@@ -322,7 +315,7 @@ impl Kit {
 
     /// "Send as a new ticket": the expired submission's request again, under a new key.
     pub(super) fn send_as_new(kit: &Rc<Kit>) {
-        if kit.in_flight.get() || !kit.wired() {
+        if kit.in_flight.get() || !holds(&kit.wiring) {
             return;
         }
         kit.remove_controls();
@@ -430,6 +423,14 @@ impl Kit {
         }
         kit.announce(state, &detail);
     }
+}
+
+/// Whether `cell` holds something (looked at without a borrow: taken out and put back).
+pub(super) fn holds<T>(cell: &Cell<Option<T>>) -> bool {
+    let value = cell.take();
+    let some = value.is_some();
+    cell.set(value);
+    some
 }
 
 /// A submission's settlement to come.

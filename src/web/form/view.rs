@@ -15,7 +15,7 @@ use web_sys::{CustomEvent, CustomEventInit, Element, Event, HtmlFormElement};
 use super::answer::{default_success, fill_template, problem_text, show_problem};
 use super::dom::{call, call2, has_attr, make, put, run, set_attr, set_text};
 use super::fields::{label_of, named_controls};
-use super::kit::{Kit, DISCARD, SEND_AS_NEW, TRY_AGAIN};
+use super::kit::{holds, Kit, DISCARD, SEND_AS_NEW, TRY_AGAIN};
 use super::messages::Message;
 use super::{FormLock, SuccessMessage};
 use crate::web::{Error, Settlement};
@@ -78,7 +78,7 @@ impl Kit {
     pub(super) fn discarded(&self) {
         let lock = self.lock.take();
         let asking = self.asking_secrets.replace(false);
-        if lock.is_none() && !self.has_controls() && !asking {
+        if lock.is_none() && !holds(&self.controls) && !asking {
             return;
         }
         self.round.set(self.round.get().wrapping_add(1));
@@ -109,7 +109,7 @@ impl Kit {
     /// The kit's buttons after the status: "Try again" (or, expired, "Send as a new ticket") and
     /// "Discard"; kept when they are there already.
     fn offer(&self, expired: bool) {
-        if self.has_controls() {
+        if holds(&self.controls) {
             return;
         }
         let Some(wiring) = self.wiring.take() else {
@@ -194,14 +194,6 @@ impl Kit {
 
     pub(super) fn unlock(&self) {
         drop(self.lock.take());
-    }
-
-    /// "Try again" (or "Send as a new ticket") and "Discard" are on the page.
-    pub(super) fn has_controls(&self) -> bool {
-        let controls = self.controls.take();
-        let has = controls.is_some();
-        self.controls.set(controls);
-        has
     }
 
     pub(super) fn remove_controls(&self) {
