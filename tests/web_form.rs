@@ -308,6 +308,59 @@ async fn a_submit_locks_the_form_at_once_says_so_and_makes_one_ticket() {
     form.remove();
 }
 
+/// A click on `button` as the `clicks`-th click of one gesture (`detail`: 2 is the second click
+/// of a double click). Not cancelled: a click the kit let through submits the form.
+fn click(button: &HtmlElement, clicks: i32) {
+    let init = web_sys::MouseEventInit::new();
+    init.set_bubbles(true);
+    init.set_cancelable(true);
+    init.set_detail(clicks);
+    let event = web_sys::MouseEvent::new_with_mouse_event_init_dict("click", &init).unwrap();
+    button.dispatch_event(&event).unwrap();
+}
+
+#[test]
+async fn the_second_click_of_a_double_click_after_the_answer_sends_nothing() {
+    let case = Case::new("dblclick");
+    let form = case.form("");
+    // Kept after the success: a second submission would carry the same values, under a new key.
+    let kit = FormKit::attach(
+        &form,
+        FormOptions {
+            clear_on_success: false,
+            ..case.options(8)
+        },
+    )
+    .expect("valid options");
+    fill_ticket(&form, "Double click, slow finger");
+    let send = button(&form, "Send").unwrap();
+    click(&send, 1);
+    settled(&form, "succeeded").await;
+    let first = case.keys();
+    assert_eq!(first.len(), 1);
+
+    // The reply came before the second click of the double click: that click sends nothing.
+    click(&send, 2);
+    click(&send, 3);
+    JsFuture::from(sleep(300)).await.unwrap();
+    assert_eq!(state(&form), "succeeded", "{}", status_text(&form));
+    assert_eq!(case.keys(), first, "no request after the answer");
+    assert_eq!(case.count("tickets").await, 1.0);
+    assert!(status_text(&form).starts_with("Created #"));
+
+    // A click of its own, later, is a new submission the person means: a new key, a second
+    // ticket.
+    click(&send, 1);
+    settled(&form, "sending").await;
+    settled(&form, "succeeded").await;
+    let keys = case.keys();
+    assert_eq!(keys.len(), 2);
+    assert_ne!(keys[1], keys[0], "a new key for a new submission");
+    assert_eq!(case.count("tickets").await, 2.0);
+    kit.detach();
+    form.remove();
+}
+
 #[test]
 async fn a_lost_reply_is_resent_with_the_same_key_and_makes_one_ticket() {
     let case = Case::new("lost");

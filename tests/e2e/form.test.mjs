@@ -80,6 +80,35 @@ test('a double-click on Send makes one ticket', async () => {
   await context.close()
 })
 
+test('the second click of a double click that lands after the answer sends nothing', async () => {
+  // The reply beat the person's second click: the first click's submission is done, the form
+  // cleared, Send enabled again. The late click (the browser's click count 2) sends nothing: not
+  // the cleared form, not a second ticket.
+  const { tenant, page, context, errors } = await openDemo('late-dblclick')
+  await fill(page, KIT, { subject: 'Late second click' })
+  const send = await page.$(`${KIT} button[type=submit]`)
+  const box = await send.boundingBox()
+  await page.mouse.move(box.x + box.width / 2, box.y + box.height / 2)
+  await page.mouse.down({ clickCount: 1 })
+  await page.mouse.up({ clickCount: 1 })
+  await settled(page, 'succeeded')
+  await page.mouse.down({ clickCount: 2 })
+  await page.mouse.up({ clickCount: 2 })
+  await page.waitForTimeout(500)
+  assert.equal(await state(page), 'succeeded', await statusText(page))
+  assert.match(await statusText(page), /#\d+/)
+  assert.equal((await tickets(server.url, tenant)).length, 1)
+  assert.equal((await stats(server.url, tenant)).receipts, 1, 'one key reached the server')
+  // A click of its own afterwards is a submission the person means: it goes out (the cleared
+  // form, which the server refuses for its empty subject).
+  await page.mouse.down({ clickCount: 1 })
+  await page.mouse.up({ clickCount: 1 })
+  await settled(page, 'refused')
+  assert.equal((await stats(server.url, tenant)).receipts, 2)
+  assert.deepEqual(pageErrors(errors), [])
+  await context.close()
+})
+
 test('an attached form stays wired after the page drops its kit and garbage is collected', async () => {
   // The demo keeps no reference to what attachForm returned.
   const { tenant, page, context, errors } = await openDemo('gc')

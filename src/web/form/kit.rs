@@ -18,7 +18,7 @@ use wasm_bindgen::JsValue;
 use web_sys::{Element, Event, HtmlFormElement};
 
 use super::answer::clear_field_errors;
-use super::dom::{attr, call2, get, put, remove_attr, run, set_attr, set_text, text};
+use super::dom::{attr, call2, call_str, get, put, remove_attr, run, set_attr, set_text, text};
 use super::first_paint;
 use super::fields::{read_fields, restore_fields, secret_field_names};
 use super::messages::{Message, Messages};
@@ -164,18 +164,25 @@ impl Kit {
         }));
     }
 
-    /// The form's submit listener added or removed (`method`).
+    /// The form's submit and click listeners added or removed (`method`).
     fn listen(&self, method: &str, f: &Closure<dyn FnMut(Event)>) {
-        call2(&self.form, method, &JsValue::from_str("submit"), f.as_ref());
+        for kind in ["submit", "click"] {
+            call2(&self.form, method, &JsValue::from_str(kind), f.as_ref());
+        }
     }
 
-    /// A submit of the form, or a click on one of the kit's buttons (which, by its class).
+    /// A submit of the form, a click in it, or a click on one of the kit's buttons (which, by
+    /// its class).
     fn on_event(kit: &Rc<Kit>, event: &Event) {
         if text(event, "type").as_deref() == Some("submit") {
             run(event, "preventDefault");
             return Kit::on_submit(kit);
         }
-        match attr(&get(event, "currentTarget"), "class").as_deref() {
+        let target = get(event, "currentTarget");
+        if target == *AsRef::<JsValue>::as_ref(&kit.form) {
+            return kit.on_click(event);
+        }
+        match attr(&target, "class").as_deref() {
             Some(TRY_AGAIN) => Kit::resend(kit),
             Some(SEND_AS_NEW) => Kit::send_as_new(kit),
             Some(DISCARD) => kit.discard(),
@@ -183,6 +190,22 @@ impl Kit {
         }
     }
 
+    /// The second click of a double click on a submit button, landing after the answer to the
+    /// first (a reply faster than the person's click): the one submission the person meant is
+    /// done, so this click submits nothing. Without this a form cleared by its success would go
+    /// out empty, and one that keeps its values would be sent again under a new key.
+    fn on_click(&self, event: &Event) {
+        // `detail` counts the clicks of one gesture: 2 is the second click of a double click.
+        let repeat = get(event, "detail").as_f64().is_some_and(|clicks| clicks >= 2.0);
+        let state = self.submitter.state();
+        if !repeat || state == State::Idle || state.is_pending() {
+            return;
+        }
+        let control = call_str(&get(event, "target"), "closest", "button,input");
+        if matches!(text(&control, "type").as_deref(), Some("submit" | "image")) {
+            run(event, "preventDefault");
+        }
+    }
 
     pub(super) fn detach(&self) {
         let Some(wiring) = self.wiring.take() else {
