@@ -58,9 +58,14 @@ function TicketForm() {
   useEffect(() => {
     if (tickets.pending) setFields({ ...EMPTY, ...tickets.pending })
   }, [tickets.pending])
-  useEffect(() => {
+  // Cleared in the render that unlocks the form, not in an effect after it: an effect runs after
+  // the unlocked form is on screen, and the second click of a double click landing in between
+  // would send the filled form again, under a new key (a second ticket).
+  const [cleared, setCleared] = useState(tickets.settlement)
+  if (cleared !== tickets.settlement) {
+    setCleared(tickets.settlement)
     if (tickets.settlement?.outcome === 'succeeded') setFields(EMPTY)
-  }, [tickets.settlement])
+  }
 
   const onSubmit = (event) => {
     event.preventDefault()
