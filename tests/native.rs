@@ -912,3 +912,144 @@ async fn the_key_lifetime_is_the_clients_and_a_shorter_one_ends_a_submission_ear
         "{e}"
     );
 }
+
+/// The settlement does not wait for its record's removal (a store answering from a thread of its
+/// own takes the removal in its order and syncs it with a later write), yet whatever comes after
+/// finds it gone: a listing at once, the same message sent again at once (a new submission, so
+/// a new key and a second ticket, not the old key resumed and replayed), and a process opening
+/// the file once the client is closed.
+#[tokio::test]
+async fn after_a_definite_answer_nothing_that_follows_finds_the_record() {
+    let server = Server::start();
+    let tenant = tenant("forget");
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("pending.db");
+    let plan = Plan::new();
+    let c = Client::builder()
+        .store(SqliteStore::open(&path).unwrap())
+        .retry(fast())
+        .timeout(Duration::from_secs(5))
+        .header_provider(plan.provider())
+        .build()
+        .unwrap();
+    for round in 1..=3 {
+        let s = send(&c, &server, &tenant, "again").await.unwrap();
+        assert_eq!(s.outcome(), Outcome::Succeeded, "{s}");
+        assert!(
+            !s.replayed(),
+            "round {round}: a new submission, not a replay"
+        );
+        assert!(
+            c.pending().await.unwrap().is_empty(),
+            "round {round}: nothing pending once settled"
+        );
+    }
+    let keys = plan.keys("again");
+    assert_eq!(keys.len(), 3, "{keys:?}");
+    assert!(
+        keys[0] != keys[1] && keys[1] != keys[2] && keys[0] != keys[2],
+        "a new key each time: {keys:?}"
+    );
+    assert_eq!(server.tickets(&tenant).await, 3);
+    drop(c);
+    let reopened = SqliteStore::open(&path).unwrap();
+    assert!(
+        reopened.list().unwrap().is_empty(),
+        "the removals were written when the client closed"
+    );
+}
+
+/// A store answering from a thread of its own that holds every removal back until released.
+#[derive(Default)]
+struct HoldsRemovals {
+    inner: MemoryStore,
+    held: std::sync::Mutex<Vec<(oncekey::StoreCall, oncekey::StoreReply)>>,
+}
+
+impl std::fmt::Debug for HoldsRemovals {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("HoldsRemovals")
+    }
+}
+
+impl HoldsRemovals {
+    fn held(&self) -> usize {
+        self.held.lock().unwrap().len()
+    }
+
+    fn release(&self) {
+        for (call, reply) in self.held.lock().unwrap().drain(..) {
+            reply(call.run(&self.inner));
+        }
+    }
+}
+
+impl Store for HoldsRemovals {
+    fn claim(
+        &self,
+        name: &str,
+        lease: &oncekey::Lease,
+        now: oncekey::Timestamp,
+    ) -> Result<oncekey::Claim, oncekey::BoxError> {
+        self.inner.claim(name, lease, now)
+    }
+    fn save(
+        &self,
+        name: &str,
+        record: &str,
+        lease: &oncekey::Lease,
+    ) -> Result<bool, oncekey::BoxError> {
+        self.inner.save(name, record, lease)
+    }
+    fn renew(&self, name: &str, lease: &oncekey::Lease) -> Result<bool, oncekey::BoxError> {
+        self.inner.renew(name, lease)
+    }
+    fn remove(&self, name: &str, owner: &str) -> Result<bool, oncekey::BoxError> {
+        self.inner.remove(name, owner)
+    }
+    fn release(&self, name: &str, owner: &str) -> Result<(), oncekey::BoxError> {
+        self.inner.release(name, owner)
+    }
+    fn list(&self) -> Result<Vec<oncekey::Listed>, oncekey::BoxError> {
+        self.inner.list()
+    }
+    fn blocks(&self) -> bool {
+        false
+    }
+    fn starts(&self) -> bool {
+        true
+    }
+    fn start(&self, call: oncekey::StoreCall, reply: oncekey::StoreReply) {
+        if matches!(call, oncekey::StoreCall::Remove { .. }) {
+            self.held.lock().unwrap().push((call, reply));
+        } else {
+            reply(call.run(&self.inner));
+        }
+    }
+}
+
+#[tokio::test]
+async fn the_settlement_does_not_wait_for_the_records_removal() {
+    let server = Server::start();
+    let tenant = tenant("no-wait");
+    let store = Arc::new(HoldsRemovals::default());
+    let plan = Plan::new();
+    let c = Client::builder()
+        .shared_store(store.clone())
+        .retry(fast())
+        .timeout(Duration::from_secs(5))
+        .header_provider(plan.provider())
+        .build()
+        .unwrap();
+    // Awaited, the held removal would keep the settlement back for good.
+    let s = tokio::time::timeout(Duration::from_secs(30), send(&c, &server, &tenant, "quick"))
+        .await
+        .expect("settled while the store still held the removal")
+        .unwrap();
+    assert_eq!(s.outcome(), Outcome::Succeeded, "{s}");
+    assert_eq!(server.tickets(&tenant).await, 1);
+    assert_eq!(store.held(), 1, "the removal was started");
+    assert_eq!(c.pending().await.unwrap().len(), 1, "not yet carried out");
+    store.release();
+    assert!(c.pending().await.unwrap().is_empty());
+}

@@ -371,6 +371,27 @@ impl Client {
         })
     }
 
+    /// Removes the record of `name` after a definite answer. A store that answers from a thread
+    /// of its own ([`Store::starts`]) runs its calls in the order they are started, so the
+    /// removal is started and not waited for: the settlement goes out at once, and any later call
+    /// on the store (a new submission's claim of the name, a listing) comes after it. It is not
+    /// synced on its own either (CONTRACT.md section 5): a removal lost in a crash leaves the
+    /// record, which is resent with the same key and answered by the server's replay. A removal
+    /// that fails is said in the log, not in the settlement: the answer was definite.
+    pub(super) async fn forget(&self, name: &str) {
+        let remove = StoreCall::Remove {
+            name: name.to_owned(),
+            owner: self.inner.owner.clone(),
+        };
+        let store = &self.inner.store;
+        if store.starts() {
+            let name = name.to_owned();
+            store.start(remove, Box::new(move |answer| removed(&name, answer)));
+            return;
+        }
+        removed(name, self.store_start(remove).await);
+    }
+
     /// [`Client::store_start`] for a call answered with a flag.
     pub(super) async fn store_bool(&self, call: StoreCall) -> Result<bool> {
         match self.store_start(call).await? {
@@ -400,5 +421,22 @@ impl Client {
                 "the lease could not be released (it runs out by itself): {e}"
             );
         }
+    }
+}
+
+/// What a removal after a definite answer ([`Client::forget`]) answered, when it was not awaited:
+/// said in the log, since the settlement has gone out already.
+fn removed(name: &str, answer: std::result::Result<StoreAnswer, impl fmt::Display>) {
+    match answer {
+        Ok(StoreAnswer::Bool(true)) => {}
+        Ok(StoreAnswer::Bool(false)) => tracing::warn!(
+            name,
+            "settled, but the lease had been taken over; the other client will get the server's replay"
+        ),
+        Ok(other) => tracing::warn!(name, "the store answered {other:?} to a removal"),
+        Err(e) => tracing::warn!(
+            name,
+            "settled, but the record could not be removed ({e}); it will be resent with the same key and answered by the server's replay"
+        ),
     }
 }

@@ -43,20 +43,7 @@ impl Client {
                         }
                     }
                     Action::Send(attempt) => send = Some(attempt),
-                    Action::Forget => {
-                        let remove = StoreCall::Remove {
-                            name: name.to_owned(),
-                            owner: self.inner.owner.clone(),
-                        };
-                        match self.store_bool(remove).await {
-                            Ok(true) => {}
-                            Ok(false) => tracing::warn!(
-                                name,
-                                "settled, but the lease had been taken over; the other client will get the server's replay"
-                            ),
-                            Err(e) => return Err(e.with_name(name)),
-                        }
-                    }
+                    Action::Forget => self.forget(name).await,
                     Action::Changed(change) => tracing::debug!(
                         name,
                         state = change.state.as_str(),

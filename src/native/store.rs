@@ -275,8 +275,11 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
 
     /// Whether [`Store::start`] returns at once and answers later, from a thread of the
     /// store's own: the client then makes a submission's calls ([`StoreCall`]) through it, and awaits
-    /// the answer without keeping a thread of tokio's blocking pool waiting. `false` (the
-    /// default): the client runs them as [`Store::blocks`] says.
+    /// the answer without keeping a thread of tokio's blocking pool waiting. Such a store carries
+    /// its calls out in the order they were started, which the client relies on: it starts the
+    /// removal after a definite answer and does not wait for it, and the name's next call (a new
+    /// submission's claim, a listing) must find it done. `false` (the default): the client runs
+    /// them as [`Store::blocks`] says, and waits for each.
     fn starts(&self) -> bool {
         false
     }
