@@ -1,8 +1,9 @@
-//! Benchmark of the native client against the reference server on loopback: N sequential and N
+//! Benchmark of the native client against the reference server on loopback: sequential and
 //! concurrent (64 in flight) submissions through `Client` with `MemoryStore`, with
 //! `SqliteStore`, and the same requests with plain reqwest (a fresh key header each, so the
-//! server does the same work); then the peak memory of a process that resumes 10,000 pending
-//! records. Run by `scripts/bench-native.sh` (release, opt-level 3).
+//! server does the same work), the three taking turns (request by request, or batch by batch)
+//! so that the machine's changing load falls on them alike; then the peak memory of a process
+//! that resumes 10,000 pending records. Run by `scripts/bench-native.sh` (release, opt-level 3).
 //!
 //! `bench_native SERVER_BIN [N]` runs the throughput part and then itself as
 //! `bench_native --memory SERVER_BIN STORE_KIND COUNT` for each memory figure, so each peak is
@@ -78,7 +79,7 @@ mod app {
 
     async fn run(sender: &Sender, url: &str, tenant: &str, n: usize, concurrency: usize) -> f64 {
         // Warm up the connection pool.
-        for i in 0..concurrency.min(8) {
+        for i in 0..concurrency.min(WARM) {
             sender.send(url, &format!("{tenant}-warm"), n + i).await;
         }
         let start = Instant::now();
@@ -98,6 +99,37 @@ mod app {
             t.await.unwrap();
         }
         n as f64 / start.elapsed().as_secs_f64()
+    }
+
+    /// Untimed requests before timing: the connection pool warmed up.
+    const WARM: usize = 8;
+
+    /// Plain reqwest, the client on memory, the client on `sqlite`.
+    fn senders(sqlite: &Arc<SqliteStore>) -> [Sender; 3] {
+        [
+            Sender::Plain(reqwest::Client::new()),
+            Sender::Once(client(Arc::new(MemoryStore::new()))),
+            Sender::Once(client(sqlite.clone())),
+        ]
+    }
+
+    /// `n` sequential requests of each sender, one of each in turn (after a warm-up); the
+    /// median latency of each, in microseconds.
+    async fn in_turn(senders: &[Sender; 3], url: &str, n: usize) -> [f64; 3] {
+        for (i, sender) in senders.iter().enumerate() {
+            for w in 0..WARM {
+                sender.send(url, &format!("s{i}-warm"), n + w).await;
+            }
+        }
+        let mut took: [Vec<f64>; 3] = Default::default();
+        for k in 0..n {
+            for (i, sender) in senders.iter().enumerate() {
+                let start = Instant::now();
+                sender.send(url, &format!("s{i}"), k).await;
+                took[i].push(start.elapsed().as_secs_f64() * 1e6);
+            }
+        }
+        took.map(median)
     }
 
     fn median(mut v: Vec<f64>) -> f64 {
@@ -237,7 +269,7 @@ mod app {
         let dir = std::env::temp_dir().join(format!("oncekey-bench-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         println!("oncekey native benchmark: {n} submissions per run, loopback, reference server with an in-memory database");
-        println!("(each figure: the median of {ROUNDS} rounds, a fresh server for each run, the senders taking turns)");
+        println!("(the senders take turns on one server: request by request sequentially, batch by batch concurrently; each figure is a median)");
         if std::env::var_os("ONCEKEY_BENCH_PROFILE").is_some() {
             // Only the sequential MemoryStore run: for a profiler.
             let server = Server::start(server_bin);
@@ -247,31 +279,52 @@ mod app {
             println!("Client + MemoryStore sequential: {m:.0} req/s");
             return;
         }
-        for (label, concurrency) in [("sequential", 1), ("concurrent (64)", CONCURRENCY)] {
-            let db = dir.join(format!("pending-{concurrency}.db"));
-            let sqlite = Arc::new(SqliteStore::open(&db).unwrap());
-            let senders = [
-                Sender::Plain(reqwest::Client::new()),
-                Sender::Once(client(Arc::new(MemoryStore::new()))),
-                Sender::Once(client(sqlite.clone())),
-            ];
+        // Sequential: one request of each sender in turn, each timed alone, on one server; the
+        // median latency of each. Load that drifts over seconds (this machine is shared) falls
+        // on the three alike, and a burst on a few requests cannot move a median.
+        {
+            let sqlite = Arc::new(SqliteStore::open(dir.join("pending-1.db")).unwrap());
+            let senders = senders(&sqlite);
+            let server = Server::start(server_bin);
+            let url = format!("{}/api/tickets", server.url);
+            let before = sqlite.syncs();
+            let [p, m, s] = in_turn(&senders, &url, n * ROUNDS / 2).await;
+            let syncs = (sqlite.syncs() - before) as f64 / (n * ROUNDS / 2 + WARM) as f64;
+            println!("sequential (one request of each in turn, {} each, median latency):", n * ROUNDS / 2);
+            println!("  plain reqwest          {p:>9.0} us   ({:.0} req/s)", 1e6 / p);
+            println!("  Client + MemoryStore   {m:>9.0} us   this/plain = {:.2}", m / p);
+            println!(
+                "  Client + SqliteStore   {s:>9.0} us   this/plain = {:.2}   syncs per submission = {syncs:.3}",
+                s / p
+            );
+            let sync = sync_cost_us(&dir);
+            println!(
+                "  (this disk: one sync {sync:.0} us: one sync per sequential submission alone makes SqliteStore's this/plain at least {:.2})",
+                (p + sync) / p
+            );
+        }
+        // Concurrent: batches of each sender in turn on one server, the median rate of each.
+        {
+            let sqlite = Arc::new(SqliteStore::open(dir.join("pending-64.db")).unwrap());
+            let senders = senders(&sqlite);
+            let server = Server::start(server_bin);
+            let url = format!("{}/api/tickets", server.url);
+            let batch = (n / 4).max(CONCURRENCY);
             let mut rates: [Vec<f64>; 3] = Default::default();
             let (mut syncs, mut submissions) = (0, 0);
-            for _ in 0..ROUNDS {
+            for round in 0..4 * ROUNDS {
                 for (i, sender) in senders.iter().enumerate() {
-                    let server = Server::start(server_bin);
-                    let url = format!("{}/api/tickets", server.url);
                     let before = sqlite.syncs();
-                    let r = run(sender, &url, &format!("t{i}"), n, concurrency).await;
-                    rates[i].push(r);
+                    let tenant = format!("c{i}-{round}");
+                    rates[i].push(run(sender, &url, &tenant, batch, CONCURRENCY).await);
                     if i == 2 {
                         syncs += sqlite.syncs() - before;
-                        submissions += n + concurrency.min(8);
+                        submissions += batch + WARM;
                     }
                 }
             }
             let [p, m, s] = rates.map(median);
-            println!("{label}:");
+            println!("concurrent ({CONCURRENCY}; batches of {batch} of each in turn, median rate):");
             println!("  plain reqwest          {p:>9.0} req/s");
             println!(
                 "  Client + MemoryStore   {m:>9.0} req/s   plain/this = {:.2}",
@@ -282,14 +335,6 @@ mod app {
                 p / s,
                 syncs as f64 / submissions as f64
             );
-            if concurrency == 1 {
-                let sync = sync_cost_us(&dir);
-                let plain_us = 1e6 / p;
-                println!(
-                    "  (this disk: one sync {sync:.0} us, a plain request {plain_us:.0} us: one sync per sequential submission alone makes plain/this at least {:.2})",
-                    (plain_us + sync) / plain_us
-                );
-            }
         }
         let _ = std::fs::remove_dir_all(&dir);
 
