@@ -290,9 +290,18 @@ mod app {
             let before = sqlite.syncs();
             let [p, m, s] = in_turn(&senders, &url, n * ROUNDS / 2).await;
             let syncs = (sqlite.syncs() - before) as f64 / (n * ROUNDS / 2 + WARM) as f64;
-            println!("sequential (one request of each in turn, {} each, median latency):", n * ROUNDS / 2);
-            println!("  plain reqwest          {p:>9.0} us   ({:.0} req/s)", 1e6 / p);
-            println!("  Client + MemoryStore   {m:>9.0} us   this/plain = {:.2}", m / p);
+            println!(
+                "sequential (one request of each in turn, {} each, median latency):",
+                n * ROUNDS / 2
+            );
+            println!(
+                "  plain reqwest          {p:>9.0} us   ({:.0} req/s)",
+                1e6 / p
+            );
+            println!(
+                "  Client + MemoryStore   {m:>9.0} us   this/plain = {:.2}",
+                m / p
+            );
             println!(
                 "  Client + SqliteStore   {s:>9.0} us   this/plain = {:.2}   syncs per submission = {syncs:.3}",
                 s / p
@@ -324,7 +333,9 @@ mod app {
                 }
             }
             let [p, m, s] = rates.map(median);
-            println!("concurrent ({CONCURRENCY}; batches of {batch} of each in turn, median rate):");
+            println!(
+                "concurrent ({CONCURRENCY}; batches of {batch} of each in turn, median rate):"
+            );
             println!("  plain reqwest          {p:>9.0} req/s");
             println!(
                 "  Client + MemoryStore   {m:>9.0} req/s   plain/this = {:.2}",

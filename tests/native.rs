@@ -178,12 +178,25 @@ async fn refused_and_misconfigured_are_definite() {
 
 #[tokio::test]
 async fn unsure_keeps_the_record_a_mismatch_is_refused_and_the_same_body_goes_on() {
+    unsure_then_mismatch_then_the_same_body(MemoryStore::new()).await;
+}
+
+/// The same on SqliteStore, where a send's claim and first save are one call
+/// (`StoreCall::ClaimSave`): one that finds the record saves nothing and goes on with it.
+#[tokio::test]
+async fn on_sqlite_unsure_keeps_the_record_a_mismatch_is_refused_and_the_same_body_goes_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::open(dir.path().join("pending.db")).unwrap();
+    unsure_then_mismatch_then_the_same_body(store).await;
+}
+
+async fn unsure_then_mismatch_then_the_same_body(store: impl Store) {
     let server = Server::start();
     let tenant = tenant("mismatch");
     let plan = Plan::new();
     plan.always("t", "fail-before");
     let client = Client::builder()
-        .store(MemoryStore::new())
+        .store(store)
         .retry(RetryPolicy {
             attempts: 2,
             ..fast()

@@ -249,15 +249,28 @@ impl Client {
     /// unexpired lease is [`Error::is_busy`].
     pub(super) async fn claim(&self, name: &str) -> Result<Option<String>> {
         let lease = self.lease_until(now());
-        let claimed = self
-            .store_start(StoreCall::Claim {
-                name: name.to_owned(),
-                lease: lease.clone(),
-                now: now(),
-            })
+        let call = StoreCall::Claim {
+            name: name.to_owned(),
+            lease: lease.clone(),
+            now: now(),
+        };
+        let answer = self
+            .store_start(call)
             .await
             .map_err(|e| e.with_name(name))?;
-        let mut claimed = match claimed {
+        self.claimed(name, answer, lease).await
+    }
+
+    /// What the store answered to a claim of `name` under `lease` (perhaps with a save,
+    /// [`StoreCall::ClaimSave`]), as [`Client::claim`] answers: a dead holder of this host is
+    /// taken over (saving nothing), another holder is [`Error::is_busy`].
+    pub(super) async fn claimed(
+        &self,
+        name: &str,
+        answer: StoreAnswer,
+        lease: Lease,
+    ) -> Result<Option<String>> {
+        let mut claimed = match answer {
             StoreAnswer::Claim(c) => c,
             other => {
                 return Err(Error::store(

@@ -18,8 +18,10 @@ use tokio::sync::{watch, Notify};
 use super::client::{now, random_key_bytes, Client};
 use super::error::{Error, Result};
 use super::settlement::Settlement;
+use super::store::{Claim, StoreAnswer, StoreCall};
 use crate::core::{
-    BeginError, Begun, Key, NewKey, Record, Request, State, StateError, Submission, Timestamp,
+    Action, BeginError, Begun, Key, NewKey, Record, Request, State, StateError, Submission,
+    Timestamp,
 };
 
 /// What a call asks of a name.
@@ -257,6 +259,37 @@ impl Client {
     ) -> Result<Settlement> {
         let stored = match &job {
             Job::Claimed(record) => Some(record.clone()),
+            Job::Send { request, .. } if self.inner.store.starts() => {
+                // Most sends find nothing stored: set up as a new submission, and its claim
+                // and its first record go to the store as one call. Found a record or another
+                // holder, nothing was saved, and the send goes on as below with what was found.
+                let mut sub = Submission::new(name, self.inner.policy);
+                let key = new_key.clone().expect("a send draws its key");
+                let begun = sub.begin(now(), request.clone(), key);
+                let first = sub.poll_action();
+                match (begun, first) {
+                    (Ok(Begun::Started), Some(Action::Persist(record))) => {
+                        let lease = self.lease_until(now());
+                        let call = StoreCall::ClaimSave {
+                            name: name.to_owned(),
+                            lease: lease.clone(),
+                            now: now(),
+                            record: record.to_json(),
+                        };
+                        let answer = self
+                            .store_start(call)
+                            .await
+                            .map_err(|e| e.with_name(name))?;
+                        // Taken with nothing stored: the record was saved with the claim.
+                        if answer == StoreAnswer::Claim(Claim::Taken(None)) {
+                            lead.fly(sub);
+                            return self.drive(name, lead).await;
+                        }
+                        self.claimed(name, answer, lease).await?
+                    }
+                    _ => self.claim(name).await?,
+                }
+            }
             _ => self.claim(name).await?,
         };
         let record = match stored.as_deref().map(Record::from_json) {

@@ -31,7 +31,7 @@
 //! until it commits).
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::Duration;
 
@@ -291,19 +291,23 @@ const MAX_OPEN: Duration = Duration::from_millis(20);
 
 /// The writer thread, and the syncer it starts: takes every job waiting and runs each in a
 /// savepoint of the open transaction. A batch with a durable job commits at once and hands its
-/// answers to the syncer, which syncs the log and then answers them; a batch of light
+/// answers to the syncer, which syncs the log and then answers them (or, when no other job is
+/// waiting and the syncer has nothing in hand, syncs and answers them itself); a batch of light
 /// jobs is answered at once and left in the open transaction, for the next durable batch to
 /// commit (or the writer commits it, without a sync, once no job came for [`IDLE_COMMIT`], and
 /// when the store closes). Later calls run on the same connection, so they see its work at
 /// once; other connections see it once committed, and wait on SQLite's write lock meanwhile.
 fn write_batches(path: &Path, conn: Connection, queue: mpsc::Receiver<Job>, syncs: &AtomicU64) {
+    // Batches handed to the syncer and not yet answered.
+    let in_hand = AtomicUsize::new(0);
     std::thread::scope(|scope| {
         let (synced, to_sync) = mpsc::channel::<Vec<Ran>>();
+        let in_hand = &in_hand;
         let syncer = std::thread::Builder::new()
             .name("oncekey-sqlite-sync".into())
-            .spawn_scoped(scope, move || sync_batches(path, to_sync, syncs));
+            .spawn_scoped(scope, move || sync_batches(path, to_sync, syncs, in_hand));
         match syncer {
-            Ok(_) => write(path, &conn, &queue, &synced),
+            Ok(_) => write(path, &conn, &queue, (&synced, in_hand, syncs)),
             Err(e) => {
                 let message = format!("the store's sync thread could not start: {e}");
                 while let Ok(job) = queue.recv() {
@@ -322,16 +326,22 @@ fn write(
     path: &Path,
     conn: &Connection,
     queue: &mpsc::Receiver<Job>,
-    synced: &mpsc::Sender<Vec<Ran>>,
+    (synced, in_hand, syncs): (&mpsc::Sender<Vec<Ran>>, &AtomicUsize, &AtomicU64),
 ) {
     let mut open = false;
     let mut opened = std::time::Instant::now();
+    // The log, for the syncs this thread makes itself.
+    let mut wal: Option<std::fs::File> = None;
+    // A job taken from the queue to see whether any was waiting: the next batch's first.
+    let mut next: Option<Job> = None;
     loop {
         if open && opened.elapsed() >= MAX_OPEN {
             open = false;
             commit_light(path, conn);
         }
-        let first = if open {
+        let first = if let Some(job) = next.take() {
+            job
+        } else if open {
             match queue.recv_timeout(IDLE_COMMIT) {
                 Ok(job) => job,
                 Err(mpsc::RecvTimeoutError::Timeout) => {
@@ -391,8 +401,22 @@ fn write(
             fail_all(path, answered.into_iter().map(|(_, r)| r), "written", e);
             continue;
         }
-        // The sync happens on the syncer while this thread goes on with the next calls.
+        // Nothing in the syncer's hands and no job waiting (a sequential client's every save):
+        // synced here, saving the hand-over to the syncer and back. Otherwise the sync happens
+        // on the syncer while this thread goes on with the next calls, and one sync covers
+        // every batch the syncer finds waiting.
+        if in_hand.load(Ordering::Acquire) == 0 {
+            match queue.try_recv() {
+                Ok(job) => next = Some(job),
+                Err(_) => {
+                    synced_here(path, &mut wal, answered, syncs);
+                    continue;
+                }
+            }
+        }
+        in_hand.fetch_add(1, Ordering::AcqRel);
         if let Err(std::sync::mpsc::SendError(answered)) = synced.send(answered) {
+            in_hand.fetch_sub(1, Ordering::AcqRel);
             let e = sync_error("the store's sync thread stopped".into());
             fail_all(path, answered.into_iter().map(|(_, r)| r), "synced", e);
         }
@@ -407,19 +431,38 @@ fn answer(path: &Path, answered: Vec<Ran>) {
 
 /// The syncer thread: takes every committed durable batch waiting, syncs the log once for them
 /// all (a sync covers every commit before it), and only then answers their calls.
-fn sync_batches(path: &Path, queue: mpsc::Receiver<Vec<Ran>>, syncs: &AtomicU64) {
+fn sync_batches(
+    path: &Path,
+    queue: mpsc::Receiver<Vec<Ran>>,
+    syncs: &AtomicU64,
+    in_hand: &AtomicUsize,
+) {
     let mut wal: Option<std::fs::File> = None;
     while let Ok(mut waiting) = queue.recv() {
+        let mut batches = 1;
         while let Ok(more) = queue.try_recv() {
             waiting.extend(more);
+            batches += 1;
         }
-        match sync_log(path, &mut wal) {
-            Ok(()) => {
-                syncs.fetch_add(1, Ordering::Relaxed);
-                answer(path, waiting);
-            }
-            Err(e) => fail_all(path, waiting.into_iter().map(|(_, r)| r), "synced", e),
+        synced_here(path, &mut wal, waiting, syncs);
+        // Answered: the writer may sync the next batch itself.
+        in_hand.fetch_sub(batches, Ordering::AcqRel);
+    }
+}
+
+/// Syncs the log, then answers the calls of the batches `waiting` (or fails them all).
+fn synced_here(
+    path: &Path,
+    wal: &mut Option<std::fs::File>,
+    waiting: Vec<Ran>,
+    syncs: &AtomicU64,
+) {
+    match sync_log(path, wal) {
+        Ok(()) => {
+            syncs.fetch_add(1, Ordering::Relaxed);
+            answer(path, waiting);
         }
+        Err(e) => fail_all(path, waiting.into_iter().map(|(_, r)| r), "synced", e),
     }
 }
 
@@ -525,14 +568,21 @@ fn job(call: StoreCall) -> (bool, Run) {
             name,
             record,
             lease,
+        } => (true, Box::new(move |conn| save(conn, &name, &record, &lease))),
+        // One job: the claim and the save commit (and are synced) together.
+        StoreCall::ClaimSave {
+            name,
+            lease,
+            now,
+            record,
         } => (
             true,
             Box::new(move |conn| {
-                conn.prepare_cached(
-                    "UPDATE oncekey_pending SET record = ?2, lease_until = ?4 WHERE name = ?1 AND lease_owner = ?3",
-                )?
-                .execute(params![name, record, lease.owner, millis(lease.until)])
-                .map(|n| Done::Bool(n == 1))
+                let claimed = claim(conn, &name, None, &lease, now)?;
+                if matches!(claimed, Done::Claim(Claim::Taken(None))) {
+                    save(conn, &name, &record, &lease)?;
+                }
+                Ok(claimed)
             }),
         ),
         StoreCall::Renew { name, lease } => (
@@ -572,6 +622,15 @@ fn job(call: StoreCall) -> (bool, Run) {
             }),
         ),
     }
+}
+
+/// Writes `record` under `name` if `lease.owner` holds its lease, extending it.
+fn save(conn: &Connection, name: &str, record: &str, lease: &Lease) -> rusqlite::Result<Done> {
+    conn.prepare_cached(
+        "UPDATE oncekey_pending SET record = ?2, lease_until = ?4 WHERE name = ?1 AND lease_owner = ?3",
+    )?
+    .execute(params![name, record, lease.owner, millis(lease.until)])
+    .map(|n| Done::Bool(n == 1))
 }
 
 /// A job's answer as the [`StoreCall`]'s.
@@ -944,6 +1003,61 @@ mod tests {
             .query_row("SELECT count(*) FROM oncekey_pending", [], |r| r.get(0))
             .unwrap();
         assert_eq!(rows, 0);
+    }
+
+    #[test]
+    fn a_claim_with_its_save_commits_and_syncs_once_and_saves_only_over_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open(dir.path().join("s.db")).unwrap();
+        let lease = |owner: &str| Lease {
+            owner: owner.into(),
+            until: Timestamp::from_millis(100),
+        };
+        let claim_save = |name: &str, owner: &str, record: &str| {
+            store
+                .call_blocking(StoreCall::ClaimSave {
+                    name: name.into(),
+                    lease: lease(owner),
+                    now: Timestamp::from_millis(0),
+                    record: record.into(),
+                })
+                .and_then(answered)
+                .unwrap()
+        };
+        // Nothing stored: claimed and saved, in one commit and one sync.
+        assert_eq!(
+            claim_save("a", "o", "{1}"),
+            StoreAnswer::Claim(Claim::Taken(None))
+        );
+        assert_eq!(store.syncs(), 1);
+        assert_eq!(store.list().unwrap()[0].record, "{1}");
+        // A record found: answered with it, and not replaced.
+        store.release("a", "o").unwrap();
+        assert_eq!(
+            claim_save("a", "p", "{2}"),
+            StoreAnswer::Claim(Claim::Taken(Some("{1}".into())))
+        );
+        // Held by another owner: busy, nothing saved.
+        assert!(matches!(
+            claim_save("a", "q", "{3}"),
+            StoreAnswer::Claim(Claim::Busy(_))
+        ));
+        assert_eq!(store.list().unwrap()[0].record, "{1}");
+        // The same through a store's blocking methods (StoreCall::run), on memory.
+        let memory = super::super::store::MemoryStore::new();
+        let call = |owner: &str, record: &str| {
+            StoreCall::ClaimSave {
+                name: "a".into(),
+                lease: lease(owner),
+                now: Timestamp::from_millis(0),
+                record: record.into(),
+            }
+            .run(&memory)
+            .unwrap()
+        };
+        assert_eq!(call("o", "{1}"), StoreAnswer::Claim(Claim::Taken(None)));
+        assert!(matches!(call("q", "{3}"), StoreAnswer::Claim(Claim::Busy(_))));
+        assert_eq!(memory.list().unwrap()[0].record, "{1}");
     }
 
     #[test]

@@ -113,6 +113,23 @@ pub enum StoreCall {
         /// The lease holder.
         owner: String,
     },
+    /// [`Store::claim`], then, when it took the lease of a name with nothing stored,
+    /// [`Store::save`] of `record` under that lease: a new submission's first two calls in one,
+    /// so that a store answering from a thread of its own is asked once (and [`SqliteStore`]
+    /// commits and syncs once). Answered with the claim, which saved the record when it is
+    /// [`Claim::Taken`]`(None)`; a claim that found a record or another holder saves nothing.
+    ///
+    /// [`SqliteStore`]: super::SqliteStore
+    ClaimSave {
+        /// The submission's name.
+        name: String,
+        /// The lease to take, and to save the record under.
+        lease: Lease,
+        /// The time leases are judged at.
+        now: Timestamp,
+        /// The new submission's record.
+        record: String,
+    },
     /// [`Store::release`], or [`Store::defer`] until `due` when it is set.
     Release {
         /// The submission's name.
@@ -128,7 +145,7 @@ pub enum StoreCall {
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum StoreAnswer {
-    /// For [`StoreCall::Claim`].
+    /// For [`StoreCall::Claim`] and [`StoreCall::ClaimSave`].
     Claim(Claim),
     /// For [`StoreCall::Save`], [`StoreCall::Renew`] and [`StoreCall::Remove`].
     Bool(bool),
@@ -151,6 +168,19 @@ impl StoreCall {
             } => StoreAnswer::Bool(store.save(&name, &record, &lease)?),
             StoreCall::Renew { name, lease } => StoreAnswer::Bool(store.renew(&name, &lease)?),
             StoreCall::Remove { name, owner } => StoreAnswer::Bool(store.remove(&name, &owner)?),
+            StoreCall::ClaimSave {
+                name,
+                lease,
+                now,
+                record,
+            } => {
+                let claim = store.claim(&name, &lease, now)?;
+                // Two steps here: another owner can take the lease only once it has run out.
+                if claim == Claim::Taken(None) && !store.save(&name, &record, &lease)? {
+                    return Err(format!("the lease on {name:?} was lost between its claim and the save").into());
+                }
+                StoreAnswer::Claim(claim)
+            }
             StoreCall::Release { name, owner, due } => {
                 match due {
                     None => store.release(&name, &owner)?,
