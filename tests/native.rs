@@ -938,13 +938,7 @@ async fn after_a_definite_answer_nothing_that_follows_finds_the_record() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("pending.db");
     let plan = Plan::new();
-    let c = Client::builder()
-        .store(SqliteStore::open(&path).unwrap())
-        .retry(fast())
-        .timeout(Duration::from_secs(5))
-        .header_provider(plan.provider())
-        .build()
-        .unwrap();
+    let c = client_on(Arc::new(SqliteStore::open(&path).unwrap()), &plan);
     for round in 1..=3 {
         let s = send(&c, &server, &tenant, "again").await.unwrap();
         assert_eq!(s.outcome(), Outcome::Succeeded, "{s}");
@@ -1047,13 +1041,7 @@ async fn the_settlement_does_not_wait_for_the_records_removal() {
     let tenant = tenant("no-wait");
     let store = Arc::new(HoldsRemovals::default());
     let plan = Plan::new();
-    let c = Client::builder()
-        .shared_store(store.clone())
-        .retry(fast())
-        .timeout(Duration::from_secs(5))
-        .header_provider(plan.provider())
-        .build()
-        .unwrap();
+    let c = client_on(store.clone(), &plan);
     // Awaited, the held removal would keep the settlement back for good.
     let s = tokio::time::timeout(Duration::from_secs(30), send(&c, &server, &tenant, "quick"))
         .await

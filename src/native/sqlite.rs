@@ -16,7 +16,10 @@
 //! ([`Store::save`], before the attempt it covers, and [`Store::quarantine`]) commits at once,
 //! and its calls are answered only after the write-ahead log is synced up to its end, as `FULL`
 //! would at that commit. The sync is done by a thread of its own: the writer goes on with the
-//! next calls meanwhile, and one sync answers every batch committed before it.
+//! next calls meanwhile, and one sync answers every batch committed before it. When no call is
+//! waiting and that thread has nothing in hand (a client sending one submission at a time), the
+//! writer syncs the batch itself, sparing the hand-over. A new submission's claim and its first
+//! record come as one call ([`StoreCall::ClaimSave`]): one commit and one sync.
 //!
 //! Every other call (claim, renew, release, and the removal after a definite answer) is
 //! answered at once and left in the open transaction, which the next durable batch commits and

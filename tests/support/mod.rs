@@ -273,8 +273,13 @@ impl Plan {
 
 /// A client on a fresh memory store with the plan's faults and short retries.
 pub fn client(plan: &Arc<Plan>) -> Client {
+    client_on(Arc::new(MemoryStore::new()), plan)
+}
+
+/// A client on `store` with the plan's faults and short retries.
+pub fn client_on(store: Arc<dyn oncekey::Store>, plan: &Arc<Plan>) -> Client {
     Client::builder()
-        .store(MemoryStore::new())
+        .shared_store(store)
         .retry(fast())
         .timeout(Duration::from_secs(5))
         .header_provider(plan.provider())
