@@ -260,34 +260,12 @@ impl Client {
         let stored = match &job {
             Job::Claimed(record) => Some(record.clone()),
             Job::Send { request, .. } if self.inner.store.starts() => {
-                // Most sends find nothing stored: set up as a new submission, and its claim
-                // and its first record go to the store as one call. Found a record or another
-                // holder, nothing was saved, and the send goes on as below with what was found.
-                let mut sub = Submission::new(name, self.inner.policy);
-                let key = new_key.clone().expect("a send draws its key");
-                let begun = sub.begin(now(), request.clone(), key);
-                let first = sub.poll_action();
-                match (begun, first) {
-                    (Ok(Begun::Started), Some(Action::Persist(record))) => {
-                        let lease = self.lease_until(now());
-                        let call = StoreCall::ClaimSave {
-                            name: name.to_owned(),
-                            lease: lease.clone(),
-                            now: now(),
-                            record: record.to_json(),
-                        };
-                        let answer = self
-                            .store_start(call)
-                            .await
-                            .map_err(|e| e.with_name(name))?;
-                        // Taken with nothing stored: the record was saved with the claim.
-                        if answer == StoreAnswer::Claim(Claim::Taken(None)) {
-                            lead.fly(sub);
-                            return self.drive(name, lead).await;
-                        }
-                        self.claimed(name, answer, lease).await?
+                match self.claim_fresh(name, request, new_key.clone()).await? {
+                    Fresh::Saved(sub) => {
+                        lead.fly(*sub);
+                        return self.drive(name, lead).await;
                     }
-                    _ => self.claim(name).await?,
+                    Fresh::Found(stored) => stored,
                 }
             }
             _ => self.claim(name).await?,
@@ -315,6 +293,51 @@ impl Client {
                 Err(e)
             }
         }
+    }
+}
+
+/// What [`Client::claim_fresh`] found.
+enum Fresh {
+    /// Nothing was stored: the new submission, its lease taken and its first record saved.
+    Saved(Box<Submission>),
+    /// The name's record (or none, after taking a dead holder's lease over): nothing saved.
+    Found(Option<String>),
+}
+
+impl Client {
+    /// A new send's claim and its first record as one call to a store that starts its calls
+    /// ([`StoreCall::ClaimSave`]: one round trip, and in `SqliteStore` one commit and one sync).
+    /// Most sends find nothing stored under the name; one that finds a record or another holder
+    /// saves nothing and goes on from what the claim found, as every other job does.
+    async fn claim_fresh(
+        &self,
+        name: &str,
+        request: &Request,
+        new_key: Option<NewKey>,
+    ) -> Result<Fresh> {
+        let mut sub = Submission::new(name, self.inner.policy);
+        let key = new_key.expect("a send draws its key");
+        let begun = sub.begin(now(), request.clone(), key);
+        let (Ok(Begun::Started), Some(Action::Persist(record))) = (begun, sub.poll_action()) else {
+            // Not a record to save first (the body cannot be sent, say): the usual way, which
+            // says why.
+            return Ok(Fresh::Found(self.claim(name).await?));
+        };
+        let lease = self.lease_until(now());
+        let call = StoreCall::ClaimSave {
+            name: name.to_owned(),
+            lease: lease.clone(),
+            now: now(),
+            record: record.to_json(),
+        };
+        let answer = self
+            .store_start(call)
+            .await
+            .map_err(|e| e.with_name(name))?;
+        if answer == StoreAnswer::Claim(Claim::Taken(None)) {
+            return Ok(Fresh::Saved(Box::new(sub)));
+        }
+        Ok(Fresh::Found(self.claimed(name, answer, lease).await?))
     }
 }
 
