@@ -5,7 +5,8 @@
 //! so that the machine's changing load falls on them alike; then the peak memory of a process
 //! that resumes 10,000 pending records. Run by `scripts/bench-native.sh` (release, opt-level 3).
 //!
-//! `bench_native SERVER_BIN [N]` runs the throughput part and then itself as
+//! `bench_native SERVER_BIN [N]` runs the throughput part (N * 5 / 2 sequential requests of each
+//! sender, 20 batches of N / 4 concurrent ones) and then itself as
 //! `bench_native --memory SERVER_BIN STORE_KIND COUNT` for each memory figure, so each peak is
 //! a process's own.
 
@@ -268,7 +269,7 @@ mod app {
         let _ = rustls::crypto::ring::default_provider().install_default();
         let dir = std::env::temp_dir().join(format!("oncekey-bench-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        println!("oncekey native benchmark: {n} submissions per run, loopback, reference server with an in-memory database");
+        println!("oncekey native benchmark (N = {n}), loopback, reference server with an in-memory database");
         println!("(the senders take turns on one server: request by request sequentially, batch by batch concurrently; each figure is a median)");
         if std::env::var_os("ONCEKEY_BENCH_PROFILE").is_some() {
             // Only the sequential MemoryStore run: for a profiler.
@@ -287,13 +288,11 @@ mod app {
             let senders = senders(&sqlite);
             let server = Server::start(server_bin);
             let url = format!("{}/api/tickets", server.url);
+            let count = n * ROUNDS / 2;
             let before = sqlite.syncs();
-            let [p, m, s] = in_turn(&senders, &url, n * ROUNDS / 2).await;
-            let syncs = (sqlite.syncs() - before) as f64 / (n * ROUNDS / 2 + WARM) as f64;
-            println!(
-                "sequential (one request of each in turn, {} each, median latency):",
-                n * ROUNDS / 2
-            );
+            let [p, m, s] = in_turn(&senders, &url, count).await;
+            let syncs = (sqlite.syncs() - before) as f64 / (count + WARM) as f64;
+            println!("sequential (one request of each in turn, {count} each, median latency):");
             println!(
                 "  plain reqwest          {p:>9.0} us   ({:.0} req/s)",
                 1e6 / p
