@@ -13,6 +13,18 @@ if ! rustup target list --installed | grep -qx wasm32-unknown-unknown; then
     rustup target add wasm32-unknown-unknown
 fi
 
+# The pinned nightly that builds the npm package with std rebuilt for it (scripts/build-pkg.sh
+# says why): its std's source and the wasm32 target (which wasm-pack checks for). The crate and
+# its tests build on stable.
+PKG_TOOLCHAIN=$(cat scripts/pkg-toolchain)
+if ! rustup toolchain list | grep -q "^$PKG_TOOLCHAIN" ||
+    ! rustup component list --toolchain "$PKG_TOOLCHAIN" --installed | grep -q '^rust-src' ||
+    ! rustup target list --toolchain "$PKG_TOOLCHAIN" --installed | grep -qx wasm32-unknown-unknown; then
+    say "installing $PKG_TOOLCHAIN with rust-src and wasm32 (for the npm package's build)"
+    rustup toolchain install "$PKG_TOOLCHAIN" --profile minimal --component rust-src \
+        --target wasm32-unknown-unknown
+fi
+
 # wasm-pack, pinned so every machine builds the package the same way.
 WASM_PACK_VERSION=0.15.1
 if ! wasm-pack --version 2>/dev/null | grep -q "$WASM_PACK_VERSION"; then
@@ -82,4 +94,4 @@ if [ ${#missing[@]} -gt 0 ]; then
     for m in "${missing[@]}"; do say "  - $m"; done
     exit 1
 fi
-say "ready: wasm32 target, wasm-pack $WASM_PACK_VERSION, wasm-bindgen-cli $WB_VERSION, chromium, npm tools"
+say "ready: wasm32 target, $PKG_TOOLCHAIN, wasm-pack $WASM_PACK_VERSION, wasm-bindgen-cli $WB_VERSION, chromium, npm tools"
