@@ -1102,6 +1102,44 @@ async fn a_new_keys_first_attempt_holds_the_lock_without_waiting_for_it_and_retr
 }
 
 #[test]
+async fn the_next_key_is_drawn_ahead_with_its_lock_and_its_first_attempt_asks_for_no_other() {
+    // While a key's attempt is out, the next key is drawn in a task of its own and its Web
+    // Lock asked for there (spare.rs), out of the next submit's way: that submit's first
+    // attempt holds it, goes out before its (slow) grant, and asks for no other. Two
+    // submissions, two keys, two tickets.
+    let case = Case::new("lock-ahead");
+    let locks = delay_locks(300);
+    let s = case.submitter("");
+    let first = settle(s.submit(json(TICKET), None)).await.unwrap();
+    let before = js_sys::Date::now();
+    let second = settle(s.submit(json(TICKET), None)).await;
+    let restore: js_sys::Function = get(&locks, "restore").unchecked_into();
+    restore.call0(&JsValue::NULL).unwrap();
+    let second = second.unwrap();
+    let (k1, k2) = (text(&first, "key"), text(&second, "key"));
+    assert_ne!(k1, k2, "a new key after a definite answer");
+    let log: Vec<JsValue> = js_sys::Array::from(&get(&locks, "log"))
+        .iter()
+        .filter(|e| text(e, "name") == "oncekey:".to_owned() + &k2)
+        .collect();
+    assert_eq!(log.len(), 1, "the second key's lock was asked for once");
+    // Its grant, put off by 300 ms, comes after both answers.
+    JsFuture::from(sleep(400)).await.unwrap();
+    let at = |e: &JsValue, f: &str| get(e, f).as_f64().unwrap();
+    assert!(
+        at(&log[0], "asked") < before,
+        "asked for before the second submit"
+    );
+    let seen = case.seen();
+    assert!(
+        at(&seen[1], "at") < at(&log[0], "granted"),
+        "the second key's attempt went out before its lock was granted"
+    );
+    assert_eq!(case.keys(), [k1, k2]);
+    assert_eq!(case.tickets().await, 2.0);
+}
+
+#[test]
 async fn a_key_in_memory_only_takes_no_lock() {
     // Memory storage: no other tab or submitter can know the key, so no lock is asked for.
     let case = Case::new("lock-memory");

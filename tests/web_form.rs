@@ -40,9 +40,18 @@ export function set_online() {
 export function reset_online() {
   if (Object.getOwnPropertyDescriptor(navigator, 'onLine')) set_online();
 }
+// The names of the Web Locks asked for from now on, with when (Date.now()); `restore()` stops.
+export function log_locks() {
+  const locks = navigator.locks;
+  const real = locks.request.bind(locks);
+  const log = [];
+  locks.request = (name, cb) => { log.push({ name, asked: Date.now() }); return real(name, cb); };
+  return { log, restore: () => { delete locks.request; } };
+}
 "#)]
 extern "C" {
     fn sleep(ms: u32) -> js_sys::Promise;
+    fn log_locks() -> JsValue;
     fn set_offline();
     fn set_online();
     fn reset_online();
@@ -305,6 +314,41 @@ async fn a_submit_locks_the_form_at_once_says_so_and_makes_one_ticket() {
         "one event per change of state"
     );
     assert_eq!(case.stored(), None);
+    form.remove();
+}
+
+#[test]
+async fn focusing_the_form_draws_its_key_ahead_with_the_lock_asked_for_before_the_submit() {
+    // The focus in the form: the key of its next submit is drawn in a task of its own, and
+    // its Web Lock asked for there, out of the submit's way. The submit's attempt holds that
+    // lock and asks for no other. One ticket, with that key.
+    let case = Case::new("ahead");
+    let form = case.form("");
+    let _kit = case.attach(&form, 8);
+    let locks = log_locks();
+    field(&form, "subject").focus().unwrap();
+    fill_ticket(&form, "Printer on fire");
+    JsFuture::from(sleep(20)).await.unwrap();
+    let before = js_sys::Date::now();
+    form.request_submit().unwrap();
+    settled(&form, "succeeded").await;
+    let get = |v: &JsValue, f: &str| js_sys::Reflect::get(v, &f.into()).unwrap();
+    get(&locks, "restore")
+        .unchecked_into::<js_sys::Function>()
+        .call0(&JsValue::NULL)
+        .unwrap();
+    let keys = case.keys();
+    assert_eq!(keys.len(), 1, "{keys:?}");
+    let log: Vec<JsValue> = js_sys::Array::from(&get(&locks, "log"))
+        .iter()
+        .filter(|e| get(e, "name").as_string() == Some("oncekey:".to_owned() + &keys[0]))
+        .collect();
+    assert_eq!(log.len(), 1, "the key's lock was asked for once");
+    assert!(
+        get(&log[0], "asked").as_f64().unwrap() < before,
+        "its lock was asked for before the submit"
+    );
+    assert_eq!(case.count("tickets").await, 1.0);
     form.remove();
 }
 

@@ -19,7 +19,7 @@ use web_sys::{AbortController, RequestCredentials, RequestInit, Response};
 use super::driver::Driver;
 use super::global::{fetch, request_lock, Timer};
 use super::options::Credentials;
-use super::warn;
+use super::{spare, warn};
 use crate::core::text::quoted;
 use crate::core::record::is_sendable_header;
 use crate::core::{Answer, Attempt, Failure};
@@ -40,7 +40,9 @@ const READ: &[&str] = &[
 /// `fresh`: the key was made by this submitter for this attempt, its first, so nobody else can
 /// have asked for the lock yet. The lock is asked for now, before anyone could, and held until
 /// the attempt is over, but the fetch does not wait for it to be granted (a round trip to the
-/// browser's lock manager, most of the driver's own cost per submission).
+/// browser's lock manager, most of the driver's own cost per submission). A key drawn ahead
+/// (`spare.rs`) brings its lock, asked for before the key was made: its first attempt, whenever
+/// it goes, holds that one without waiting either.
 pub(crate) fn start(
     driver: Rc<Driver>,
     attempt: Attempt,
@@ -48,9 +50,12 @@ pub(crate) fn start(
     controller: Option<AbortController>,
     (shared, fresh): (bool, bool),
 ) {
-    let lock = shared
-        .then(|| request_lock(&("oncekey:".to_owned() + attempt.key.as_str())))
-        .flatten();
+    // A key drawn ahead had its lock asked for before anyone could know it (`spare.rs`).
+    let (lock, fresh) = match shared.then(|| spare::take_lock(&driver, &attempt.key)) {
+        Some(Some(held)) => (Some(held), true),
+        Some(None) => (request_lock(&("oncekey:".to_owned() + attempt.key.as_str())), fresh),
+        None => (None, fresh),
+    };
     spawn_local(async move {
         let _lock = match lock {
             Some(lock) if !fresh => lock.granted().await,

@@ -22,10 +22,10 @@ use std::rc::{Rc, Weak};
 use std::task::{Context, Poll, Waker};
 
 use super::error::{Error, ErrorCode};
-use super::global::{on_line, random_bytes, Connection, Timer};
+use super::global::{on_line, Connection, Timer};
 use super::options::{Options, StorageKind};
 use super::storage::Store;
-use super::{attempt, warn};
+use super::{attempt, spare, warn};
 use crate::core::body::{self, Fields, Value};
 use crate::core::text::quoted;
 use crate::core::{
@@ -94,6 +94,8 @@ pub(crate) struct Driver {
     connection: RefCell<Option<Connection>>,
     /// Uploads (`upload.rs`): IndexedDB, and the pending upload's fields and files.
     pub(crate) uploads: RefCell<super::upload::Uploads>,
+    /// The next key drawn ahead, with its Web Lock (`spare.rs`).
+    pub(crate) spares: RefCell<spare::Spares>,
 }
 
 struct Machine {
@@ -432,6 +434,7 @@ impl Submitter {
             warnings,
             connection: RefCell::new(None),
             uploads: RefCell::default(),
+            spares: RefCell::default(),
         });
         let weak = Rc::downgrade(&driver);
         let connection = Connection::watch(move |online| {
@@ -506,7 +509,7 @@ impl Submitter {
     pub fn send_as_new(&self) -> Settling {
         let d = &self.driver;
         let refused = Settling::refused;
-        let key = match random_bytes() {
+        let key = match spare::draw(d) {
             Ok(bytes) => bytes,
             Err(e) => {
                 return refused(Error::new(
@@ -525,7 +528,10 @@ impl Submitter {
                 d.made_key();
                 d.wait()
             }
-            Err(e) => refused(Error::new(ErrorCode::State, e.message())),
+            Err(e) => {
+                spare::forget_made(d);
+                refused(Error::new(ErrorCode::State, e.message()))
+            }
         }
     }
 
@@ -538,6 +544,7 @@ impl Submitter {
             m.core.discard();
             (std::mem::take(&mut m.waiters), m.flight.take())
         };
+        spare::forget_made(d);
         d.drive();
         if let Some((_, controller)) = flight {
             controller.abort();
@@ -624,7 +631,7 @@ impl Driver {
         let key = if pending {
             [0; 16]
         } else {
-            match random_bytes() {
+            match spare::draw(self) {
                 Ok(bytes) => bytes,
                 Err(e) => {
                     return refused(Error::new(
@@ -646,12 +653,15 @@ impl Driver {
                 self.wait()
             }
             Ok(_) => self.wait(),
-            Err(e @ (BeginError::PendingMismatch { .. } | BeginError::Expired { .. })) => {
-                refused(Error::new(ErrorCode::Pending, e.message()))
+            Err(e) => {
+                spare::forget_made(self);
+                refused(match e {
+                    BeginError::Body(b) => {
+                        Error::body("the body cannot be sent: ".to_owned() + &b.message())
+                    }
+                    e => Error::new(ErrorCode::Pending, e.message()),
+                })
             }
-            Err(BeginError::Body(b)) => refused(Error::body(
-                "the body cannot be sent: ".to_owned() + &b.message(),
-            )),
         }
     }
 
@@ -679,11 +689,21 @@ impl Driver {
     }
 
     /// A new key was made and its submission begun: no answer of the last one is kept, and its
-    /// first attempt is fresh ([`attempt::start`]).
-    fn made_key(&self) {
-        let mut m = self.machine.borrow_mut();
-        m.last_text = None;
-        m.fresh = true;
+    /// first attempt is fresh ([`attempt::start`]). The next key is drawn ahead while this one
+    /// is out (`spare.rs`).
+    fn made_key(self: &Rc<Self>) {
+        {
+            let mut m = self.machine.borrow_mut();
+            m.last_text = None;
+            m.fresh = true;
+        }
+        spare::prepare_soon(self);
+    }
+
+    /// Keys are stored where another tab or submitter can read them, so every attempt holds
+    /// the Web Lock named after its key (`attempt.rs`).
+    pub(crate) fn shares_keys(&self) -> bool {
+        self.store.borrow().kind() != StorageKind::Memory
     }
 
     fn wait(self: &Rc<Self>) -> Settling {
@@ -784,8 +804,7 @@ impl Driver {
                 Action::Send(a) => {
                     // Memory only, and no upload (kept in IndexedDB): no other tab or
                     // submitter can know the key.
-                    let shared = self.store.borrow().kind() != StorageKind::Memory
-                        || super::upload::is_upload(self);
+                    let shared = self.shares_keys() || super::upload::is_upload(self);
                     let (wire, controller, fresh) = {
                         let mut m = self.machine.borrow_mut();
                         let wire = wire_body(&a.request, &m.secrets);
@@ -809,6 +828,7 @@ impl Driver {
                     warning: None,
                 }),
                 Action::Settled(settled) => {
+                    spare::forget_made(self);
                     let (waiters, text) = {
                         let mut m = self.machine.borrow_mut();
                         (std::mem::take(&mut m.waiters), m.last_text.clone())

@@ -68,6 +68,7 @@ mod idb;
 pub(crate) mod js;
 pub(crate) mod listing;
 mod options;
+mod spare;
 mod storage;
 mod upload;
 

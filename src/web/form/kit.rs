@@ -164,19 +164,25 @@ impl Kit {
         }));
     }
 
-    /// The form's submit and click listeners added or removed (`method`).
+    /// The form's submit, click and focusin listeners added or removed (`method`).
     fn listen(&self, method: &str, f: &Closure<dyn FnMut(Event)>) {
-        for kind in ["submit", "click"] {
+        for kind in ["submit", "click", "focusin"] {
             call2(&self.form, method, &JsValue::from_str(kind), f.as_ref());
         }
     }
 
-    /// A submit of the form, a click in it, or a click on one of the kit's buttons (which, by
-    /// its class).
+    /// A submit of the form, a click or the focus in it, or a click on one of the kit's buttons
+    /// (which, by its class).
     fn on_event(kit: &Rc<Kit>, event: &Event) {
-        if text(event, "type").as_deref() == Some("submit") {
-            run(event, "preventDefault");
-            return Kit::on_submit(kit);
+        match text(event, "type").as_deref() {
+            Some("submit") => {
+                run(event, "preventDefault");
+                return Kit::on_submit(kit);
+            }
+            // The person is about to fill the form: the key of its submit is drawn ahead, with
+            // its Web Lock, out of the submit's way (`spare.rs`).
+            Some("focusin") => return crate::web::spare::prepare_soon(kit.submitter.driver()),
+            _ => {}
         }
         let target = get(event, "currentTarget");
         if target == *AsRef::<JsValue>::as_ref(&kit.form) {
