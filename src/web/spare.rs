@@ -30,16 +30,15 @@ struct Spare {
     bytes: [u8; 16],
     key: Key,
     lock: Lock,
-    /// Lets the spare go when nobody used it in time.
-    _expiry: Timer,
 }
 
-/// The driver's spares: the one drawn ahead, the task that will draw it, and the lock of the
-/// key last made from one, until its first attempt takes it.
+/// The driver's spares: the one drawn ahead; its timer (which draws it soon, or once drawn lets
+/// it go when nobody used it in time); and the lock of the key last made from one, until its
+/// first attempt takes it.
 #[derive(Default)]
 pub(crate) struct Spares {
     next: Option<Spare>,
-    soon: Option<Timer>,
+    timer: Option<Timer>,
     made: Option<(Key, Lock)>,
 }
 
@@ -47,21 +46,31 @@ pub(crate) struct Spares {
 /// memory (no lock to ask for).
 pub(crate) fn prepare_soon(driver: &Rc<Driver>) {
     let mut s = driver.spares.borrow_mut();
-    if s.next.is_some() || s.soon.is_some() || !driver.shares_keys() {
-        return;
+    if s.next.is_none() && s.timer.is_none() && driver.shares_keys() {
+        s.timer = Some(schedule(driver, 0));
     }
+}
+
+/// One timer for both jobs (one closure in the module): with no spare it draws one, with one
+/// it lets it go.
+fn schedule(driver: &Rc<Driver>, ms: u32) -> Timer {
     let weak: Weak<Driver> = Rc::downgrade(driver);
-    s.soon = Some(Timer::new(0, move || {
+    Timer::new(ms, move || {
         if let Some(d) = weak.upgrade() {
-            let soon = d.spares.borrow_mut().soon.take();
-            prepare(&d);
-            drop(soon);
+            let (timer, expired) = {
+                let mut s = d.spares.borrow_mut();
+                (s.timer.take(), s.next.take())
+            };
+            if expired.is_none() {
+                prepare(&d);
+            }
+            drop((timer, expired));
         }
-    }));
+    })
 }
 
 fn prepare(driver: &Rc<Driver>) {
-    if driver.spares.borrow().next.is_some() || !driver.shares_keys() {
+    if !driver.shares_keys() {
         return;
     }
     let Ok(bytes) = random_bytes() else { return };
@@ -69,19 +78,9 @@ fn prepare(driver: &Rc<Driver>) {
     let Some(lock) = request_lock(&("oncekey:".to_owned() + key.as_str())) else {
         return;
     };
-    let weak: Weak<Driver> = Rc::downgrade(driver);
-    let expiry = Timer::new(LIFETIME_MS, move || {
-        if let Some(d) = weak.upgrade() {
-            let spare = d.spares.borrow_mut().next.take();
-            drop(spare);
-        }
-    });
-    driver.spares.borrow_mut().next = Some(Spare {
-        bytes,
-        key,
-        lock,
-        _expiry: expiry,
-    });
+    let mut s = driver.spares.borrow_mut();
+    s.next = Some(Spare { bytes, key, lock });
+    s.timer = Some(schedule(driver, LIFETIME_MS));
 }
 
 /// The random bytes of a new key: the spare's, whose lock is then kept for the key's first
@@ -90,6 +89,9 @@ pub(crate) fn draw(driver: &Driver) -> Result<[u8; 16], JsValue> {
     let mut s = driver.spares.borrow_mut();
     match s.next.take() {
         Some(spare) => {
+            // Its lifetime's timer goes with it.
+            let timer = s.timer.take();
+            drop(timer);
             s.made = Some((spare.key, spare.lock));
             Ok(spare.bytes)
         }
