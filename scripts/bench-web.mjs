@@ -49,11 +49,11 @@ if (csv) {
     ['web-sys', /web_sys/],
     ['wasm-bindgen-futures / js-sys futures', /wasm_bindgen_futures|js_sys::futures/],
     ['js-sys', /js_sys/],
-    ['wasm-bindgen (closures, externref table)', /wasm_bindgen|__wbindgen|__externref|__wbg|import /],
+    ['wasm-bindgen (closures, imports, the glue\'s object table)', /wasm_bindgen|__wbindgen|__externref|__wbg|import /],
     ['oncekey::core (the rules)', /oncekey::core/],
     ['oncekey::web (the driver; export shims)', /oncekey::web|^submitter_|shim/],
-    ['data (messages, panic locations, tables)', /data segment/],
-    ['std/core/alloc (fmt, panics, strings, allocator)', /std\[|core\[|alloc\[|^core::|^alloc::|^std::|^<|dlmalloc|memcpy|memset|memmove|memcmp/],
+    ['data (messages, tables)', /data segment/],
+    ['std/core/alloc (strings, collections, allocator)', /std\[|core\[|alloc\[|^core::|^alloc::|^std::|^<|dlmalloc|memcpy|memset|memmove|memcmp/],
   ];
   const sums = new Map(GROUPS.map(([g]) => [g, 0]));
   sums.set('other', 0);
