@@ -11,14 +11,16 @@
 //! One writer thread owns the connection. Every call is queued to it (a client's calls through
 //! [`Store::start`], answered from the writer or the syncer straight to the awaiting task, with
 //! no thread of tokio's blocking pool in between); it takes all the calls
-//! waiting and runs each in its own savepoint of one open `BEGIN IMMEDIATE` transaction.
+//! waiting and runs each, atomically (one statement, or a savepoint around several), in one open
+//! `BEGIN IMMEDIATE` transaction.
 //! Commits sync nothing by themselves (`synchronous = NORMAL`). A batch that writes a record
 //! ([`Store::save`], before the attempt it covers, and [`Store::quarantine`]) commits at once,
 //! and its calls are answered only after the write-ahead log is synced up to its end, as `FULL`
 //! would at that commit. The sync is done by a thread of its own: the writer goes on with the
-//! next calls meanwhile, and one sync answers every batch committed before it. A new
-//! submission's claim and its first record come as one call ([`StoreCall::ClaimSave`]): one
-//! commit and one sync.
+//! next calls meanwhile, and one sync answers every batch committed before it. When no call is
+//! waiting and that thread has nothing in hand (a client sending one submission at a time), the
+//! writer syncs the batch itself, sparing the hand-over. A new submission's claim and its first
+//! record come as one call ([`StoreCall::ClaimSave`]): one commit and one sync.
 //!
 //! Every other call (claim, renew, release, and the removal after a definite answer) is
 //! answered at once and left in the open transaction, which the next durable batch commits and
@@ -33,7 +35,7 @@
 //! until it commits).
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::Duration;
 
@@ -291,21 +293,25 @@ const IDLE_COMMIT: Duration = Duration::from_millis(2);
 /// another process waiting for the write lock gets it.
 const MAX_OPEN: Duration = Duration::from_millis(20);
 
-/// The writer thread, and the syncer it starts: takes every job waiting and runs each in a
-/// savepoint of the open transaction. A batch with a durable job commits at once and hands its
-/// answers to the syncer, which syncs the log and then answers them; a batch of light
+/// The writer thread, and the syncer it starts: takes every job waiting and runs each,
+/// atomically, in the open transaction. A batch with a durable job commits at once and hands its
+/// answers to the syncer, which syncs the log and then answers them (or, when no other job is
+/// waiting and the syncer has nothing in hand, syncs and answers them itself); a batch of light
 /// jobs is answered at once and left in the open transaction, for the next durable batch to
 /// commit (or the writer commits it, without a sync, once no job came for [`IDLE_COMMIT`], and
 /// when the store closes). Later calls run on the same connection, so they see its work at
 /// once; other connections see it once committed, and wait on SQLite's write lock meanwhile.
 fn write_batches(path: &Path, conn: Connection, queue: mpsc::Receiver<Job>, syncs: &AtomicU64) {
+    // Batches handed to the syncer and not yet answered.
+    let in_hand = AtomicUsize::new(0);
     std::thread::scope(|scope| {
         let (synced, to_sync) = mpsc::channel::<Vec<Ran>>();
+        let in_hand = &in_hand;
         let syncer = std::thread::Builder::new()
             .name("oncekey-sqlite-sync".into())
-            .spawn_scoped(scope, move || sync_batches(path, to_sync, syncs));
+            .spawn_scoped(scope, move || sync_batches(path, to_sync, syncs, in_hand));
         match syncer {
-            Ok(_) => write(path, &conn, &queue, &synced),
+            Ok(_) => write(path, &conn, &queue, (&synced, in_hand, syncs)),
             Err(e) => {
                 let message = format!("the store's sync thread could not start: {e}");
                 while let Ok(job) = queue.recv() {
@@ -324,16 +330,22 @@ fn write(
     path: &Path,
     conn: &Connection,
     queue: &mpsc::Receiver<Job>,
-    synced: &mpsc::Sender<Vec<Ran>>,
+    (synced, in_hand, syncs): (&mpsc::Sender<Vec<Ran>>, &AtomicUsize, &AtomicU64),
 ) {
     let mut open = false;
     let mut opened = std::time::Instant::now();
+    // The log, for the syncs this thread makes itself.
+    let mut wal: Option<std::fs::File> = None;
+    // A job taken from the queue to see whether any was waiting: the next batch's first.
+    let mut next: Option<Job> = None;
     loop {
         if open && opened.elapsed() >= MAX_OPEN {
             open = false;
             commit_light(path, conn);
         }
-        let first = if open {
+        let first = if let Some(job) = next.take() {
+            job
+        } else if open {
             match queue.recv_timeout(IDLE_COMMIT) {
                 Ok(job) => job,
                 Err(mpsc::RecvTimeoutError::Timeout) => {
@@ -371,15 +383,9 @@ fn write(
         let mut answers = Vec::with_capacity(batch.len());
         let mut replies = Vec::with_capacity(batch.len());
         for job in batch {
-            let answer = exec(conn, "SAVEPOINT oncekey_op").and_then(|()| match (job.run)(conn) {
-                Ok(done) => exec(conn, "RELEASE oncekey_op").map(|()| done),
-                Err(e) => {
-                    let _ = exec(conn, "ROLLBACK TO oncekey_op");
-                    let _ = exec(conn, "RELEASE oncekey_op");
-                    Err(e)
-                }
-            });
-            answers.push(answer);
+            // Each job is atomic by itself: one write (a statement is), or a savepoint of its
+            // own around more (`in_savepoint`).
+            answers.push((job.run)(conn));
             replies.push(job.reply);
         }
         let answered: Vec<Ran> = answers.into_iter().zip(replies).collect();
@@ -393,8 +399,22 @@ fn write(
             fail_all(path, answered.into_iter().map(|(_, r)| r), "written", e);
             continue;
         }
-        // The sync happens on the syncer while this thread goes on with the next calls.
+        // Nothing in the syncer's hands and no job waiting (a sequential client's every save):
+        // synced here, saving the hand-over to the syncer and back. Otherwise the sync happens
+        // on the syncer while this thread goes on with the next calls, and one sync covers
+        // every batch the syncer finds waiting.
+        if in_hand.load(Ordering::Acquire) == 0 {
+            match queue.try_recv() {
+                Ok(job) => next = Some(job),
+                Err(_) => {
+                    synced_here(path, &mut wal, answered, syncs);
+                    continue;
+                }
+            }
+        }
+        in_hand.fetch_add(1, Ordering::AcqRel);
         if let Err(std::sync::mpsc::SendError(answered)) = synced.send(answered) {
+            in_hand.fetch_sub(1, Ordering::AcqRel);
             let e = sync_error("the store's sync thread stopped".into());
             fail_all(path, answered.into_iter().map(|(_, r)| r), "synced", e);
         }
@@ -409,19 +429,38 @@ fn answer(path: &Path, answered: Vec<Ran>) {
 
 /// The syncer thread: takes every committed durable batch waiting, syncs the log once for them
 /// all (a sync covers every commit before it), and only then answers their calls.
-fn sync_batches(path: &Path, queue: mpsc::Receiver<Vec<Ran>>, syncs: &AtomicU64) {
+fn sync_batches(
+    path: &Path,
+    queue: mpsc::Receiver<Vec<Ran>>,
+    syncs: &AtomicU64,
+    in_hand: &AtomicUsize,
+) {
     let mut wal: Option<std::fs::File> = None;
     while let Ok(mut waiting) = queue.recv() {
+        let mut batches = 1;
         while let Ok(more) = queue.try_recv() {
             waiting.extend(more);
+            batches += 1;
         }
-        match sync_log(path, &mut wal) {
-            Ok(()) => {
-                syncs.fetch_add(1, Ordering::Relaxed);
-                answer(path, waiting);
-            }
-            Err(e) => fail_all(path, waiting.into_iter().map(|(_, r)| r), "synced", e),
+        synced_here(path, &mut wal, waiting, syncs);
+        // Answered: the writer may sync the next batch itself.
+        in_hand.fetch_sub(batches, Ordering::AcqRel);
+    }
+}
+
+/// Syncs the log, then answers the calls of the batches `waiting` (or fails them all).
+fn synced_here(
+    path: &Path,
+    wal: &mut Option<std::fs::File>,
+    waiting: Vec<Ran>,
+    syncs: &AtomicU64,
+) {
+    match sync_log(path, wal) {
+        Ok(()) => {
+            syncs.fetch_add(1, Ordering::Relaxed);
+            answer(path, waiting);
         }
+        Err(e) => fail_all(path, waiting.into_iter().map(|(_, r)| r), "synced", e),
     }
 }
 
@@ -482,6 +521,23 @@ fn fail_all(
     }
 }
 
+/// Runs `f`, a call that writes more than once, in a savepoint of the open transaction: all of
+/// it is kept, or none.
+fn in_savepoint(
+    conn: &Connection,
+    f: impl FnOnce(&Connection) -> rusqlite::Result<Done>,
+) -> rusqlite::Result<Done> {
+    exec(conn, "SAVEPOINT oncekey_op")?;
+    match f(conn) {
+        Ok(done) => exec(conn, "RELEASE oncekey_op").map(|()| done),
+        Err(e) => {
+            let _ = exec(conn, "ROLLBACK TO oncekey_op");
+            let _ = exec(conn, "RELEASE oncekey_op");
+            Err(e)
+        }
+    }
+}
+
 /// Runs one statement of the writer's own (transaction control, the sync level) from the
 /// statement cache: they run several times per batch, and are parsed once.
 fn exec(conn: &Connection, sql: &str) -> rusqlite::Result<()> {
@@ -537,11 +593,23 @@ fn job(call: StoreCall) -> (bool, Run) {
         } => (
             true,
             Box::new(move |conn| {
-                let claimed = claim(conn, &name, None, &lease, now)?;
-                if matches!(claimed, Done::Claim(Claim::Taken(None))) {
-                    save(conn, &name, &record, &lease)?;
+                // Most names are new: the row, its record and its lease in one statement.
+                let inserted = conn
+                    .prepare_cached(
+                        "INSERT INTO oncekey_pending (name, record, lease_owner, lease_until)
+                         VALUES (?1, ?2, ?3, ?4) ON CONFLICT (name) DO NOTHING",
+                    )?
+                    .execute(params![name, record, lease.owner, millis(lease.until)])?;
+                if inserted == 1 {
+                    return Ok(Done::Claim(Claim::Taken(None)));
                 }
-                Ok(claimed)
+                in_savepoint(conn, |conn| {
+                    let claimed = claim(conn, &name, None, &lease, now)?;
+                    if matches!(claimed, Done::Claim(Claim::Taken(None))) {
+                        save(conn, &name, &record, &lease)?;
+                    }
+                    Ok(claimed)
+                })
             }),
         ),
         StoreCall::Renew { name, lease } => (
@@ -569,15 +637,17 @@ fn job(call: StoreCall) -> (bool, Run) {
         StoreCall::Release { name, owner, .. } => (
             false,
             Box::new(move |conn| {
-                conn.prepare_cached(
-                    "DELETE FROM oncekey_pending WHERE name = ?1 AND lease_owner = ?2 AND record IS NULL",
-                )?
-                .execute(params![name, owner])?;
-                conn.prepare_cached(
-                    "UPDATE oncekey_pending SET lease_owner = NULL, lease_until = NULL WHERE name = ?1 AND lease_owner = ?2",
-                )?
-                .execute(params![name, owner])?;
-                Ok(Done::Unit)
+                in_savepoint(conn, |conn| {
+                    conn.prepare_cached(
+                        "DELETE FROM oncekey_pending WHERE name = ?1 AND lease_owner = ?2 AND record IS NULL",
+                    )?
+                    .execute(params![name, owner])?;
+                    conn.prepare_cached(
+                        "UPDATE oncekey_pending SET lease_owner = NULL, lease_until = NULL WHERE name = ?1 AND lease_owner = ?2",
+                    )?
+                    .execute(params![name, owner])?;
+                    Ok(Done::Unit)
+                })
             }),
         ),
     }
@@ -713,7 +783,7 @@ impl Store for SqliteStore {
         now: Timestamp,
     ) -> Result<bool, BoxError> {
         let (name, owner, reason) = (name.to_owned(), owner.to_owned(), reason.to_owned());
-        let done = self.call(true, move |conn| {
+        let done = self.call(true, move |conn| in_savepoint(conn, |conn| {
             let moved = conn
                 .prepare_cached(
                     "INSERT INTO oncekey_quarantine (name, record, reason, quarantined_at)
@@ -726,7 +796,7 @@ impl Store for SqliteStore {
                     .execute([&name])?;
             }
             Ok(Done::Bool(moved == 1))
-        })?;
+        }))?;
         match done {
             Done::Bool(b) => Ok(b),
             _ => Err(unexpected()),
