@@ -17,10 +17,9 @@
 //! ([`Store::save`], before the attempt it covers, and [`Store::quarantine`]) commits at once,
 //! and its calls are answered only after the write-ahead log is synced up to its end, as `FULL`
 //! would at that commit. The sync is done by a thread of its own: the writer goes on with the
-//! next calls meanwhile, and one sync answers every batch committed before it. When no call is
-//! waiting and that thread has nothing in hand (a client sending one submission at a time), the
-//! writer syncs the batch itself, sparing the hand-over. A new submission's claim and its first
-//! record come as one call ([`StoreCall::ClaimSave`]): one commit and one sync.
+//! next calls meanwhile, and one sync answers every batch committed before it. A new
+//! submission's claim and its first record come as one call ([`StoreCall::ClaimSave`]): one
+//! commit and one sync.
 //!
 //! Every other call (claim, renew, release, and the removal after a definite answer) is
 //! answered at once and left in the open transaction, which the next durable batch commits and
@@ -35,7 +34,7 @@
 //! until it commits).
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::Duration;
 
@@ -295,23 +294,19 @@ const MAX_OPEN: Duration = Duration::from_millis(20);
 
 /// The writer thread, and the syncer it starts: takes every job waiting and runs each,
 /// atomically, in the open transaction. A batch with a durable job commits at once and hands its
-/// answers to the syncer, which syncs the log and then answers them (or, when no other job is
-/// waiting and the syncer has nothing in hand, syncs and answers them itself); a batch of light
+/// answers to the syncer, which syncs the log and then answers them; a batch of light
 /// jobs is answered at once and left in the open transaction, for the next durable batch to
 /// commit (or the writer commits it, without a sync, once no job came for [`IDLE_COMMIT`], and
 /// when the store closes). Later calls run on the same connection, so they see its work at
 /// once; other connections see it once committed, and wait on SQLite's write lock meanwhile.
 fn write_batches(path: &Path, conn: Connection, queue: mpsc::Receiver<Job>, syncs: &AtomicU64) {
-    // Batches handed to the syncer and not yet answered.
-    let in_hand = AtomicUsize::new(0);
     std::thread::scope(|scope| {
         let (synced, to_sync) = mpsc::channel::<Vec<Ran>>();
-        let in_hand = &in_hand;
         let syncer = std::thread::Builder::new()
             .name("oncekey-sqlite-sync".into())
-            .spawn_scoped(scope, move || sync_batches(path, to_sync, syncs, in_hand));
+            .spawn_scoped(scope, move || sync_batches(path, to_sync, syncs));
         match syncer {
-            Ok(_) => write(path, &conn, &queue, (&synced, in_hand, syncs)),
+            Ok(_) => write(path, &conn, &queue, &synced),
             Err(e) => {
                 let message = format!("the store's sync thread could not start: {e}");
                 while let Ok(job) = queue.recv() {
@@ -330,22 +325,16 @@ fn write(
     path: &Path,
     conn: &Connection,
     queue: &mpsc::Receiver<Job>,
-    (synced, in_hand, syncs): (&mpsc::Sender<Vec<Ran>>, &AtomicUsize, &AtomicU64),
+    synced: &mpsc::Sender<Vec<Ran>>,
 ) {
     let mut open = false;
     let mut opened = std::time::Instant::now();
-    // The log, for the syncs this thread makes itself.
-    let mut wal: Option<std::fs::File> = None;
-    // A job taken from the queue to see whether any was waiting: the next batch's first.
-    let mut next: Option<Job> = None;
     loop {
         if open && opened.elapsed() >= MAX_OPEN {
             open = false;
             commit_light(path, conn);
         }
-        let first = if let Some(job) = next.take() {
-            job
-        } else if open {
+        let first = if open {
             match queue.recv_timeout(IDLE_COMMIT) {
                 Ok(job) => job,
                 Err(mpsc::RecvTimeoutError::Timeout) => {
@@ -399,22 +388,8 @@ fn write(
             fail_all(path, answered.into_iter().map(|(_, r)| r), "written", e);
             continue;
         }
-        // Nothing in the syncer's hands and no job waiting (a sequential client's every save):
-        // synced here, saving the hand-over to the syncer and back. Otherwise the sync happens
-        // on the syncer while this thread goes on with the next calls, and one sync covers
-        // every batch the syncer finds waiting.
-        if in_hand.load(Ordering::Acquire) == 0 {
-            match queue.try_recv() {
-                Ok(job) => next = Some(job),
-                Err(_) => {
-                    synced_here(path, &mut wal, answered, syncs);
-                    continue;
-                }
-            }
-        }
-        in_hand.fetch_add(1, Ordering::AcqRel);
+        // The sync happens on the syncer while this thread goes on with the next calls.
         if let Err(std::sync::mpsc::SendError(answered)) = synced.send(answered) {
-            in_hand.fetch_sub(1, Ordering::AcqRel);
             let e = sync_error("the store's sync thread stopped".into());
             fail_all(path, answered.into_iter().map(|(_, r)| r), "synced", e);
         }
@@ -429,38 +404,19 @@ fn answer(path: &Path, answered: Vec<Ran>) {
 
 /// The syncer thread: takes every committed durable batch waiting, syncs the log once for them
 /// all (a sync covers every commit before it), and only then answers their calls.
-fn sync_batches(
-    path: &Path,
-    queue: mpsc::Receiver<Vec<Ran>>,
-    syncs: &AtomicU64,
-    in_hand: &AtomicUsize,
-) {
+fn sync_batches(path: &Path, queue: mpsc::Receiver<Vec<Ran>>, syncs: &AtomicU64) {
     let mut wal: Option<std::fs::File> = None;
     while let Ok(mut waiting) = queue.recv() {
-        let mut batches = 1;
         while let Ok(more) = queue.try_recv() {
             waiting.extend(more);
-            batches += 1;
         }
-        synced_here(path, &mut wal, waiting, syncs);
-        // Answered: the writer may sync the next batch itself.
-        in_hand.fetch_sub(batches, Ordering::AcqRel);
-    }
-}
-
-/// Syncs the log, then answers the calls of the batches `waiting` (or fails them all).
-fn synced_here(
-    path: &Path,
-    wal: &mut Option<std::fs::File>,
-    waiting: Vec<Ran>,
-    syncs: &AtomicU64,
-) {
-    match sync_log(path, wal) {
-        Ok(()) => {
-            syncs.fetch_add(1, Ordering::Relaxed);
-            answer(path, waiting);
+        match sync_log(path, &mut wal) {
+            Ok(()) => {
+                syncs.fetch_add(1, Ordering::Relaxed);
+                answer(path, waiting);
+            }
+            Err(e) => fail_all(path, waiting.into_iter().map(|(_, r)| r), "synced", e),
         }
-        Err(e) => fail_all(path, waiting.into_iter().map(|(_, r)| r), "synced", e),
     }
 }
 
