@@ -223,6 +223,33 @@ async fn claim_then_work_commits_the_claim_then_the_work(store: Store) {
     assert_eq!((after.tickets, after.receipts, after.processing), (1, 1, 1));
 }
 
+on_both!(a_work_that_does_not_complete_leaves_its_claim_held);
+/// A work that ends without completing keeps the key's claim (until its lease ends), and one
+/// that gives its claim up leaves the key free: as with a claim written before the work.
+async fn a_work_that_does_not_complete_leaves_its_claim_held(store: Store) {
+    let held = claim_request(1, 1_000, b"fp");
+    let worked = store.claim_then(held, |_| Ok(())).await.unwrap();
+    assert!(matches!(worked, Claimed::Worked { result: Ok(()), .. }));
+    assert_eq!(counts(&store).await.processing, 1);
+    assert!(matches!(
+        claim(&store, &claim_request(2, 1_100, b"fp")).await,
+        KeyClaim::InProgress { lease_until: 2_000 }
+    ));
+    let mut given_up = claim_request(3, 1_000, b"fp");
+    given_up.key = "other".into();
+    let g = given_up.clone();
+    store
+        .claim_then(given_up, move |tx| tx.release(&g))
+        .await
+        .unwrap();
+    let mut retry = claim_request(4, 1_100, b"fp");
+    retry.key = "other".into();
+    assert!(matches!(
+        claim(&store, &retry).await,
+        KeyClaim::Taken { took_over: false }
+    ));
+}
+
 on_both!(a_released_claim_frees_the_key_for_the_retry);
 async fn a_released_claim_frees_the_key_for_the_retry(store: Store) {
     let a = claim_request(1, 1_000, b"fp");

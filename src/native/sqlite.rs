@@ -11,7 +11,8 @@
 //! One writer thread owns the connection. Every call is queued to it (a client's calls through
 //! [`Store::start`], answered from the writer or the syncer straight to the awaiting task, with
 //! no thread of tokio's blocking pool in between); it takes all the calls
-//! waiting and runs each in its own savepoint of one open `BEGIN IMMEDIATE` transaction.
+//! waiting and runs each, atomically (one statement, or a savepoint around several), in one open
+//! `BEGIN IMMEDIATE` transaction.
 //! Commits sync nothing by themselves (`synchronous = NORMAL`). A batch that writes a record
 //! ([`Store::save`], before the attempt it covers, and [`Store::quarantine`]) commits at once,
 //! and its calls are answered only after the write-ahead log is synced up to its end, as `FULL`
@@ -291,8 +292,8 @@ const IDLE_COMMIT: Duration = Duration::from_millis(2);
 /// another process waiting for the write lock gets it.
 const MAX_OPEN: Duration = Duration::from_millis(20);
 
-/// The writer thread, and the syncer it starts: takes every job waiting and runs each in a
-/// savepoint of the open transaction. A batch with a durable job commits at once and hands its
+/// The writer thread, and the syncer it starts: takes every job waiting and runs each,
+/// atomically, in the open transaction. A batch with a durable job commits at once and hands its
 /// answers to the syncer, which syncs the log and then answers them; a batch of light
 /// jobs is answered at once and left in the open transaction, for the next durable batch to
 /// commit (or the writer commits it, without a sync, once no job came for [`IDLE_COMMIT`], and
@@ -371,15 +372,9 @@ fn write(
         let mut answers = Vec::with_capacity(batch.len());
         let mut replies = Vec::with_capacity(batch.len());
         for job in batch {
-            let answer = exec(conn, "SAVEPOINT oncekey_op").and_then(|()| match (job.run)(conn) {
-                Ok(done) => exec(conn, "RELEASE oncekey_op").map(|()| done),
-                Err(e) => {
-                    let _ = exec(conn, "ROLLBACK TO oncekey_op");
-                    let _ = exec(conn, "RELEASE oncekey_op");
-                    Err(e)
-                }
-            });
-            answers.push(answer);
+            // Each job is atomic by itself: one write (a statement is), or a savepoint of its
+            // own around more (`in_savepoint`).
+            answers.push((job.run)(conn));
             replies.push(job.reply);
         }
         let answered: Vec<Ran> = answers.into_iter().zip(replies).collect();
@@ -482,6 +477,23 @@ fn fail_all(
     }
 }
 
+/// Runs `f`, a call that writes more than once, in a savepoint of the open transaction: all of
+/// it is kept, or none.
+fn in_savepoint(
+    conn: &Connection,
+    f: impl FnOnce(&Connection) -> rusqlite::Result<Done>,
+) -> rusqlite::Result<Done> {
+    exec(conn, "SAVEPOINT oncekey_op")?;
+    match f(conn) {
+        Ok(done) => exec(conn, "RELEASE oncekey_op").map(|()| done),
+        Err(e) => {
+            let _ = exec(conn, "ROLLBACK TO oncekey_op");
+            let _ = exec(conn, "RELEASE oncekey_op");
+            Err(e)
+        }
+    }
+}
+
 /// Runs one statement of the writer's own (transaction control, the sync level) from the
 /// statement cache: they run several times per batch, and are parsed once.
 fn exec(conn: &Connection, sql: &str) -> rusqlite::Result<()> {
@@ -537,11 +549,23 @@ fn job(call: StoreCall) -> (bool, Run) {
         } => (
             true,
             Box::new(move |conn| {
-                let claimed = claim(conn, &name, None, &lease, now)?;
-                if matches!(claimed, Done::Claim(Claim::Taken(None))) {
-                    save(conn, &name, &record, &lease)?;
+                // Most names are new: the row, its record and its lease in one statement.
+                let inserted = conn
+                    .prepare_cached(
+                        "INSERT INTO oncekey_pending (name, record, lease_owner, lease_until)
+                         VALUES (?1, ?2, ?3, ?4) ON CONFLICT (name) DO NOTHING",
+                    )?
+                    .execute(params![name, record, lease.owner, millis(lease.until)])?;
+                if inserted == 1 {
+                    return Ok(Done::Claim(Claim::Taken(None)));
                 }
-                Ok(claimed)
+                in_savepoint(conn, |conn| {
+                    let claimed = claim(conn, &name, None, &lease, now)?;
+                    if matches!(claimed, Done::Claim(Claim::Taken(None))) {
+                        save(conn, &name, &record, &lease)?;
+                    }
+                    Ok(claimed)
+                })
             }),
         ),
         StoreCall::Renew { name, lease } => (
@@ -569,15 +593,17 @@ fn job(call: StoreCall) -> (bool, Run) {
         StoreCall::Release { name, owner, .. } => (
             false,
             Box::new(move |conn| {
-                conn.prepare_cached(
-                    "DELETE FROM oncekey_pending WHERE name = ?1 AND lease_owner = ?2 AND record IS NULL",
-                )?
-                .execute(params![name, owner])?;
-                conn.prepare_cached(
-                    "UPDATE oncekey_pending SET lease_owner = NULL, lease_until = NULL WHERE name = ?1 AND lease_owner = ?2",
-                )?
-                .execute(params![name, owner])?;
-                Ok(Done::Unit)
+                in_savepoint(conn, |conn| {
+                    conn.prepare_cached(
+                        "DELETE FROM oncekey_pending WHERE name = ?1 AND lease_owner = ?2 AND record IS NULL",
+                    )?
+                    .execute(params![name, owner])?;
+                    conn.prepare_cached(
+                        "UPDATE oncekey_pending SET lease_owner = NULL, lease_until = NULL WHERE name = ?1 AND lease_owner = ?2",
+                    )?
+                    .execute(params![name, owner])?;
+                    Ok(Done::Unit)
+                })
             }),
         ),
     }
@@ -713,7 +739,7 @@ impl Store for SqliteStore {
         now: Timestamp,
     ) -> Result<bool, BoxError> {
         let (name, owner, reason) = (name.to_owned(), owner.to_owned(), reason.to_owned());
-        let done = self.call(true, move |conn| {
+        let done = self.call(true, move |conn| in_savepoint(conn, |conn| {
             let moved = conn
                 .prepare_cached(
                     "INSERT INTO oncekey_quarantine (name, record, reason, quarantined_at)
@@ -726,7 +752,7 @@ impl Store for SqliteStore {
                     .execute([&name])?;
             }
             Ok(Done::Bool(moved == 1))
-        })?;
+        }))?;
         match done {
             Done::Bool(b) => Ok(b),
             _ => Err(unexpected()),

@@ -14,7 +14,9 @@
 //! one transaction with one fsync. A keyed request's claim comes with its work
 //! ([`Writer::claim_then`]) as one durable job: the claim, then the work in a savepoint of its
 //! own, so a keyed request costs one trip to the writer and one fsync, like an unkeyed one, and
-//! a failing work rolls back alone, leaving the claim held. The schema is versioned with
+//! a failing work rolls back alone, leaving the claim held. A new key's claim (the common case)
+//! is not written before its work: its completion writes the receipt, claim and answer, as one
+//! row, and a work that fails or ends without completing is followed by the claim alone. The schema is versioned with
 //! `PRAGMA user_version`.
 
 use std::path::Path;
@@ -161,6 +163,31 @@ impl Writer {
                     Box::new(move |_| drop(reply.send(Err(StoreError::NotCommitted)))),
                 );
             };
+            // Most keys are new: their claim is written with its answer, in one row.
+            match unclaimed(conn, &c) {
+                Ok(true) => {
+                    let result = claim_with_work(conn, &c, work);
+                    return match result {
+                        Ok(result) => Ran::end(
+                            true,
+                            Box::new(move |committed| {
+                                let result = if committed {
+                                    result
+                                } else {
+                                    Err(StoreError::NotCommitted)
+                                };
+                                let _ = reply.send(Ok(Claimed::Worked {
+                                    took_over: false,
+                                    result,
+                                }));
+                            }),
+                        ),
+                        Err(e) => Ran::end(false, Box::new(move |_| drop(reply.send(Err(e))))),
+                    };
+                }
+                Ok(false) => {}
+                Err(e) => return Ran::end(false, Box::new(move |_| drop(reply.send(Err(e))))),
+            }
             match conn.claim(&c) {
                 Ok(KeyClaim::Taken { took_over }) => {
                     let result = in_savepoint(conn, work);
@@ -197,6 +224,141 @@ impl Writer {
         self.tx
             .send(Message::Job(kind, job))
             .map_err(|_| StoreError::Closed)
+    }
+}
+
+/// Whether no receipt is stored under the claim's key (not even an expired one).
+fn unclaimed(conn: &Connection, c: &ClaimRequest) -> Result<bool, StoreError> {
+    let found = conn
+        .prepare_cached("SELECT 1 FROM receipts WHERE tenant = ?1 AND key = ?2")?
+        .exists(params![c.tenant, c.key])?;
+    Ok(!found)
+}
+
+/// Claims the new key `c` and runs `work` under the claim: the work's completion writes the
+/// receipt with its answer in one row ([`Unwritten`]). A work that fails is rolled back (the job
+/// is run in a savepoint of its own) and a work that ends without completing leaves the claim
+/// held, as when the claim is written before the work. The outer `Err` is a failure to write
+/// the claim itself.
+fn claim_with_work<T>(
+    conn: &mut Connection,
+    c: &ClaimRequest,
+    work: Work<T>,
+) -> Result<Result<T, StoreError>, StoreError> {
+    let mut tx = Unwritten {
+        conn: &mut *conn,
+        claim: c,
+        written: false,
+    };
+    let result = work(&mut tx);
+    let written = tx.written;
+    if result.is_err() {
+        exec(conn, "ROLLBACK TO job")?;
+    }
+    if result.is_err() || !written {
+        conn.claim(c)?;
+    }
+    Ok(result)
+}
+
+/// A job's transaction with the claim of a new key not yet written: its completion inserts the
+/// receipt, claim and answer at once, where a claim written first would be updated.
+struct Unwritten<'a> {
+    conn: &'a mut Connection,
+    claim: &'a ClaimRequest,
+    /// Whether the claim's row is settled: written (by its completion, or a claim of the
+    /// work's own), or given up.
+    written: bool,
+}
+
+impl Unwritten<'_> {
+    fn is_ours(&self, c: &ClaimRequest) -> bool {
+        !self.written
+            && c.token == self.claim.token
+            && c.tenant == self.claim.tenant
+            && c.key == self.claim.key
+    }
+}
+
+impl Tx for Unwritten<'_> {
+    fn claim(&mut self, c: &ClaimRequest) -> Result<KeyClaim, StoreError> {
+        if self.is_ours(c) {
+            // Written now, as a claim made before the work would have been.
+            self.written = true;
+        }
+        self.conn.claim(c)
+    }
+
+    fn complete(
+        &mut self,
+        c: &ClaimRequest,
+        answer: &Stored,
+        ticket_id: Option<i64>,
+        now: i64,
+    ) -> Result<(), StoreError> {
+        if !self.is_ours(c) {
+            return self.conn.complete(c, answer, ticket_id, now);
+        }
+        self.conn
+            .prepare_cached(
+                "INSERT INTO receipts (tenant, key, fingerprint, state, claim_token, lease_until,
+                     status, content_type, response, ticket_id, created_at, completed_at)
+                 VALUES (?1, ?2, ?3, 'done', ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+            )?
+            .execute(params![
+                c.tenant,
+                c.key,
+                c.fingerprint,
+                c.token,
+                c.lease_until,
+                answer.status,
+                answer.content_type,
+                answer.body,
+                ticket_id,
+                c.now,
+                now
+            ])?;
+        self.written = true;
+        Ok(())
+    }
+
+    fn release(&mut self, c: &ClaimRequest) -> Result<(), StoreError> {
+        if self.is_ours(c) {
+            // Given up before it was written: nothing to remove, nor to write.
+            self.written = true;
+            return Ok(());
+        }
+        self.conn.release(c)
+    }
+
+    fn insert_ticket(&mut self, t: &NewTicket, key: Option<&str>) -> Result<Ticket, StoreError> {
+        self.conn.insert_ticket(t, key)
+    }
+
+    fn list_tickets(&mut self, tenant: &str, limit: i64) -> Result<Vec<Ticket>, StoreError> {
+        self.conn.list_tickets(tenant, limit)
+    }
+
+    fn attachment(
+        &mut self,
+        tenant: &str,
+        ticket_id: i64,
+        n: i64,
+    ) -> Result<Option<File>, StoreError> {
+        self.conn.attachment(tenant, ticket_id, n)
+    }
+
+    /// Counts the claim as processing, as it is in this transaction.
+    fn counts(&mut self, tenant: &str) -> Result<Counts, StoreError> {
+        let mut counts = self.conn.counts(tenant)?;
+        if !self.written && tenant == self.claim.tenant {
+            counts.processing += 1;
+        }
+        Ok(counts)
+    }
+
+    fn sweep(&mut self, before: i64) -> Result<usize, StoreError> {
+        self.conn.sweep(before)
     }
 }
 
