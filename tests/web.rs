@@ -1140,6 +1140,38 @@ async fn the_next_key_is_drawn_ahead_with_its_lock_and_its_first_attempt_asks_fo
 }
 
 #[test]
+async fn a_refused_submit_does_not_let_go_of_the_lock_drawn_ahead_for_the_pending_key() {
+    // A key made from a spare waits offline for its first attempt; a submit of another body is
+    // refused meanwhile (another submission is pending). The pending key keeps the lock asked
+    // for ahead: back online, its attempt asks for no other. One ticket per key.
+    let case = Case::new("lock-kept");
+    let locks = delay_locks(0);
+    let s = case.submitter("");
+    let first = settle(s.submit(json(TICKET), None)).await.unwrap();
+    JsFuture::from(sleep(20)).await.unwrap();
+    set_offline(true);
+    let waiting = s.submit(
+        json(r#"{"subject":"Second","email":"a@example.com","body":"."}"#),
+        None,
+    );
+    let key = text(&s.pending(), "key");
+    let other = settle(s.submit(json(TICKET), None)).await.unwrap_err();
+    assert_eq!(text(&other, "code"), "pending");
+    set_online();
+    let second = settle(waiting).await;
+    let restore: js_sys::Function = get(&locks, "restore").unchecked_into();
+    restore.call0(&JsValue::NULL).unwrap();
+    assert_eq!(text(&second.unwrap(), "key"), key);
+    let asked = js_sys::Array::from(&get(&locks, "log"))
+        .iter()
+        .filter(|e| text(e, "name") == "oncekey:".to_owned() + &key)
+        .count();
+    assert_eq!(asked, 1, "the pending key's lock was asked for once, ahead");
+    assert_eq!(case.keys(), [text(&first, "key"), key]);
+    assert_eq!(case.tickets().await, 2.0);
+}
+
+#[test]
 async fn a_key_in_memory_only_takes_no_lock() {
     // Memory storage: no other tab or submitter can know the key, so no lock is asked for.
     let case = Case::new("lock-memory");

@@ -654,7 +654,11 @@ impl Driver {
             }
             Ok(_) => self.wait(),
             Err(e) => {
-                spare::forget_made(self);
+                // The key drawn for it is not used; a pending submission's (none was drawn)
+                // keeps the lock drawn ahead for its first attempt.
+                if !pending {
+                    spare::forget_made(self);
+                }
                 refused(match e {
                     BeginError::Body(b) => {
                         Error::body("the body cannot be sent: ".to_owned() + &b.message())

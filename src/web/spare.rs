@@ -104,16 +104,10 @@ pub(crate) fn draw(driver: &Driver) -> Result<[u8; 16], JsValue> {
 }
 
 /// The lock asked for ahead for `key`, if it was made from a spare and this is the first
-/// attempt to ask.
+/// attempt to ask (a lock kept for another key, which nothing sends now, is let go).
 pub(crate) fn take_lock(driver: &Driver, key: &Key) -> Option<Lock> {
-    let mut s = driver.spares.borrow_mut();
-    match s.made.take() {
-        Some((made, lock)) if made == *key => Some(lock),
-        other => {
-            s.made = other;
-            None
-        }
-    }
+    let made = driver.spares.borrow_mut().made.take();
+    made.filter(|(made, _)| made == key).map(|(_, lock)| lock)
 }
 
 /// The key made from a spare will not be sent (its submission settled, was discarded, or was
