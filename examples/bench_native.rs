@@ -175,6 +175,43 @@ mod app {
             .unwrap()
     }
 
+    /// The CPU time (user and system) of process `pid` (0: this one) so far, in milliseconds.
+    fn cpu_ms(pid: u32) -> f64 {
+        let path = match pid {
+            0 => "/proc/self/stat".to_owned(),
+            pid => format!("/proc/{pid}/stat"),
+        };
+        let stat = std::fs::read_to_string(path).unwrap_or_default();
+        // The fields after the command's closing parenthesis; utime and stime are the 12th and
+        // 13th of them, in clock ticks (100 a second here).
+        let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+        let fields: Vec<&str> = after.split_whitespace().collect();
+        let ticks = |i: usize| {
+            fields
+                .get(i)
+                .and_then(|f| f.parse::<f64>().ok())
+                .unwrap_or(0.0)
+        };
+        (ticks(11) + ticks(12)) * 10.0
+    }
+
+    /// The ids of this process's child processes.
+    fn children() -> Vec<u32> {
+        let mut out = Vec::new();
+        for task in std::fs::read_dir("/proc/self/task")
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            let list = std::fs::read_to_string(task.path().join("children")).unwrap_or_default();
+            out.extend(
+                list.split_whitespace()
+                    .filter_map(|p| p.parse::<u32>().ok()),
+            );
+        }
+        out
+    }
+
     fn peak_kib() -> u64 {
         let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
         status
@@ -271,13 +308,34 @@ mod app {
         std::fs::create_dir_all(&dir).unwrap();
         println!("oncekey native benchmark (N = {n}), loopback, reference server with an in-memory database");
         println!("(the senders take turns on one server: request by request sequentially, batch by batch concurrently; each figure is a median)");
-        if std::env::var_os("ONCEKEY_BENCH_PROFILE").is_some() {
-            // Only the sequential MemoryStore run: for a profiler.
+        if let Some(profile) = std::env::var_os("ONCEKEY_BENCH_PROFILE") {
+            // One sender alone, for a profiler: `memory` (the default), `plain` or `sqlite`,
+            // then `sequential` (the default) or `concurrent` ("plain-concurrent").
+            let profile = profile.to_string_lossy().into_owned();
             let server = Server::start(server_bin);
             let url = format!("{}/api/tickets", server.url);
-            let mem = Sender::Once(client(Arc::new(MemoryStore::new())));
-            let m = run(&mem, &url, "profile", n, 1).await;
-            println!("Client + MemoryStore sequential: {m:.0} req/s");
+            let sqlite = Arc::new(SqliteStore::open(dir.join("pending-p.db")).unwrap());
+            let [plain, mem, sql] = senders(&sqlite);
+            let sender = match profile.split('-').next() {
+                Some("plain") => plain,
+                Some("sqlite") => sql,
+                _ => mem,
+            };
+            let concurrency = if profile.ends_with("concurrent") {
+                CONCURRENCY
+            } else {
+                1
+            };
+            let server_pid = children().into_iter().next().unwrap_or(0);
+            let (client, server) = (cpu_ms(0), cpu_ms(server_pid));
+            let r = run(&sender, &url, "profile", n, concurrency).await;
+            let per = |ms: f64| ms * 1000.0 / (n + concurrency.min(WARM)) as f64;
+            println!(
+                "{profile} (concurrency {concurrency}): {r:.0} req/s; CPU per request: client {:.1} us, server {:.1} us",
+                per(cpu_ms(0) - client),
+                per(cpu_ms(server_pid) - server),
+            );
+            let _ = std::fs::remove_dir_all(&dir);
             return;
         }
         // Sequential: one request of each sender in turn, each timed alone, on one server; the

@@ -222,23 +222,31 @@ impl Value {
 }
 
 pub(crate) fn write_string(s: &str, out: &mut String) {
+    out.reserve(s.len() + 2);
     out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            '\u{8}' => out.push_str("\\b"),
-            '\u{c}' => out.push_str("\\f"),
-            c if (c as u32) < 0x20 => {
-                out.push_str("\\u00");
-                push_hex(out, c as u8, LOWER_HEX);
-            }
-            c => out.push(c),
+    // Runs that need no escape are copied whole: every byte escaped is ASCII, so each run ends
+    // on a character boundary.
+    let mut run = 0;
+    for (i, b) in s.bytes().enumerate() {
+        let escape = match b {
+            b'"' => "\\\"",
+            b'\\' => "\\\\",
+            b'\n' => "\\n",
+            b'\r' => "\\r",
+            b'\t' => "\\t",
+            0x08 => "\\b",
+            0x0c => "\\f",
+            0..=0x1f => "\\u00",
+            _ => continue,
+        };
+        out.push_str(s.get(run..i).unwrap_or_default());
+        out.push_str(escape);
+        if escape == "\\u00" {
+            push_hex(out, b, LOWER_HEX);
         }
+        run = i + 1;
     }
+    out.push_str(s.get(run..).unwrap_or_default());
     out.push('"');
 }
 
@@ -675,6 +683,12 @@ mod tests {
         assert_eq!(canonical_json("\"a\\u0001\"").unwrap(), "\"a\\u0001\"");
         assert!(canonical_json(r#""\ud83d""#).is_err());
         assert!(canonical_json("\"a\nb\"").is_err());
+        // Escapes next to characters of several bytes, at either end and in between.
+        assert_eq!(
+            canonical_json(r#""\"é\\😀\u0001x\n""#).unwrap(),
+            r#""\"é\\😀\u0001x\n""#
+        );
+        assert_eq!(canonical_json(r#""éü""#).unwrap(), r#""éü""#);
     }
 
     #[test]

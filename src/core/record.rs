@@ -41,9 +41,10 @@ use serde::{Deserialize, Serialize};
 
 use ::core::time::Duration;
 
+use super::body::write_string;
 use super::body::{self, BodyError, Fields, Value};
 use super::key::Key;
-use super::text::{concat, decimal, quoted};
+use super::text::{concat, decimal, push_decimal, quoted};
 use super::time::Timestamp;
 
 /// The record version this build reads and writes.
@@ -193,7 +194,8 @@ impl Request {
             }
         }
         self.wire_body()?;
-        self.canonical_body()?;
+        // JSON that parses has a canonical form: writing it out here would be work thrown away.
+        body::parse(&self.body)?;
         Ok(())
     }
 }
@@ -337,57 +339,52 @@ impl Record {
     /// The record as JSON text in the shape above.
     pub fn to_json(&self) -> String {
         // Written straight out in canonical form (names sorted, as `Value::to_canonical` would
-        // sort them): building a `Value` first costs the browser package its map code.
+        // sort them): building a `Value` first costs the browser package its map code. One
+        // string, written in place: this is written before every attempt.
         let r = &self.request;
-        let text = |s: &str| quoted(s);
-        let mut headers = String::new();
-        for (n, v) in &r.headers {
-            if !headers.is_empty() {
-                headers.push(',');
-            }
-            headers.push_str(&concat(&["[", &text(n), ",", &text(v), "]"]));
-        }
-        let encoding = match r.encoding {
-            Encoding::Json => "json",
-            Encoding::Form => "form",
-        };
+        let mut out = String::with_capacity(320 + r.body.len() + r.url.len() + self.name.len());
         let millis = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
-        let offline_since = match self.offline_since {
-            Some(t) => concat(&[",\"offlineSince\":", &decimal(t.as_millis())]),
-            None => String::new(),
-        };
-        concat(&[
-            "{\"attempts\":",
-            &decimal(self.attempts.into()),
-            ",\"body\":",
-            &text(&r.body),
-            ",\"encoding\":",
-            &text(encoding),
-            ",\"headers\":[",
-            &headers,
-            "],\"key\":",
-            &text(self.key.as_str()),
-            ",\"keyLifetimeMs\":",
-            &decimal(millis(self.key_lifetime)),
-            ",\"method\":",
-            &text(&r.method),
-            ",\"name\":",
-            &text(&self.name),
-            ",\"offlineMs\":",
-            &decimal(millis(self.offline)),
-            &offline_since,
-            ",\"roundAttempts\":",
-            &decimal(self.round_attempts.into()),
-            ",\"roundStartedAt\":",
-            &decimal(self.round_started_at.as_millis()),
-            ",\"startedAt\":",
-            &decimal(self.started_at.as_millis()),
-            ",\"url\":",
-            &text(&r.url),
-            ",\"v\":",
-            &decimal(RECORD_VERSION.into()),
-            "}",
-        ])
+        out.push_str("{\"attempts\":");
+        push_decimal(&mut out, self.attempts.into());
+        out.push_str(",\"body\":");
+        write_string(&r.body, &mut out);
+        out.push_str(match r.encoding {
+            Encoding::Json => ",\"encoding\":\"json\",\"headers\":[",
+            Encoding::Form => ",\"encoding\":\"form\",\"headers\":[",
+        });
+        for (i, (n, v)) in r.headers.iter().enumerate() {
+            out.push_str(if i == 0 { "[" } else { ",[" });
+            write_string(n, &mut out);
+            out.push(',');
+            write_string(v, &mut out);
+            out.push(']');
+        }
+        out.push_str("],\"key\":");
+        write_string(self.key.as_str(), &mut out);
+        out.push_str(",\"keyLifetimeMs\":");
+        push_decimal(&mut out, millis(self.key_lifetime));
+        out.push_str(",\"method\":");
+        write_string(&r.method, &mut out);
+        out.push_str(",\"name\":");
+        write_string(&self.name, &mut out);
+        out.push_str(",\"offlineMs\":");
+        push_decimal(&mut out, millis(self.offline));
+        if let Some(t) = self.offline_since {
+            out.push_str(",\"offlineSince\":");
+            push_decimal(&mut out, t.as_millis());
+        }
+        out.push_str(",\"roundAttempts\":");
+        push_decimal(&mut out, self.round_attempts.into());
+        out.push_str(",\"roundStartedAt\":");
+        push_decimal(&mut out, self.round_started_at.as_millis());
+        out.push_str(",\"startedAt\":");
+        push_decimal(&mut out, self.started_at.as_millis());
+        out.push_str(",\"url\":");
+        write_string(&r.url, &mut out);
+        out.push_str(",\"v\":");
+        push_decimal(&mut out, RECORD_VERSION.into());
+        out.push('}');
+        out
     }
 
     /// Reads [`Record::to_json`]'s text: a corrupt, foreign or unknown-version record is an

@@ -49,14 +49,25 @@ pub(crate) fn push_hex(out: &mut String, byte: u8, digits: &[u8; 16]) {
 }
 
 /// `n` in decimal.
-pub(crate) fn decimal(mut n: u64) -> String {
-    let mut digits = Vec::with_capacity(20);
+pub(crate) fn decimal(n: u64) -> String {
+    let mut out = String::new();
+    push_decimal(&mut out, n);
+    out
+}
+
+/// Writes `n` in decimal at the end of `out`.
+pub(crate) fn push_decimal(out: &mut String, mut n: u64) {
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
     loop {
-        digits.push(b'0' + (n % 10) as u8);
+        at -= 1;
+        digits[at] = b'0' + (n % 10) as u8;
         n /= 10;
         if n == 0 {
             break;
         }
     }
-    digits.iter().rev().map(|&d| char::from(d)).collect()
+    for &d in &digits[at..] {
+        out.push(char::from(d));
+    }
 }

@@ -370,7 +370,7 @@ impl SubmissionBuilder {
         Ok(self)
     }
 
-    fn request_value(&mut self) -> Result<(Request, Option<Key>)> {
+    fn request_value(&mut self) -> Result<(Request, Option<Key>, reqwest::Url)> {
         if let Some(e) = self.error.take() {
             return Err(e);
         }
@@ -413,7 +413,7 @@ impl SubmissionBuilder {
                 .header(name, value)
                 .map_err(|e| Error::request(format!("the request cannot be made: {e}")))?;
         }
-        Ok((request, self.key.take()))
+        Ok((request, self.key.take(), url))
     }
 
     /// The record this submission would store, made without storing or sending anything: for
@@ -421,7 +421,7 @@ impl SubmissionBuilder {
     /// caller's own transaction (a transactional outbox). Its key is the one given with
     /// [`SubmissionBuilder::key`], or a new random one; it has made no attempt yet.
     pub fn record(mut self) -> Result<Record> {
-        let (request, key) = self.request_value().map_err(|e| e.with_name(&self.name))?;
+        let (request, key, _) = self.request_value().map_err(|e| e.with_name(&self.name))?;
         request.canonical_body().map_err(|e| {
             Error::request(format!("the body cannot be sent: {e}")).with_name(&self.name)
         })?;
@@ -449,9 +449,10 @@ impl SubmissionBuilder {
     /// while one is pending in the store it goes on with the pending key ("Try again"); with
     /// another body it is refused ([`Error::is_pending_mismatch`]) and nothing is sent.
     pub async fn send(mut self) -> Result<Settlement> {
-        let (request, key) = self.request_value().map_err(|e| e.with_name(&self.name))?;
+        let (request, key, url) = self.request_value().map_err(|e| e.with_name(&self.name))?;
+        let url = Some(url);
         self.client
-            .run(&self.name, Job::Send { request, key })
+            .run(&self.name, Job::Send { request, key, url })
             .await
     }
 }

@@ -17,7 +17,12 @@ use crate::core::{Action, Answer, Attempt, Failure, Key, State};
 
 impl Client {
     /// Carries out the actions of the flight's submission until it settles.
-    pub(super) async fn drive(&self, name: &str, lead: &Lead<'_>) -> Result<Settlement> {
+    pub(super) async fn drive(
+        &self,
+        name: &str,
+        lead: &Lead<'_>,
+        mut url: Option<reqwest::Url>,
+    ) -> Result<Settlement> {
         let flights = &self.inner.flights;
         let core = |f: &mut dyn FnMut(&mut crate::core::Submission)| flights.with(name, lead.id, f);
         let mut last: Option<(HeaderMap, Vec<u8>, Option<Error>)> = None;
@@ -77,7 +82,11 @@ impl Client {
                     attempt = attempt.number,
                     outcome = tracing::field::Empty,
                 );
-                let result = self.attempt(name, &attempt).instrument(span.clone()).await;
+                let parsed = url.take();
+                let result = self
+                    .attempt(name, &attempt, parsed)
+                    .instrument(span.clone())
+                    .await;
                 let t = now();
                 match result {
                     Ok((answer, headers, body, body_error)) => {
@@ -87,7 +96,9 @@ impl Client {
                             state = sub.state();
                         });
                         let verdict = traced(state);
-                        span.record("outcome", format!("{} {verdict}", answer.status));
+                        if !span.is_disabled() {
+                            span.record("outcome", format!("{} {verdict}", answer.status));
+                        }
                         span.in_scope(|| tracing::info!(status = answer.status, verdict, "answer"));
                         if let Some(e) = &body_error {
                             span.in_scope(|| tracing::warn!(status = answer.status, "{e}"));
@@ -144,6 +155,7 @@ impl Client {
         &self,
         name: &str,
         attempt: &Attempt,
+        parsed: Option<reqwest::Url>,
     ) -> std::result::Result<(Answer, HeaderMap, Vec<u8>, Option<Error>), Failure> {
         let inner = &*self.inner;
         // One deadline for the whole attempt, the body's last byte included (limits.rs).
@@ -192,12 +204,17 @@ impl Client {
             .map_err(|_| Failure::Network)?;
         headers.insert(inner.key_header.clone(), key);
         let body = request.wire_body().map_err(|_| Failure::Network)?;
+        // The URL as parsed when the submission was described, if this is what is sent.
+        let url = match parsed {
+            Some(url) if url.as_str() == request.url => url,
+            _ => reqwest::Url::parse(&request.url).map_err(|_| Failure::Network)?,
+        };
+        // No timeout of reqwest's own: the deadline below covers the whole attempt.
         let sent = inner
             .http
-            .request(method, &request.url)
+            .request(method, url)
             .headers(headers)
             .body(body)
-            .timeout(inner.timeout)
             .send();
         let response = tokio::time::timeout_at(deadline, sent)
             .await

@@ -29,6 +29,9 @@ pub(super) enum Job {
     Send {
         request: Request,
         key: Option<Key>,
+        /// The request's URL as parsed when it was described: its first attempt is sent to it
+        /// without parsing it again.
+        url: Option<reqwest::Url>,
     },
     Resume,
     /// A resume whose lease [`Store::claim_due`](super::Store::claim_due) already took, with the
@@ -162,7 +165,9 @@ impl Client {
                     let result = self.lead(name, job, new_key, &lead).await;
                     let result = Arc::new(result);
                     lead.finish(result.clone());
-                    return share(&result);
+                    // Joined by no one (its last receiver gone with the flight), the settlement
+                    // is the leader's alone: handed over, not copied.
+                    return Arc::try_unwrap(result).unwrap_or_else(|shared| share(&shared));
                 }
                 Meet::Join(phase) => phase,
                 Meet::Wait(mut phase, starting) => {
@@ -253,17 +258,21 @@ impl Client {
     async fn lead(
         &self,
         name: &str,
-        job: Job,
+        mut job: Job,
         new_key: Option<NewKey>,
         lead: &Lead<'_>,
     ) -> Result<Settlement> {
+        let url = match &mut job {
+            Job::Send { url, .. } => url.take(),
+            _ => None,
+        };
         let stored = match &job {
             Job::Claimed(record) => Some(record.clone()),
             Job::Send { request, .. } if self.inner.store.starts() => {
                 match self.claim_fresh(name, request, new_key.clone()).await? {
                     Fresh::Saved(sub) => {
                         lead.fly(*sub);
-                        return self.drive(name, lead).await;
+                        return self.drive(name, lead, url).await;
                     }
                     Fresh::Found(stored) => stored,
                 }
@@ -282,7 +291,7 @@ impl Client {
         match set_up(name, self.inner.policy, now(), job, new_key, record) {
             Ok(Some(sub)) => {
                 lead.fly(sub);
-                self.drive(name, lead).await
+                self.drive(name, lead, url).await
             }
             Ok(None) => {
                 self.release(name, None).await;
