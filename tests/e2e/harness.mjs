@@ -60,11 +60,13 @@ export function startServer(extra = []) {
   })
 }
 
-export function launchBrowser() {
+export function launchBrowser({ bfcache = false } = {}) {
   // --expose-gc: a test collects garbage to show attached forms stay wired.
   return chromium.launch({
     executablePath: '/usr/bin/chromium',
     args: [...CHROMIUM_ARGS, '--js-flags=--expose-gc'],
+    // Playwright switches the back/forward cache off; `bfcache` leaves it on, as in a browser.
+    ignoreDefaultArgs: bfcache ? ['--disable-back-forward-cache'] : [],
   })
 }
 

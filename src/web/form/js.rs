@@ -15,6 +15,7 @@ use web_sys::HtmlFormElement;
 
 use super::dom::{call_str, get, items, put};
 use super::messages::unknown;
+use super::kit::holds;
 use super::view::body_js;
 use super::{FormKit, FormOptions, Messages, Resume, SuccessMessage};
 use crate::web::{Error, Options};
@@ -112,18 +113,18 @@ const KIT_OPTIONS: [&str; 5] = [
 
 /// Wires `form` to a submitter: locks it while the outcome is unknown, restores it after a
 /// reload, says what is happening, offers "Try again". URL and method default to the form's.
-#[wasm_bindgen(js_name = attachForm)]
+#[wasm_bindgen(js_name = attachForm, unchecked_return_type = "FormKit")]
 pub fn attach_form(
     #[wasm_bindgen(unchecked_param_type = "HTMLFormElement")] form: JsValue,
     options: Option<FormKitOptions>,
-) -> Result<FormKit, Error> {
+) -> Result<JsValue, Error> {
     // By its tag, not `instanceof`: a form of another frame is a form too.
     if !super::dom::is_tag(&form, "form") {
         return Err(Error::option("attachForm needs a <form> element"));
     }
     let form: HtmlFormElement = form.unchecked_into();
     let options = options.map_or(JsValue::UNDEFINED, JsValue::from);
-    FormKit::attach(&form, read_options(&form, &options)?)
+    Ok(FormKit::attach(&form, read_options(&form, &options)?)?.face())
 }
 
 /// `attachForm` for every `<form data-oncekey="NAME">` on the page, with the same options.
@@ -144,7 +145,7 @@ pub fn auto_attach(options: Option<FormKitOptions>) -> Result<Array, Error> {
     for form in items(&forms) {
         // The selector only matches forms.
         let form: HtmlFormElement = form.unchecked_into();
-        kits.push(&FormKit::attach(&form, read_options(&form, &options)?)?.into());
+        kits.push(&FormKit::attach(&form, read_options(&form, &options)?)?.face());
     }
     Ok(kits)
 }
@@ -273,6 +274,21 @@ fn shown(v: &JsValue) -> String {
     }
 }
 
+impl FormKit {
+    /// Its JavaScript object: one per kit, kept by the kit while the form is wired (see
+    /// `kit::Faces`).
+    fn face(&self) -> JsValue {
+        let kept = self.kit.faces.borrow().kit.clone();
+        kept.unwrap_or_else(|| {
+            let face = JsValue::from(self.clone());
+            if holds(&self.kit.wiring) {
+                self.kit.faces.borrow_mut().kit = Some(face.clone());
+            }
+            face
+        })
+    }
+}
+
 #[wasm_bindgen]
 impl FormKit {
     /// Undoes everything the kit did; a pending submission stays stored.
@@ -287,10 +303,17 @@ impl FormKit {
         self.try_again();
     }
 
-    /// The submitter behind the form.
-    #[wasm_bindgen(getter = submitter)]
-    pub fn js_submitter(&self) -> crate::js::Submitter {
-        self.submitter().clone().into()
+    /// The submitter behind the form (the same object each time, while the form is wired).
+    #[wasm_bindgen(getter = submitter, unchecked_return_type = "Submitter")]
+    pub fn js_submitter(&self) -> JsValue {
+        let kept = self.kit.faces.borrow().submitter.clone();
+        kept.unwrap_or_else(|| {
+            let face = JsValue::from(crate::js::Submitter::from(self.submitter().clone()));
+            if holds(&self.kit.wiring) {
+                self.kit.faces.borrow_mut().submitter = Some(face.clone());
+            }
+            face
+        })
     }
 
     /// "Send as a new ticket", as the button of an expired form does: a new key, deliberately.

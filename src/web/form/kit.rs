@@ -57,6 +57,20 @@ pub(super) struct Kit {
     /// the kit lives as long as the form is wired, whoever keeps a `FormKit`. Taken out only
     /// for a moment (`offer`), with no call out of the kit meanwhile.
     pub(super) wiring: Cell<Option<Wiring>>,
+    /// Its JavaScript objects (`form/js.rs`), kept while it is wired.
+    pub(super) faces: core::cell::RefCell<Faces>,
+}
+
+/// The JavaScript objects of a kit and of its submitter, one each, made when first asked for and
+/// kept by the kit until `detach()`. A page that drops what `attachForm` gave it leaves no
+/// object of ours to the garbage collector while the form is wired: its finalizer would run in
+/// a later task, maybe while the page sits in the back/forward cache, and a page that runs
+/// script there is evicted from it (Chromium: about one in five pages left just after a kit's
+/// submission, measured; none once the object was kept).
+#[derive(Default)]
+pub(super) struct Faces {
+    pub(super) kit: Option<JsValue>,
+    pub(super) submitter: Option<JsValue>,
 }
 
 /// The classes of the kit's buttons, which say what a click on each does.
@@ -122,6 +136,7 @@ impl Kit {
             marked: Cell::new(true),
             in_flight: Cell::new(false),
             wiring: Cell::new(None),
+            faces: Default::default(),
         });
         Kit::wire(&kit);
         set_attr(form, "data-oncekey-state", kit.submitter.state().as_str());
@@ -234,6 +249,8 @@ impl Kit {
             set_text(&self.status, "");
         }
         drop(wiring);
+        // Its JavaScript objects are the page's alone now.
+        drop(self.faces.take());
     }
 
     /// A submission found in storage: fields back, form locked, then resend (or wait).
