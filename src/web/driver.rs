@@ -96,6 +96,8 @@ pub(crate) struct Driver {
     pub(crate) uploads: RefCell<super::upload::Uploads>,
     /// The next key drawn ahead, with its Web Lock (`spare.rs`).
     pub(crate) spares: RefCell<spare::Spares>,
+    /// JavaScript's `onChange` listeners and their stop function (`js.rs`).
+    pub(crate) js_listeners: RefCell<super::js::Listening>,
 }
 
 struct Machine {
@@ -435,6 +437,7 @@ impl Submitter {
             connection: RefCell::new(None),
             uploads: RefCell::default(),
             spares: RefCell::default(),
+            js_listeners: RefCell::default(),
         });
         let weak = Rc::downgrade(&driver);
         let connection = Connection::watch(move |online| {

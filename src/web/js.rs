@@ -7,6 +7,7 @@
 //! `OncekeyError`s with their `code` ([`Error`]). The TypeScript declarations are wasm-bindgen's,
 //! from these exports, with the types they name in the custom section below.
 
+use alloc::rc::Rc;
 use js_sys::{Function, Promise, Reflect, JSON};
 use serde::Serialize;
 use wasm_bindgen::prelude::*;
@@ -564,7 +565,8 @@ impl JsSubmitter {
     }
 
     /// Calls `listener` at once with the current state (and any warning from the constructor),
-    /// then on every change. Returns a function that stops it.
+    /// then on every change. Returns a function that stops it; a page that drops the function
+    /// keeps the listener for the submitter's life.
     #[wasm_bindgen(js_name = onChange, unchecked_return_type = "() => void")]
     pub fn on_change(
         &self,
@@ -580,9 +582,7 @@ impl JsSubmitter {
                 web_sys::console::error_2(&"oncekey: an onChange listener threw".into(), &e);
             }
         });
-        let mut listening = Some(listening);
-        let stop = Closure::<dyn FnMut()>::new(move || drop(listening.take()));
-        Ok(stop.into_js_value())
+        Ok(Listening::add(self.inner.driver(), listening))
     }
 
     /// Fields that are never stored (a password, a card number), merged into the JSON object
@@ -599,6 +599,44 @@ impl JsSubmitter {
             Ok(_) => Err(Error::body("secret fields must be an object of names to values").into()),
             Err(e) => Err(Error::new(ErrorCode::Body, e.message()).into()),
         }
+    }
+}
+
+/// A submitter's `onChange` listeners of JavaScript. Each hears until its stop function is
+/// called, or for the submitter's life: dropping the function stops nothing. The stop functions
+/// are one function of the submitter, bound to each listener's number, so that no function of
+/// ours is left for the garbage collector to finalize (a listener's own closure, given to
+/// JavaScript, was finalized at the next collection: it stopped the listener of a page that did
+/// not keep the function, and a finalizer that runs while the page sits in the back/forward cache
+/// gets it evicted).
+#[derive(Default)]
+pub(crate) struct Listening {
+    stop: Option<Closure<dyn FnMut(u32)>>,
+    next: u32,
+    listeners: Vec<(u32, super::driver::Listener)>,
+}
+
+impl Listening {
+    /// Keeps `listener` for the submitter `driver`; returns its stop function.
+    fn add(driver: &Rc<super::driver::Driver>, listener: super::driver::Listener) -> JsValue {
+        let mut l = driver.js_listeners.borrow_mut();
+        let id = l.next;
+        l.next = l.next.wrapping_add(1);
+        l.listeners.push((id, listener));
+        let weak = Rc::downgrade(driver);
+        let stop = l.stop.get_or_insert_with(|| {
+            Closure::new(move |id: u32| {
+                let Some(driver) = weak.upgrade() else { return };
+                let stopped = {
+                    let mut l = driver.js_listeners.borrow_mut();
+                    let at = l.listeners.iter().position(|(i, _)| *i == id);
+                    at.map(|at| l.listeners.swap_remove(at))
+                };
+                drop(stopped);
+            })
+        });
+        let stop: &Function = stop.as_ref().unchecked_ref();
+        stop.bind1(&JsValue::NULL, &JsValue::from(id)).into()
     }
 }
 

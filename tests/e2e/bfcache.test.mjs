@@ -1,8 +1,10 @@
-// The back/forward cache: a page that used the form kit comes back from it when the person goes
-// back, as a page without the kit does. A page runs no script while it sits there; one that
-// would (a finalizer of an object it dropped, run by the garbage collector) is evicted, and
-// going back reloads it. Pages of one site share a heap, so the page the person went on to
-// collects garbage here, and what the kit's page left behind is collected while it is cached.
+// What the garbage collector may do to a page that uses oncekey: nothing it can see. A page that
+// drops what oncekey gave it (the kit's object, a listener's stop function) keeps its form wired
+// and its listener hearing; and it comes back from the back/forward cache when the person goes
+// back, as a page without oncekey does. A page runs no script while it sits there; one that
+// would (a finalizer of an object it dropped) is evicted, and going back reloads it. Pages of one
+// site share a heap, so the page the person went on to collects garbage here, and what the
+// first page left behind is collected while it is cached.
 import assert from 'node:assert/strict'
 import { after, before, test } from 'node:test'
 
@@ -92,6 +94,75 @@ test('a page whose kits autoAttach made sent a ticket comes back from the back/f
       assert.ok(back.cached, `round ${round}: the page was not restored from the back/forward cache: ${back.why}`)
     }
     assert.deepEqual((await tickets(server.url, tenant)).map((t) => t.subject).sort(), ['Auto 1', 'Auto 2'])
+    assert.deepEqual(pageErrors(errors), [])
+  } finally {
+    await page.close()
+  }
+})
+
+/** A submitter of the page `bench-form.html` (it loads the package), as `window.tickets`. */
+async function submitterPage(tenant) {
+  const page = await browser.newPage()
+  await page.goto(`${server.url}/e2e/bench-form.html?tenant=${tenant}`)
+  await page.waitForFunction(() => window.benchReady === true)
+  await page.evaluate(async (tenant) => {
+    const { Submitter } = await import('/pkg/oncekey.js')
+    window.tickets = new Submitter('gc-tickets', { url: '/api/tickets', headers: { 'X-Tenant': tenant } })
+  }, tenant)
+  return page
+}
+
+const submit = (page, subject) =>
+  page.evaluate(async (subject) => (await window.tickets.submit({ subject, email: 'gc@example.com', body: 'x' })).outcome, subject)
+
+test('an onChange listener whose stop function the page dropped still hears after a garbage collection; a kept one stops when called', async () => {
+  const tenant = uniqueTenant('gc-listener')
+  const page = await submitterPage(tenant)
+  try {
+    await page.evaluate(() => {
+      window.heard = { dropped: [], kept: [] }
+      // As README's example does: the stop function is not kept.
+      window.tickets.onChange((c) => window.heard.dropped.push(c.state))
+      window.stopKept = window.tickets.onChange((c) => window.heard.kept.push(c.state))
+    })
+    assert.equal(await submit(page, 'Before'), 'succeeded')
+    await page.evaluate(async () => {
+      for (let i = 0; i < 3; i++) {
+        gc()
+        await new Promise((r) => setTimeout(r, 50))
+      }
+    })
+    assert.equal(await submit(page, 'After the collection'), 'succeeded')
+    const heard = await page.evaluate(() => window.heard)
+    assert.deepEqual(heard.dropped, ['idle', 'sending', 'succeeded', 'sending', 'succeeded'])
+    assert.deepEqual(heard.kept, heard.dropped)
+    // The kept function stops its listener, and only that one.
+    await page.evaluate(() => window.stopKept())
+    assert.equal(await submit(page, 'After stop'), 'succeeded')
+    const after = await page.evaluate(() => window.heard)
+    assert.equal(after.kept.length, 5)
+    assert.equal(after.dropped.length, 7)
+    assert.equal((await tickets(server.url, tenant)).length, 3)
+  } finally {
+    await page.close()
+  }
+})
+
+test('a page that listened with onChange and dropped the stop function comes back from the back/forward cache', async () => {
+  const tenant = uniqueTenant('bfcache-listener')
+  const page = await submitterPage(tenant)
+  const errors = watchConsole(page)
+  try {
+    await page.evaluate(() => {
+      window.heard = []
+      window.tickets.onChange((c) => window.heard.push(c.state))
+    })
+    for (const round of [1, 2]) {
+      assert.equal(await submit(page, `Listened ${round}`), 'succeeded')
+      const back = await leaveAndComeBack(page)
+      assert.ok(back.cached, `round ${round}: the page was not restored from the back/forward cache: ${back.why}`)
+    }
+    assert.equal((await page.evaluate(() => window.heard)).filter((s) => s === 'succeeded').length, 2)
     assert.deepEqual(pageErrors(errors), [])
   } finally {
     await page.close()
