@@ -11,7 +11,9 @@
 //! By default it starts both servers in-process (a runtime of their own, 2 threads); with
 //! `--keyed-url` and `--plain-url` it targets servers already running (the second started with
 //! `--no-key-check`). The rounds alternate keyed and unkeyed runs; the medians count. The CPU
-//! time is this process's (client and servers): PostgreSQL's own processes are not in it.
+//! time is this process's (client and servers): PostgreSQL's own processes are not in it. The
+//! servers' share of it is given too, for in-process servers: their runtimes' workers and (on
+//! SQLite) their writer thread, without the client, which costs the same either way.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -70,6 +72,7 @@ fn start_server(db: String, key_check: bool) -> String {
     std::thread::spawn(move || {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
+            .thread_name("server-worker")
             .enable_all()
             .build()
             .unwrap();
@@ -98,6 +101,22 @@ fn cpu_ns() -> Option<u64> {
     Some(total)
 }
 
+/// CPU time used so far by this process's threads named `name`, in nanoseconds: the servers'
+/// SQLite writer threads (`oncekey-store`, the part of a request that cannot be spread over
+/// cores) or their runtimes' workers (`server-worker`). Only the server under load moves them.
+fn cpu_of_ns(name: &str) -> Option<u64> {
+    let mut total = 0;
+    for task in std::fs::read_dir("/proc/self/task").ok()? {
+        let path = task.ok()?.path();
+        if std::fs::read_to_string(path.join("comm")).ok()?.trim() != name {
+            continue;
+        }
+        let stat = std::fs::read_to_string(path.join("schedstat")).ok()?;
+        total += stat.split_whitespace().next()?.parse::<u64>().ok()?;
+    }
+    Some(total)
+}
+
 /// One run's figures.
 #[derive(Clone, Copy)]
 struct Run {
@@ -105,12 +124,18 @@ struct Run {
     rate: f64,
     /// CPU time of the whole process per request, in microseconds.
     cpu_us: f64,
+    /// CPU time of the SQLite writer thread per request, in microseconds.
+    writer_us: f64,
+    /// CPU time of the server's runtime workers per request, in microseconds.
+    server_us: f64,
 }
 
 /// Sends `n` ticket requests at concurrency `c`, each with a fresh key.
 async fn run(client: &reqwest::Client, url: &str, tag: &str, n: usize, c: usize) -> Run {
     let next = Arc::new(AtomicUsize::new(0));
     let cpu_before = cpu_ns();
+    let writer_before = cpu_of_ns("oncekey-store");
+    let server_before = cpu_of_ns("server-worker");
     let started = Instant::now();
     let mut workers = Vec::new();
     for _ in 0..c {
@@ -147,7 +172,16 @@ async fn run(client: &reqwest::Client, url: &str, tag: &str, n: usize, c: usize)
         (Some(a), Some(b)) => (b - a) as f64 / 1000.0 / n as f64,
         _ => f64::NAN,
     };
-    Run { rate, cpu_us }
+    let per_request = |before: Option<u64>, name: &str| match (before, cpu_of_ns(name)) {
+        (Some(a), Some(b)) => (b - a) as f64 / 1000.0 / n as f64,
+        _ => f64::NAN,
+    };
+    Run {
+        rate,
+        cpu_us,
+        writer_us: per_request(writer_before, "oncekey-store"),
+        server_us: per_request(server_before, "server-worker"),
+    }
 }
 
 /// Different for every run of the benchmark, so keys left in a database by an earlier run are
@@ -216,8 +250,8 @@ async fn main() {
         for round in 0..args.rounds {
             let r = run(&client, url, &format!("only{round}"), n, c).await;
             println!(
-                "{only}: {:.0} req/s, {:.0} us CPU per request",
-                r.rate, r.cpu_us
+                "{only}: {:.0} req/s, {:.0} us CPU per request ({:.1} us in the server's workers, {:.1} in the writer)",
+                r.rate, r.cpu_us, r.server_us, r.writer_us
             );
         }
         return;
@@ -237,15 +271,27 @@ async fn main() {
             (run(&client, &keyed_url, &tag, n, c).await, p)
         };
         eprintln!(
-            "round {round}: keyed {:.0} req/s ({:.0} us CPU each), no key check {:.0} req/s ({:.0} us CPU each), ratio {:.3}",
-            k.rate, k.cpu_us, p.rate, p.cpu_us, k.rate / p.rate
+            "round {round}: keyed {:.0} req/s ({:.0} us CPU each: {:.1} server workers, {:.1} writer), no key check {:.0} req/s ({:.0} us CPU each: {:.1}, {:.1}), ratio {:.3}",
+            k.rate,
+            k.cpu_us,
+            k.server_us,
+            k.writer_us,
+            p.rate,
+            p.cpu_us,
+            p.server_us,
+            p.writer_us,
+            k.rate / p.rate
         );
         keyed.push(k);
         plain.push(p);
     }
     let rates = |v: &[Run]| median(v.iter().map(|r| r.rate).collect());
     let cpus = |v: &[Run]| median(v.iter().map(|r| r.cpu_us).collect());
+    let writers = |v: &[Run]| median(v.iter().map(|r| r.writer_us).collect());
+    let servers = |v: &[Run]| median(v.iter().map(|r| r.server_us).collect());
+    let (keyed_server, plain_server) = (servers(&keyed), servers(&plain));
     let (keyed_cpu, plain_cpu) = (cpus(&keyed), cpus(&plain));
+    let (keyed_writer, plain_writer) = (writers(&keyed), writers(&plain));
     let (keyed, plain) = (rates(&keyed), rates(&plain));
     println!(
         "keyed (Idempotency-Key, {store}): {keyed:.0} req/s, {keyed_cpu:.0} us CPU per request (medians of {} rounds of {n} requests, concurrency {c})",
@@ -256,6 +302,18 @@ async fn main() {
     );
     // CPU per request (client and server, which share the machine) does not depend on what
     // else the machine is doing; throughput does.
+    if args.keyed_url.is_none() {
+        println!(
+            "server workers: {keyed_server:.1} us CPU per keyed request, {plain_server:.1} us per unkeyed one ({:+.1} us)",
+            keyed_server - plain_server
+        );
+    }
+    if args.db.is_none() && args.keyed_url.is_none() {
+        println!(
+            "writer thread: {keyed_writer:.1} us CPU per keyed request, {plain_writer:.1} us per unkeyed one ({:+.1} us)",
+            keyed_writer - plain_writer
+        );
+    }
     println!(
         "cpu ratio: {:.3} (by CPU time, the key check costs {:.1}% of throughput)",
         plain_cpu / keyed_cpu,
