@@ -5,7 +5,7 @@
 //! ```text
 //! CARGO_PROFILE_RELEASE_OPT_LEVEL=3 cargo run --release -p oncekey-server --example load -- \
 //!     [--requests 10000] [--concurrency 64] [--rounds 5] [--dir DIR | --db postgres://...]
-//!     [--keyed-url URL --plain-url URL]
+//!     [--keyed-url URL --plain-url URL] [--uuid-keys]
 //! ```
 //!
 //! By default it starts both servers in-process (a runtime of their own, 2 threads); with
@@ -30,6 +30,7 @@ struct Args {
     keyed_url: Option<String>,
     plain_url: Option<String>,
     only: Option<String>,
+    uuid_keys: bool,
 }
 
 fn args() -> Args {
@@ -42,6 +43,7 @@ fn args() -> Args {
         keyed_url: None,
         plain_url: None,
         only: None,
+        uuid_keys: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -56,6 +58,9 @@ fn args() -> Args {
             "--plain-url" => a.plain_url = Some(value()),
             // For profiling one side: `--only keyed` or `--only plain`.
             "--only" => a.only = Some(value()),
+            // Keys shaped as a browser makes them (UUID v4, in no order) instead of
+            // `load-RUN-ROUND-N`, whose neighbours in a round sort near each other.
+            "--uuid-keys" => a.uuid_keys = true,
             "--help" | "-h" => {
                 println!("see the comment at the top of server/examples/load.rs");
                 std::process::exit(0);
@@ -154,7 +159,7 @@ async fn run(client: &reqwest::Client, url: &str, tag: &str, n: usize, c: usize)
                     .post(format!("{url}/api/tickets"))
                     .header("Content-Type", "application/json")
                     .header("X-Tenant", "load")
-                    .header("Idempotency-Key", format!("load-{}-{tag}-{i}", run_id()))
+                    .header("Idempotency-Key", key(&tag, i))
                     .body(body)
                     .send()
                     .await
@@ -184,6 +189,35 @@ async fn run(client: &reqwest::Client, url: &str, tag: &str, n: usize, c: usize)
     }
 }
 
+/// Whether keys are UUID v4 (`--uuid-keys`).
+static UUID_KEYS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// The key of request `i` of the run `tag`: `load-RUN-TAG-I`, or with `--uuid-keys` a UUID v4
+/// drawn from them (SplitMix64: spread evenly, which is all a key's position in an index needs).
+fn key(tag: &str, i: usize) -> String {
+    if !UUID_KEYS.load(Ordering::Relaxed) {
+        return format!("load-{}-{tag}-{i}", run_id());
+    }
+    let mut state = (run_id() as u64) ^ tag.bytes().fold(0u64, |h, b| h.rotate_left(8) ^ b as u64);
+    state = state.wrapping_add((i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+    let mut next = || {
+        state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    };
+    let (a, b) = (next(), next());
+    format!(
+        "{:08x}-{:04x}-4{:03x}-{:04x}-{:012x}",
+        a >> 32,
+        (a >> 16) & 0xffff,
+        a & 0xfff,
+        0x8000 | (b >> 48) & 0x3fff,
+        b & 0xffff_ffff_ffff
+    )
+}
+
 /// Different for every run of the benchmark, so keys left in a database by an earlier run are
 /// never replayed.
 fn run_id() -> u128 {
@@ -208,6 +242,7 @@ fn median(mut v: Vec<f64>) -> f64 {
 #[tokio::main]
 async fn main() {
     let args = args();
+    UUID_KEYS.store(args.uuid_keys, Ordering::Relaxed);
     let _ = rustls::crypto::ring::default_provider().install_default();
     let _tmp;
     let (keyed_url, plain_url) = match (args.keyed_url.clone(), args.plain_url.clone()) {
