@@ -5,13 +5,15 @@
 //! ```text
 //! CARGO_PROFILE_RELEASE_OPT_LEVEL=3 cargo run --release -p oncekey-server --example load -- \
 //!     [--requests 10000] [--concurrency 64] [--rounds 5] [--dir DIR | --db postgres://...]
-//!     [--keyed-url URL --plain-url URL]
+//!     [--keyed-url URL --plain-url URL] [--uuid-keys]
 //! ```
 //!
 //! By default it starts both servers in-process (a runtime of their own, 2 threads); with
 //! `--keyed-url` and `--plain-url` it targets servers already running (the second started with
 //! `--no-key-check`). The rounds alternate keyed and unkeyed runs; the medians count. The CPU
-//! time is this process's (client and servers): PostgreSQL's own processes are not in it.
+//! time is this process's (client and servers): PostgreSQL's own processes are not in it. The
+//! servers' share of it is given too, for in-process servers: their runtimes' workers and (on
+//! SQLite) their writer thread, without the client, which costs the same either way.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -28,6 +30,7 @@ struct Args {
     keyed_url: Option<String>,
     plain_url: Option<String>,
     only: Option<String>,
+    uuid_keys: bool,
 }
 
 fn args() -> Args {
@@ -40,6 +43,7 @@ fn args() -> Args {
         keyed_url: None,
         plain_url: None,
         only: None,
+        uuid_keys: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -54,6 +58,9 @@ fn args() -> Args {
             "--plain-url" => a.plain_url = Some(value()),
             // For profiling one side: `--only keyed` or `--only plain`.
             "--only" => a.only = Some(value()),
+            // Keys shaped as a browser makes them (UUID v4, in no order) instead of
+            // `load-RUN-ROUND-N`, whose neighbours in a round sort near each other.
+            "--uuid-keys" => a.uuid_keys = true,
             "--help" | "-h" => {
                 println!("see the comment at the top of server/examples/load.rs");
                 std::process::exit(0);
@@ -70,6 +77,7 @@ fn start_server(db: String, key_check: bool) -> String {
     std::thread::spawn(move || {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
+            .thread_name("server-worker")
             .enable_all()
             .build()
             .unwrap();
@@ -98,6 +106,22 @@ fn cpu_ns() -> Option<u64> {
     Some(total)
 }
 
+/// CPU time used so far by this process's threads named `name`, in nanoseconds: the servers'
+/// SQLite writer threads (`oncekey-store`, the part of a request that cannot be spread over
+/// cores) or their runtimes' workers (`server-worker`). Only the server under load moves them.
+fn cpu_of_ns(name: &str) -> Option<u64> {
+    let mut total = 0;
+    for task in std::fs::read_dir("/proc/self/task").ok()? {
+        let path = task.ok()?.path();
+        if std::fs::read_to_string(path.join("comm")).ok()?.trim() != name {
+            continue;
+        }
+        let stat = std::fs::read_to_string(path.join("schedstat")).ok()?;
+        total += stat.split_whitespace().next()?.parse::<u64>().ok()?;
+    }
+    Some(total)
+}
+
 /// One run's figures.
 #[derive(Clone, Copy)]
 struct Run {
@@ -105,12 +129,18 @@ struct Run {
     rate: f64,
     /// CPU time of the whole process per request, in microseconds.
     cpu_us: f64,
+    /// CPU time of the SQLite writer thread per request, in microseconds.
+    writer_us: f64,
+    /// CPU time of the server's runtime workers per request, in microseconds.
+    server_us: f64,
 }
 
 /// Sends `n` ticket requests at concurrency `c`, each with a fresh key.
 async fn run(client: &reqwest::Client, url: &str, tag: &str, n: usize, c: usize) -> Run {
     let next = Arc::new(AtomicUsize::new(0));
     let cpu_before = cpu_ns();
+    let writer_before = cpu_of_ns("oncekey-store");
+    let server_before = cpu_of_ns("server-worker");
     let started = Instant::now();
     let mut workers = Vec::new();
     for _ in 0..c {
@@ -129,7 +159,7 @@ async fn run(client: &reqwest::Client, url: &str, tag: &str, n: usize, c: usize)
                     .post(format!("{url}/api/tickets"))
                     .header("Content-Type", "application/json")
                     .header("X-Tenant", "load")
-                    .header("Idempotency-Key", format!("load-{}-{tag}-{i}", run_id()))
+                    .header("Idempotency-Key", key(&tag, i))
                     .body(body)
                     .send()
                     .await
@@ -147,7 +177,45 @@ async fn run(client: &reqwest::Client, url: &str, tag: &str, n: usize, c: usize)
         (Some(a), Some(b)) => (b - a) as f64 / 1000.0 / n as f64,
         _ => f64::NAN,
     };
-    Run { rate, cpu_us }
+    let per_request = |before: Option<u64>, name: &str| match (before, cpu_of_ns(name)) {
+        (Some(a), Some(b)) => (b - a) as f64 / 1000.0 / n as f64,
+        _ => f64::NAN,
+    };
+    Run {
+        rate,
+        cpu_us,
+        writer_us: per_request(writer_before, "oncekey-store"),
+        server_us: per_request(server_before, "server-worker"),
+    }
+}
+
+/// Whether keys are UUID v4 (`--uuid-keys`).
+static UUID_KEYS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// The key of request `i` of the run `tag`: `load-RUN-TAG-I`, or with `--uuid-keys` a UUID v4
+/// drawn from them (SplitMix64: spread evenly, which is all a key's position in an index needs).
+fn key(tag: &str, i: usize) -> String {
+    if !UUID_KEYS.load(Ordering::Relaxed) {
+        return format!("load-{}-{tag}-{i}", run_id());
+    }
+    let mut state = (run_id() as u64) ^ tag.bytes().fold(0u64, |h, b| h.rotate_left(8) ^ b as u64);
+    state = state.wrapping_add((i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+    let mut next = || {
+        state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    };
+    let (a, b) = (next(), next());
+    format!(
+        "{:08x}-{:04x}-4{:03x}-{:04x}-{:012x}",
+        a >> 32,
+        (a >> 16) & 0xffff,
+        a & 0xfff,
+        0x8000 | (b >> 48) & 0x3fff,
+        b & 0xffff_ffff_ffff
+    )
 }
 
 /// Different for every run of the benchmark, so keys left in a database by an earlier run are
@@ -174,6 +242,7 @@ fn median(mut v: Vec<f64>) -> f64 {
 #[tokio::main]
 async fn main() {
     let args = args();
+    UUID_KEYS.store(args.uuid_keys, Ordering::Relaxed);
     let _ = rustls::crypto::ring::default_provider().install_default();
     let _tmp;
     let (keyed_url, plain_url) = match (args.keyed_url.clone(), args.plain_url.clone()) {
@@ -216,8 +285,8 @@ async fn main() {
         for round in 0..args.rounds {
             let r = run(&client, url, &format!("only{round}"), n, c).await;
             println!(
-                "{only}: {:.0} req/s, {:.0} us CPU per request",
-                r.rate, r.cpu_us
+                "{only}: {:.0} req/s, {:.0} us CPU per request ({:.1} us in the server's workers, {:.1} in the writer)",
+                r.rate, r.cpu_us, r.server_us, r.writer_us
             );
         }
         return;
@@ -237,15 +306,27 @@ async fn main() {
             (run(&client, &keyed_url, &tag, n, c).await, p)
         };
         eprintln!(
-            "round {round}: keyed {:.0} req/s ({:.0} us CPU each), no key check {:.0} req/s ({:.0} us CPU each), ratio {:.3}",
-            k.rate, k.cpu_us, p.rate, p.cpu_us, k.rate / p.rate
+            "round {round}: keyed {:.0} req/s ({:.0} us CPU each: {:.1} server workers, {:.1} writer), no key check {:.0} req/s ({:.0} us CPU each: {:.1}, {:.1}), ratio {:.3}",
+            k.rate,
+            k.cpu_us,
+            k.server_us,
+            k.writer_us,
+            p.rate,
+            p.cpu_us,
+            p.server_us,
+            p.writer_us,
+            k.rate / p.rate
         );
         keyed.push(k);
         plain.push(p);
     }
     let rates = |v: &[Run]| median(v.iter().map(|r| r.rate).collect());
     let cpus = |v: &[Run]| median(v.iter().map(|r| r.cpu_us).collect());
+    let writers = |v: &[Run]| median(v.iter().map(|r| r.writer_us).collect());
+    let servers = |v: &[Run]| median(v.iter().map(|r| r.server_us).collect());
+    let (keyed_server, plain_server) = (servers(&keyed), servers(&plain));
     let (keyed_cpu, plain_cpu) = (cpus(&keyed), cpus(&plain));
+    let (keyed_writer, plain_writer) = (writers(&keyed), writers(&plain));
     let (keyed, plain) = (rates(&keyed), rates(&plain));
     println!(
         "keyed (Idempotency-Key, {store}): {keyed:.0} req/s, {keyed_cpu:.0} us CPU per request (medians of {} rounds of {n} requests, concurrency {c})",
@@ -256,6 +337,18 @@ async fn main() {
     );
     // CPU per request (client and server, which share the machine) does not depend on what
     // else the machine is doing; throughput does.
+    if args.keyed_url.is_none() {
+        println!(
+            "server workers: {keyed_server:.1} us CPU per keyed request, {plain_server:.1} us per unkeyed one ({:+.1} us)",
+            keyed_server - plain_server
+        );
+    }
+    if args.db.is_none() && args.keyed_url.is_none() {
+        println!(
+            "writer thread: {keyed_writer:.1} us CPU per keyed request, {plain_writer:.1} us per unkeyed one ({:+.1} us)",
+            keyed_writer - plain_writer
+        );
+    }
     println!(
         "cpu ratio: {:.3} (by CPU time, the key check costs {:.1}% of throughput)",
         plain_cpu / keyed_cpu,

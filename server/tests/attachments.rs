@@ -586,7 +586,69 @@ async fn a_version_1_sqlite_database_is_migrated_and_keeps_its_tickets() {
         .unwrap()
         .query_row("PRAGMA user_version", [], |r| r.get(0))
         .unwrap();
-    assert_eq!(version, 2);
+    assert_eq!(version, 3);
+    desk.server.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_version_2_sqlite_database_is_migrated_and_keeps_its_receipts() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("desk.db").to_str().unwrap().to_owned();
+    let config = || Config {
+        db: db.clone(),
+        ..Config::default()
+    };
+    let desk = Desk::with("migrate-2", config()).await;
+    let first = send(desk.post(Some("k-old"), TICKET)).await;
+    assert_eq!(first.status, 201);
+    let tenant = desk.tenant.clone();
+    desk.server.shutdown().await;
+    // What a version 2 server left: its receipts in a table ordered by key.
+    {
+        let conn = rusqlite::Connection::open(&db).unwrap();
+        conn.execute_batch(
+            "BEGIN;
+             CREATE TABLE receipts_by_key (
+                 tenant TEXT NOT NULL, key TEXT NOT NULL, fingerprint BLOB NOT NULL,
+                 state TEXT NOT NULL CHECK (state IN ('processing', 'done')),
+                 claim_token INTEGER NOT NULL, lease_until INTEGER NOT NULL, status INTEGER,
+                 content_type TEXT, response BLOB, ticket_id INTEGER REFERENCES tickets (id),
+                 created_at INTEGER NOT NULL, completed_at INTEGER,
+                 PRIMARY KEY (tenant, key),
+                 CHECK (state = 'processing' OR (status IS NOT NULL AND response IS NOT NULL))
+             ) WITHOUT ROWID;
+             INSERT INTO receipts_by_key SELECT * FROM receipts;
+             DROP TABLE receipts;
+             ALTER TABLE receipts_by_key RENAME TO receipts;
+             CREATE INDEX receipts_by_age ON receipts (created_at);
+             PRAGMA user_version = 2;
+             COMMIT;",
+        )
+        .unwrap();
+    }
+    let mut desk = Desk::with("migrate-2", config()).await;
+    desk.tenant = tenant;
+    // The old key's answer, byte for byte; its other body is still a conflict.
+    let replay = send(desk.post(Some("k-old"), TICKET)).await;
+    assert!(replay.replayed);
+    assert_eq!(replay.status, 201);
+    assert_eq!(replay.body, first.body);
+    let other = send(desk.post(
+        Some("k-old"),
+        r#"{"subject":"Another","body":"Another body","email":"a@example.com"}"#,
+    ))
+    .await;
+    assert_eq!(other.status, 422);
+    let second = send(desk.post(Some("k-new"), TICKET)).await;
+    assert_eq!(second.status, 201);
+    assert!(!second.replayed);
+    assert_eq!(desk.tickets().await.len(), 2);
+    assert_eq!(desk.stat("receipts").await, 2);
+    let conn = rusqlite::Connection::open(&db).unwrap();
+    let version: i64 = conn
+        .query_row("PRAGMA user_version", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(version, 3);
     desk.server.shutdown().await;
 }
 

@@ -31,9 +31,9 @@ use super::{
     NewTicket, StoreError, Stored, Ticket, Tx, Work,
 };
 
-/// The schema version this server writes: 2 added `attachments` (a version 1 database is
-/// migrated in place).
-const SCHEMA_VERSION: i64 = 2;
+/// The schema version this server writes: 2 added `attachments`, 3 keeps `receipts` in a rowid
+/// table (an older database is migrated in place).
+const SCHEMA_VERSION: i64 = 3;
 
 /// What version 2 added.
 const ATTACHMENTS: &str = "
@@ -62,7 +62,13 @@ CREATE TABLE tickets (
     idempotency_key TEXT
 );
 CREATE INDEX tickets_by_tenant ON tickets (tenant, id);
+";
 
+/// Receipts, in the order they are written: a rowid table, so a new receipt goes at its end
+/// (its row holds the stored answer, a few hundred bytes), and only the small index of its
+/// primary key (tenant, key) is written where the key falls. A table ordered by key (version 2,
+/// `WITHOUT ROWID`) split its pages of whole receipts wherever a new key fell.
+const RECEIPTS: &str = "
 CREATE TABLE receipts (
     tenant TEXT NOT NULL,
     key TEXT NOT NULL,
@@ -79,8 +85,17 @@ CREATE TABLE receipts (
     completed_at INTEGER,
     PRIMARY KEY (tenant, key),
     CHECK (state = 'processing' OR (status IS NOT NULL AND response IS NOT NULL))
-) WITHOUT ROWID;
+);
 CREATE INDEX receipts_by_age ON receipts (created_at);
+";
+
+/// Version 2's receipts, moved into version 3's table.
+const RECEIPTS_AS_ROWS: &str = "
+ALTER TABLE receipts RENAME TO receipts_v2;
+DROP INDEX receipts_by_age;
+{RECEIPTS}
+INSERT INTO receipts SELECT * FROM receipts_v2 ORDER BY created_at;
+DROP TABLE receipts_v2;
 ";
 
 /// Most jobs run in one transaction.
@@ -417,15 +432,21 @@ fn migrate(conn: &Connection) -> Result<(), StoreError> {
     match version {
         0 => {
             conn.execute_batch(&format!(
-                "BEGIN; {SCHEMA} {ATTACHMENTS} PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;"
+                "BEGIN; {SCHEMA} {RECEIPTS} {ATTACHMENTS} PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;"
             ))?;
             Ok(())
         }
-        1 => {
+        1 | 2 => {
+            let attachments = if version == 1 { ATTACHMENTS } else { "" };
+            let receipts = RECEIPTS_AS_ROWS.replace("{RECEIPTS}", RECEIPTS);
             conn.execute_batch(&format!(
-                "BEGIN; {ATTACHMENTS} PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;"
+                "BEGIN; {attachments} {receipts} PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;"
             ))?;
-            tracing::info!(version = SCHEMA_VERSION, "migrated the SQLite schema");
+            tracing::info!(
+                from = version,
+                version = SCHEMA_VERSION,
+                "migrated the SQLite schema"
+            );
             Ok(())
         }
         SCHEMA_VERSION => Ok(()),
