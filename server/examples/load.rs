@@ -95,26 +95,19 @@ fn start_server(db: String, key_check: bool) -> String {
     rx.recv().unwrap()
 }
 
-/// CPU time used so far by every thread of this process (client and in-process servers), in
-/// nanoseconds, from Linux's schedstat; `None` elsewhere.
-fn cpu_ns() -> Option<u64> {
-    let mut total = 0;
-    for task in std::fs::read_dir("/proc/self/task").ok()? {
-        let stat = std::fs::read_to_string(task.ok()?.path().join("schedstat")).ok()?;
-        total += stat.split_whitespace().next()?.parse::<u64>().ok()?;
-    }
-    Some(total)
-}
-
-/// CPU time used so far by this process's threads named `name`, in nanoseconds: the servers'
-/// SQLite writer threads (`oncekey-store`, the part of a request that cannot be spread over
-/// cores) or their runtimes' workers (`server-worker`). Only the server under load moves them.
-fn cpu_of_ns(name: &str) -> Option<u64> {
+/// CPU time used so far by this process's threads, in nanoseconds, from Linux's schedstat;
+/// `None` elsewhere. All of them (client and in-process servers) with `name` `None`, or those
+/// named `name`: the servers' SQLite writer threads (`oncekey-store`, the part of a request that
+/// cannot be spread over cores) or their runtimes' workers (`server-worker`). Only the server
+/// under load moves the named ones.
+fn cpu_ns(name: Option<&str>) -> Option<u64> {
     let mut total = 0;
     for task in std::fs::read_dir("/proc/self/task").ok()? {
         let path = task.ok()?.path();
-        if std::fs::read_to_string(path.join("comm")).ok()?.trim() != name {
-            continue;
+        if let Some(name) = name {
+            if std::fs::read_to_string(path.join("comm")).ok()?.trim() != name {
+                continue;
+            }
         }
         let stat = std::fs::read_to_string(path.join("schedstat")).ok()?;
         total += stat.split_whitespace().next()?.parse::<u64>().ok()?;
@@ -138,9 +131,9 @@ struct Run {
 /// Sends `n` ticket requests at concurrency `c`, each with a fresh key.
 async fn run(client: &reqwest::Client, url: &str, tag: &str, n: usize, c: usize) -> Run {
     let next = Arc::new(AtomicUsize::new(0));
-    let cpu_before = cpu_ns();
-    let writer_before = cpu_of_ns("oncekey-store");
-    let server_before = cpu_of_ns("server-worker");
+    let cpu_before = cpu_ns(None);
+    let writer_before = cpu_ns(Some("oncekey-store"));
+    let server_before = cpu_ns(Some("server-worker"));
     let started = Instant::now();
     let mut workers = Vec::new();
     for _ in 0..c {
@@ -173,11 +166,11 @@ async fn run(client: &reqwest::Client, url: &str, tag: &str, n: usize, c: usize)
         w.await.unwrap();
     }
     let rate = n as f64 / started.elapsed().as_secs_f64();
-    let cpu_us = match (cpu_before, cpu_ns()) {
+    let cpu_us = match (cpu_before, cpu_ns(None)) {
         (Some(a), Some(b)) => (b - a) as f64 / 1000.0 / n as f64,
         _ => f64::NAN,
     };
-    let per_request = |before: Option<u64>, name: &str| match (before, cpu_of_ns(name)) {
+    let per_request = |before: Option<u64>, name: &str| match (before, cpu_ns(Some(name))) {
         (Some(a), Some(b)) => (b - a) as f64 / 1000.0 / n as f64,
         _ => f64::NAN,
     };
