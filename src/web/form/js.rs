@@ -15,7 +15,7 @@ use web_sys::HtmlFormElement;
 
 use super::dom::{call_str, get, items, put};
 use super::messages::unknown;
-use super::kit::holds;
+use super::kit::{holds, Faces};
 use super::view::body_js;
 use super::{FormKit, FormOptions, Messages, Resume, SuccessMessage};
 use crate::web::{Error, Options};
@@ -278,11 +278,21 @@ impl FormKit {
     /// Its JavaScript object: one per kit, kept by the kit while the form is wired (see
     /// `kit::Faces`).
     fn face(&self) -> JsValue {
-        let kept = self.kit.faces.borrow().kit.clone();
+        self.kept(|f| &mut f.kit, || self.clone().into())
+    }
+
+    /// The object in `slot` of the kit's faces, or `make`'s, kept there while the form is
+    /// wired. `make` calls into JavaScript, so no borrow of the faces is held across it.
+    fn kept(
+        &self,
+        slot: fn(&mut Faces) -> &mut Option<JsValue>,
+        make: impl FnOnce() -> JsValue,
+    ) -> JsValue {
+        let kept = slot(&mut self.kit.faces.borrow_mut()).clone();
         kept.unwrap_or_else(|| {
-            let face = JsValue::from(self.clone());
+            let face = make();
             if holds(&self.kit.wiring) {
-                self.kit.faces.borrow_mut().kit = Some(face.clone());
+                *slot(&mut self.kit.faces.borrow_mut()) = Some(face.clone());
             }
             face
         })
@@ -306,14 +316,10 @@ impl FormKit {
     /// The submitter behind the form (the same object each time, while the form is wired).
     #[wasm_bindgen(getter = submitter, unchecked_return_type = "Submitter")]
     pub fn js_submitter(&self) -> JsValue {
-        let kept = self.kit.faces.borrow().submitter.clone();
-        kept.unwrap_or_else(|| {
-            let face = JsValue::from(crate::js::Submitter::from(self.submitter().clone()));
-            if holds(&self.kit.wiring) {
-                self.kit.faces.borrow_mut().submitter = Some(face.clone());
-            }
-            face
-        })
+        self.kept(
+            |f| &mut f.submitter,
+            || crate::js::Submitter::from(self.submitter().clone()).into(),
+        )
     }
 
     /// "Send as a new ticket", as the button of an expired form does: a new key, deliberately.
