@@ -110,9 +110,11 @@ bench: server
 	node tests/e2e/bench-upload.mjs 9
 	@echo "== native client: throughput against plain reqwest, peak memory; the fleet on PostgreSQL"
 	bash scripts/with-pg.sh bash scripts/bench-native.sh
-	@echo "== reference server: the key check's cost"
+	@echo "== reference server: the key check's cost, with the load example's keys and with browser-shaped UUID v4 keys"
 	$(RELEASE_NATIVE) cargo run -q --release -p oncekey-server --example load -- \
 		--requests 20000 --concurrency 64 --rounds 9
+	$(RELEASE_NATIVE) cargo run -q --release -p oncekey-server --example load -- \
+		--requests 20000 --concurrency 64 --rounds 9 --uuid-keys
 	@echo "== chaos: the large run"
 	bash scripts/with-pg.sh bash chaos/run-bench.sh
 

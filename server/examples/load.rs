@@ -321,8 +321,12 @@ async fn main() {
     let (keyed_cpu, plain_cpu) = (cpus(&keyed), cpus(&plain));
     let (keyed_writer, plain_writer) = (writers(&keyed), writers(&plain));
     let (keyed, plain) = (rates(&keyed), rates(&plain));
+    let keys = match args.uuid_keys {
+        true => "UUID v4 keys, as browsers make them",
+        false => "keys load-RUN-ROUND-N",
+    };
     println!(
-        "keyed (Idempotency-Key, {store}): {keyed:.0} req/s, {keyed_cpu:.0} us CPU per request (medians of {} rounds of {n} requests, concurrency {c})",
+        "keyed (Idempotency-Key, {keys}, {store}): {keyed:.0} req/s, {keyed_cpu:.0} us CPU per request (medians of {} rounds of {n} requests, concurrency {c})",
         args.rounds
     );
     println!(
