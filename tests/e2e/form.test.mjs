@@ -422,8 +422,9 @@ test('an upload pending when the browser is closed is finished with its key afte
   const profile = mkdtempSync(`${os.tmpdir()}/oncekey-profile-`)
   const tenant = uniqueTenant('restart-upload')
   const bytes = Buffer.alloc(128 * 1024, 5)
+  let context
   try {
-    let context = await launchPersistent(profile)
+    context = await launchPersistent(profile)
     let page = context.pages()[0] ?? (await context.newPage())
     await page.goto(`${server.url}/?tenant=${tenant}`)
     await page.waitForSelector(`${KIT}[data-oncekey-state]`)
@@ -432,8 +433,11 @@ test('an upload pending when the browser is closed is finished with its key afte
     await fill(page, KIT, { subject: 'Sent before a restart', body: 'Invoice attached' })
     await page.setInputFiles(`${KIT} [name=attachment]`, { name: 'invoice.pdf', mimeType: 'application/pdf', buffer: bytes })
     await page.click(`${KIT} button[type=submit]`)
-    await page.waitForSelector(`${KIT}[aria-busy="true"]`)
+    // The kit locks the form at once, but an upload's key is made only once its files are read
+    // and hashed: closed when the attempt is out (its record stored in IndexedDB first).
+    await page.waitForSelector(`${KIT}[data-oncekey-state="sending"]`)
     const key = await liveKey(page)
+    assert.match(key, /^[0-9a-f-]{36}$/, 'the key is shown while sending')
     await context.close()
 
     context = await launchPersistent(profile)
@@ -446,8 +450,9 @@ test('an upload pending when the browser is closed is finished with its key afte
     assert.equal(list.length, 1, 'one ticket')
     const { createHash } = await import('node:crypto')
     assert.equal(list[0].attachments[0].sha256, createHash('sha256').update(bytes).digest('hex'))
-    await context.close()
   } finally {
+    // Closed on a failure too, or the browser it left open keeps the test file from ending.
+    await context?.close().catch(() => {})
     rmSync(profile, { recursive: true, force: true })
   }
 })
