@@ -18,11 +18,10 @@ use std::rc::Rc;
 
 use js_sys::{Object, Reflect};
 use wasm_bindgen::prelude::*;
-use wasm_bindgen_futures::spawn_local;
 use web_sys::{AbortController, RequestCredentials, RequestInit, Response};
 
 use super::driver::Driver;
-use super::global::{fetch, request_lock, step_callback, Callee, Lock, Timer};
+use super::global::{fetch, queue_microtask, request_lock, step_callback, Callee, Lock, Timer};
 use super::options::Credentials;
 use super::{spare, warn};
 use crate::core::text::quoted;
@@ -67,8 +66,10 @@ pub(crate) fn start(
         f.0 = n.wrapping_add(1) % (u32::MAX / (4 * STEPS));
         n
     });
+    let wait = !fresh && lock.is_some();
     let flight = Flight {
         n,
+        waits: wait,
         driver,
         attempt,
         body,
@@ -78,17 +79,19 @@ pub(crate) fn start(
         timed_out: false,
         response: None,
     };
-    match flight.lock {
-        Some(_) if !fresh => spawn_local(async move {
-            let mut flight = flight;
-            flight.lock = match flight.lock.take() {
-                Some(lock) => lock.granted().await,
-                None => None,
-            };
-            step(flight, START, JsValue::UNDEFINED);
-        }),
+    let n = land(flight);
+    if wait {
+        // Retries and resumed attempts go once the lock is granted (or refused: then without).
+        FLIGHTS.with(|f| {
+            let f = f.borrow();
+            let flight = f.1.iter().find(|flight| flight.n == n);
+            if let Some(lock) = flight.and_then(|flight| flight.lock.as_ref()) {
+                lock.once_answered(bound(n, START));
+            }
+        });
+    } else {
         // After the current task's drive, as a promise's reaction would be.
-        _ => queue_microtask(&bound(land(flight), START)),
+        queue_microtask(&bound(n, START));
     }
 }
 
@@ -97,6 +100,8 @@ pub(crate) fn start(
 /// ([`step_callback`]), so that no closure or future is made per attempt.
 struct Flight {
     n: u32,
+    /// Its lock is waited for before it is sent.
+    waits: bool,
     driver: Rc<Driver>,
     attempt: Attempt,
     body: Option<String>,
@@ -115,12 +120,6 @@ const START: u32 = 0;
 const FETCHED: u32 = 1;
 const READ_BODY: u32 = 2;
 const STEPS: u32 = 4;
-
-#[wasm_bindgen]
-extern "C" {
-    #[wasm_bindgen(js_name = queueMicrotask)]
-    fn queue_microtask(f: &js_sys::Function);
-}
 
 thread_local! {
     /// The attempts under way between their steps, and the next attempt's number.
@@ -169,6 +168,11 @@ fn time_out(_: &Rc<Driver>, n: u32) {
 
 /// Runs step `at` of `flight`, with what the step was called with.
 fn step(mut flight: Flight, at: u32, value: JsValue) {
+    let waited = std::mem::take(&mut flight.waits);
+    if waited && !flight.lock.as_ref().is_some_and(Lock::held) {
+        // Refused (an opaque origin, say): the attempt goes on without it.
+        flight.lock = None;
+    }
     let failure = match at {
         START => match send(&mut flight) {
             Ok(promise) => {

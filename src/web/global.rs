@@ -11,7 +11,6 @@
 
 use std::cell::RefCell;
 use std::rc::{Rc, Weak};
-use std::task::{Poll, Waker};
 
 use super::driver::Driver;
 
@@ -45,6 +44,10 @@ extern "C" {
 
     #[wasm_bindgen(method, getter)]
     fn locks(this: &Navigator) -> JsValue;
+
+    /// `queueMicrotask(f)`.
+    #[wasm_bindgen(js_name = queueMicrotask)]
+    pub(crate) fn queue_microtask(f: &Function);
 
     /// A function of ours made once, and a promise, as seen by the two calls below.
     pub(crate) type Callee;
@@ -105,7 +108,8 @@ thread_local! {
     /// lock or promise handed to JavaScript costs a function and a finalizer's registration
     /// each time): `setTimeout`, Web Locks and promises call it bound to a number that says
     /// whose call it is ([`TIMER`], [`LOCK`], [`STEP`] in its low bits).
-    static CALLBACK: Closure<dyn FnMut(u32, JsValue) -> JsValue> =
+    /// It holds nothing itself (`Fn`), so a call made while another runs is no error.
+    static CALLBACK: Closure<dyn Fn(u32, JsValue) -> JsValue> =
         Closure::new(|n: u32, value: JsValue| match n % 4 {
             TIMER => {
                 fire(n / 4);
@@ -246,8 +250,8 @@ fn lock_answered(n: u32) -> JsValue {
 
 /// Where a lock asked for is.
 enum Asked {
-    /// Not answered yet; the task waiting for the grant, if any.
-    Waiting(Option<Waker>),
+    /// Not answered yet; what is queued once it is, if anything.
+    Waiting(Option<Function>),
     /// Held: calling this lets it go.
     Granted(Function),
     /// The browser refused it (an opaque origin, say).
@@ -271,11 +275,11 @@ fn granted(id: u32) -> JsValue {
 /// Records the browser's answer to lock `id`, and wakes a task waiting for it; `false` when the
 /// lock was dropped already.
 fn answered(id: u32, answer: Asked) -> bool {
-    let waker = ASKED.with(|a| {
+    let then = ASKED.with(|a| {
         let mut a = a.borrow_mut();
         let slot = a.1.iter_mut().find(|(i, _)| *i == id)?;
         match std::mem::replace(&mut slot.1, answer) {
-            Asked::Waiting(waker) => Some(waker),
+            Asked::Waiting(then) => Some(then),
             // Answered twice (refused after the grant): the first answer stands.
             other => {
                 slot.1 = other;
@@ -283,10 +287,10 @@ fn answered(id: u32, answer: Asked) -> bool {
             }
         }
     });
-    match waker {
-        Some(waker) => {
-            if let Some(waker) = waker {
-                waker.wake();
+    match then {
+        Some(then) => {
+            if let Some(then) = then {
+                queue_microtask(&then);
             }
             true
         }
@@ -325,24 +329,31 @@ pub(crate) struct Lock {
 }
 
 impl Lock {
-    /// Waits until it is granted: another tab or submitter may hold it. `None` when the browser
-    /// refused it (an opaque origin, say).
-    pub(crate) async fn granted(self) -> Option<Lock> {
-        let refused = std::future::poll_fn(|cx| {
-            ASKED.with(|a| {
-                let mut a = a.borrow_mut();
-                match a.1.iter_mut().find(|(i, _)| *i == self.id) {
-                    Some((_, Asked::Waiting(waker))) => {
-                        *waker = Some(cx.waker().clone());
-                        Poll::Pending
-                    }
-                    Some((_, Asked::Granted(_))) => Poll::Ready(false),
-                    Some((_, Asked::Refused)) | None => Poll::Ready(true),
+    /// Queues `then` (a microtask) once the browser answered: granted, or refused (then
+    /// [`Lock::held`] says no). Another tab or submitter may hold the lock meanwhile.
+    pub(crate) fn once_answered(&self, then: Function) {
+        let now = ASKED.with(|a| {
+            let mut a = a.borrow_mut();
+            match a.1.iter_mut().find(|(i, _)| *i == self.id) {
+                Some((_, Asked::Waiting(waiting))) => {
+                    *waiting = Some(then);
+                    None
                 }
-            })
+                _ => Some(then),
+            }
+        });
+        if let Some(then) = now {
+            queue_microtask(&then);
+        }
+    }
+
+    /// Whether the browser granted it (not refused, nor still to answer).
+    pub(crate) fn held(&self) -> bool {
+        ASKED.with(|a| {
+            let a = a.borrow();
+            let found = a.1.iter().find(|(i, _)| *i == self.id);
+            matches!(found, Some((_, Asked::Granted(_))))
         })
-        .await;
-        (!refused).then_some(self)
     }
 }
 
