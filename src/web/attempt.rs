@@ -253,8 +253,8 @@ fn send(flight: &mut Flight) -> Result<js_sys::Promise, ()> {
     if signal.aborted() {
         return Err(());
     }
-    let (url, init) = request_init(driver, &flight.attempt, body, &signal);
-    let promise = fetch(&url, &init).map_err(|_| ())?;
+    let init = request_init(driver, &flight.attempt, body, &signal);
+    let promise = fetch(&flight.attempt.request.url, &init).map_err(|_| ())?;
     flight.body = None;
     Ok(promise)
 }
@@ -295,106 +295,53 @@ fn answer(response: &Response, text: &str, key_header: &str) -> Answer {
     )
 }
 
-/// What every attempt of one submitter sends alike, made once as JavaScript values: a `&str`
-/// handed to JavaScript is decoded there again on every call.
-pub(crate) struct Wire {
-    url: JsValue,
-    /// `method` and `credentials`, copied into each attempt's `fetch` options.
-    init: Object,
-    /// `content-type` and the options' headers by lower-case name, copied into the headers of
-    /// each attempt that has none of its own.
-    headers: Object,
-    /// The key's header name, in lower case.
-    key_header: JsValue,
-}
 
-impl Wire {
-    fn new(o: &super::Options) -> Wire {
-        let init = RequestInit::new();
-        init.set_method(&o.method);
-        init.set_credentials(credentials(o.credentials));
-        let headers = Object::new();
-        set_header(&headers, "Content-Type", o.encoding.content_type());
-        for (name, value) in &o.headers {
-            set_header(&headers, name, value);
-        }
-        Wire {
-            url: JsValue::from_str(&o.url),
-            init: init.unchecked_into(),
-            headers,
-            key_header: JsValue::from_str(&o.key_header.to_ascii_lowercase()),
+
+/// The `fetch` options of `attempt`: its headers (the key's among them), method, credentials,
+/// signal and body. Out of the attempt's steps, which then hold only what they await.
+#[inline(never)]
+fn request_init(driver: &Driver, attempt: &Attempt, body: &str, signal: &web_sys::AbortSignal) -> RequestInit {
+    let o = &driver.options;
+    let r = &attempt.request;
+    // A plain object by lower-case name (a later header replaces an earlier one of the same
+    // name, as `Headers.set` does): fetch reads it faster than a `Headers` object.
+    let headers = Object::new();
+    let set = |name: &str, value: &str| {
+        let _ = Reflect::set(
+            &headers,
+            &JsValue::from_str(&name.to_ascii_lowercase()),
+            &JsValue::from_str(value),
+        );
+    };
+    // An upload's body is FormData: the browser writes its multipart Content-Type.
+    let upload = super::upload::form_data(driver);
+    if upload.is_none() {
+        set("Content-Type", r.encoding.content_type());
+    }
+    for (name, value) in r.headers.iter().chain(&o.headers) {
+        set(name, value);
+    }
+    if let Some(f) = &o.attempt_headers {
+        for (name, value) in f(attempt.number, &attempt.key) {
+            if is_sendable_header(&name, &value) {
+                set(&name, &value);
+            } else {
+                warn(
+                    &("options.attemptHeaders gave a header that cannot be sent: ".to_owned()
+                        + &quoted(&name)),
+                );
+            }
         }
     }
-}
-
-fn credentials(c: Credentials) -> RequestCredentials {
-    match c {
+    set(&o.key_header, &attempt.key.header_value(o.key_format));
+    let init = RequestInit::new();
+    init.set_method(&r.method);
+    init.set_headers(&headers);
+    init.set_credentials(match o.credentials {
         Credentials::SameOrigin => RequestCredentials::SameOrigin,
         Credentials::Omit => RequestCredentials::Omit,
         Credentials::Include => RequestCredentials::Include,
-    }
-}
-
-/// Sets header `name` of a plain object of headers by its lower-case name (a later header
-/// replaces an earlier one of the same name, as `Headers.set` does).
-fn set_header(headers: &Object, name: &str, value: &str) {
-    let _ = Reflect::set(
-        headers,
-        &JsValue::from_str(&name.to_ascii_lowercase()),
-        &JsValue::from_str(value),
-    );
-}
-
-/// The `fetch` options of `attempt`: its headers (the key's among them), method, credentials,
-/// signal and body. Out of the attempt's future, which then holds only what it awaits.
-#[inline(never)]
-fn request_init(driver: &Driver, attempt: &Attempt, body: &str, signal: &web_sys::AbortSignal) -> (JsValue, RequestInit) {
-    let o = &driver.options;
-    let r = &attempt.request;
-    let w = driver.wire.get_or_init(|| Wire::new(o));
-    // An upload's body is FormData: the browser writes its multipart Content-Type.
-    let upload = super::upload::form_data(driver);
-    let key = JsValue::from_str(&attempt.key.header_value(o.key_format));
-    // The request as the options describe it (not a record stored with another URL, method,
-    // encoding or headers, nor headers made per attempt): the options' parts made once.
-    let plain = upload.is_none()
-        && r.headers.is_empty()
-        && o.attempt_headers.is_none()
-        && r.url == o.url
-        && r.method == o.method
-        && r.encoding == o.encoding;
-    let (url, init, headers) = if plain {
-        let headers = Object::assign(&Object::new(), &w.headers);
-        let _ = Reflect::set(&headers, &w.key_header, &key);
-        let init: RequestInit = Object::assign(&Object::new(), &w.init).unchecked_into();
-        (w.url.clone(), init, headers)
-    } else {
-        let headers = Object::new();
-        if upload.is_none() {
-            set_header(&headers, "Content-Type", r.encoding.content_type());
-        }
-        for (name, value) in r.headers.iter().chain(&o.headers) {
-            set_header(&headers, name, value);
-        }
-        if let Some(f) = &o.attempt_headers {
-            for (name, value) in f(attempt.number, &attempt.key) {
-                if is_sendable_header(&name, &value) {
-                    set_header(&headers, &name, &value);
-                } else {
-                    warn(
-                        &("options.attemptHeaders gave a header that cannot be sent: ".to_owned()
-                            + &quoted(&name)),
-                    );
-                }
-            }
-        }
-        let _ = Reflect::set(&headers, &w.key_header, &key);
-        let init = RequestInit::new();
-        init.set_method(&r.method);
-        init.set_credentials(credentials(o.credentials));
-        (JsValue::from_str(&r.url), init, headers)
-    };
-    init.set_headers(&headers);
+    });
     init.set_signal(Some(signal));
     // As fetch takes it: no body for GET and HEAD.
     if let Some(form) = &upload {
@@ -402,5 +349,5 @@ fn request_init(driver: &Driver, attempt: &Attempt, body: &str, signal: &web_sys
     } else if r.method != "GET" && r.method != "HEAD" {
         init.set_body(&JsValue::from_str(body));
     }
-    (url, init)
+    init
 }

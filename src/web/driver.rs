@@ -98,8 +98,6 @@ pub(crate) struct Driver {
     pub(crate) spares: RefCell<spare::Spares>,
     /// JavaScript's `onChange` listeners and their stop function (`js.rs`).
     pub(crate) js_listeners: RefCell<super::js::Listening>,
-    /// What every attempt sends alike, made once (`attempt.rs`).
-    pub(crate) wire: OnceCell<attempt::Wire>,
 }
 
 struct Machine {
@@ -442,7 +440,6 @@ impl Submitter {
             uploads: RefCell::default(),
             spares: RefCell::default(),
             js_listeners: RefCell::default(),
-            wire: OnceCell::new(),
         });
         let weak = Rc::downgrade(&driver);
         let connection = Connection::watch(move |online| {

@@ -20,7 +20,7 @@ use wasm_bindgen::prelude::*;
 #[wasm_bindgen]
 extern "C" {
     #[wasm_bindgen(catch, js_name = fetch)]
-    pub(crate) fn fetch(url: &JsValue, init: &web_sys::RequestInit) -> Result<Promise, JsValue>;
+    pub(crate) fn fetch(url: &str, init: &web_sys::RequestInit) -> Result<Promise, JsValue>;
 
     /// `setTimeout(handler, ms, id)`: the handler is one function for every timer, told which
     /// timer fired by `id`.
