@@ -25,8 +25,14 @@ const browser = await chromium.launch({
   executablePath: process.env.CHROMIUM ?? '/usr/bin/chromium',
   args: ['--headless=new', '--no-sandbox', '--disable-gpu', '--disable-dev-shm-usage', '--no-first-run'],
 });
-// The functions of one node of the profile: a wasm function's name without its hash.
-const label = (frame) => (frame.functionName || '(anonymous)').replace(/::h[0-9a-f]{16}/g, '').slice(0, 130);
+// The functions of one node of the profile: a wasm function's name without its hash. With
+// PROFILE_PLACES=1, an anonymous function is named by its place (file:line:column), so that
+// the glue's wrappers can be told apart. PROFILE_TOP=N prints N lines (40 by default).
+const place = (frame) => `(anonymous ${frame.url.split('/').pop()}:${frame.lineNumber}:${frame.columnNumber})`;
+const label = (frame) =>
+  (frame.functionName || (frame.url && process.env.PROFILE_PLACES ? place(frame) : '(anonymous)'))
+    .replace(/::h[0-9a-f]{16}/g, '')
+    .slice(0, 130);
 try {
   const page = await browser.newPage();
   await page.goto(`${url}/pages/bench.html`);
@@ -78,7 +84,12 @@ try {
       [...map].filter(([k]) => !skip.test(k)).sort((a, b) => b[1] - a[1]).slice(0, count)
         .map(([k, us]) => `  ${(us / n).toFixed(1).padStart(7)} µs  ${k}`).join('\n');
     console.log(`profile, ${storage} storage: ${n} submissions, ${(ms * 1000).toFixed(0)} µs each (profiled, so slower than bench-web's own cost)`);
-    console.log(`inclusive:\n${top(inclusive, 40)}\nself:\n${top(self, 25)}\n`);
+    const many = Number(process.env.PROFILE_TOP || 40);
+    // The time no function of the page is charged with: the browser's own work (program), waits
+    // (idle), and functions without a name.
+    const whole = [...self].filter(([k]) => skip.test(k)).map(([k, us]) => `${k} ${(us / n).toFixed(1)} µs`).join(', ');
+    console.log(`outside the page's functions, per submission: ${whole}`);
+    console.log(`inclusive:\n${top(inclusive, many)}\nself:\n${top(self, Math.max(25, many / 2))}\n`);
   }
 } finally {
   await browser.close();

@@ -7,17 +7,21 @@
 //! lock before anyone else can and does not wait for the grant; every other attempt waits for
 //! it. The per-attempt timeout aborts the fetch; a timed-out attempt, a network error and an
 //! abort are failures for the core, an answer of any status is an answer.
+//!
+//! An attempt is a few steps (send; the response; its body read) that the promises call back,
+//! not a future: between steps it waits in a list by its number, and each promise is given the
+//! module's one callback bound to that number (`global.rs`). A future would make two closures
+//! for JavaScript per promise awaited, and a microtask per wake; this makes none.
 
-use std::cell::Cell;
+use std::cell::RefCell;
 use std::rc::Rc;
 
 use js_sys::{Object, Reflect};
-use wasm_bindgen::{JsCast, JsValue};
-use wasm_bindgen_futures::{spawn_local, JsFuture};
+use wasm_bindgen::prelude::*;
 use web_sys::{AbortController, RequestCredentials, RequestInit, Response};
 
 use super::driver::Driver;
-use super::global::{fetch, request_lock, Timer};
+use super::global::{fetch, queue_microtask, request_lock, step_callback, Callee, Lock, Timer};
 use super::options::Credentials;
 use super::{spare, warn};
 use crate::core::text::quoted;
@@ -56,73 +60,233 @@ pub(crate) fn start(
         Some(None) => (request_lock(&("oncekey:".to_owned() + attempt.key.as_str())), fresh),
         None => (None, fresh),
     };
-    spawn_local(async move {
-        let _lock = match lock {
-            Some(lock) if !fresh => lock.granted().await,
-            lock => lock,
-        };
-        let id = attempt.id;
-        match send(&driver, attempt, body, controller).await {
-            Ok((answer, text)) => driver.answer(id, &answer, text),
-            Err(failure) => driver.failure(id, failure),
-        }
+    let n = FLIGHTS.with(|f| {
+        let mut f = f.borrow_mut();
+        let n = f.0;
+        f.0 = n.wrapping_add(1) % (u32::MAX / (4 * STEPS));
+        n
     });
+    let wait = !fresh && lock.is_some();
+    let flight = Flight {
+        n,
+        waits: wait,
+        driver,
+        attempt,
+        body,
+        controller,
+        lock,
+        timer: None,
+        timed_out: false,
+        response: None,
+    };
+    let n = land(flight);
+    if wait {
+        // Retries and resumed attempts go once the lock is granted (or refused: then without).
+        FLIGHTS.with(|f| {
+            let f = f.borrow();
+            let flight = f.1.iter().find(|flight| flight.n == n);
+            if let Some(lock) = flight.and_then(|flight| flight.lock.as_ref()) {
+                lock.once_answered(bound(n, START));
+            }
+        });
+    } else {
+        // After the current task's drive, as a promise's reaction would be.
+        queue_microtask(&bound(n, START));
+    }
 }
 
-async fn send(
-    driver: &Driver,
+/// An attempt under way. Between its steps it is kept in [`FLIGHTS`] by its number, and each
+/// step is a call of the module's one callback bound to that number and the step
+/// ([`step_callback`]), so that no closure or future is made per attempt.
+struct Flight {
+    n: u32,
+    /// Its lock is waited for before it is sent.
+    waits: bool,
+    driver: Rc<Driver>,
     attempt: Attempt,
     body: Option<String>,
     controller: Option<AbortController>,
-) -> Result<(Answer, String), Failure> {
-    let o = &driver.options;
-    let (Some(body), Some(controller)) = (body, controller) else {
-        return Err(Failure::Network);
+    /// Held until the attempt is over, its answer handled.
+    lock: Option<Lock>,
+    /// The attempt's timeout.
+    timer: Option<Timer>,
+    timed_out: bool,
+    response: Option<Response>,
+}
+
+/// The steps: send; the fetch settled (a `Response`, or not: failed); the answer's body read
+/// (a string, or not: unread).
+const START: u32 = 0;
+const FETCHED: u32 = 1;
+const READ_BODY: u32 = 2;
+const STEPS: u32 = 4;
+
+thread_local! {
+    /// The attempts under way between their steps, and the next attempt's number.
+    static FLIGHTS: RefCell<(u32, Vec<Flight>)> = const { RefCell::new((0, Vec::new())) };
+}
+
+/// Keeps `flight` until its next step; returns its number.
+fn land(flight: Flight) -> u32 {
+    let n = flight.n;
+    FLIGHTS.with(|f| f.borrow_mut().1.push(flight));
+    n
+}
+
+fn take(n: u32) -> Option<Flight> {
+    FLIGHTS.with(|f| {
+        let mut f = f.borrow_mut();
+        let at = f.1.iter().position(|flight| flight.n == n)?;
+        Some(f.1.swap_remove(at))
+    })
+}
+
+/// The callback of step `step` of flight `n`.
+fn bound(n: u32, step: u32) -> js_sys::Function {
+    step_callback(n * STEPS + step)
+}
+
+/// A step's callback was called (`global.rs`): `n` says whose and which.
+pub(crate) fn step_of(n: u32, value: JsValue) {
+    if let Some(flight) = take(n / STEPS) {
+        step(flight, n % STEPS, value);
+    }
+}
+
+/// The attempt's timeout: it is aborted, and fails as timed out.
+fn time_out(_: &Rc<Driver>, n: u32) {
+    let controller = FLIGHTS.with(|f| {
+        let mut f = f.borrow_mut();
+        let flight = f.1.iter_mut().find(|flight| flight.n == n)?;
+        flight.timed_out = true;
+        flight.controller.clone()
+    });
+    if let Some(controller) = controller {
+        controller.abort();
+    }
+}
+
+/// Runs step `at` of `flight`, with what the step was called with.
+fn step(mut flight: Flight, at: u32, value: JsValue) {
+    let waited = std::mem::take(&mut flight.waits);
+    if waited && !flight.lock.as_ref().is_some_and(Lock::held) {
+        // Refused (an opaque origin, say): the attempt goes on without it.
+        flight.lock = None;
+    }
+    let failure = match at {
+        START => match send(&mut flight) {
+            Ok(promise) => {
+                let driver = flight.driver.clone();
+                let timer = Timer::new(driver.options.timeout_ms, &driver, time_out, flight.n);
+                flight.timer = Some(timer);
+                let n = land(flight);
+                then(&promise, n, FETCHED);
+                spare::after_send(&driver);
+                return;
+            }
+            Err(()) => flight.failure(),
+        },
+        _ if at == FETCHED && value.is_instance_of::<Response>() => {
+            let response: Response = value.unchecked_into();
+            // The status is the answer; a body cut off (by the timeout) only loses the details.
+            let text = response.text();
+            flight.response = Some(response);
+            match text {
+                Ok(promise) => {
+                    let n = land(flight);
+                    then(&promise, n, READ_BODY);
+                    return;
+                }
+                Err(_) => return flight.answered(JsValue::UNDEFINED),
+            }
+        }
+        READ_BODY => return flight.answered(value),
+        _ => flight.failure(),
+    };
+    let Flight { driver, attempt, lock, .. } = flight;
+    driver.failure(attempt.id, failure);
+    drop(lock);
+}
+
+/// Step `next` of flight `n` when `promise` settles, either way (the step tells which by what
+/// it is given).
+fn then(promise: &js_sys::Promise, n: u32, next: u32) {
+    let f = bound(n, next);
+    promise.unchecked_ref::<Callee>().then_call(&f, &f);
+}
+
+impl Flight {
+    fn failure(&self) -> Failure {
+        match self.timed_out {
+            true => Failure::Timeout,
+            false => Failure::Network,
+        }
+    }
+
+    /// The answer came, its body `text` (a string, or not when it could not be read).
+    fn answered(self, text: JsValue) {
+        let Flight {
+            driver,
+            attempt,
+            lock,
+            timer,
+            response,
+            ..
+        } = self;
+        drop(timer);
+        let Some(response) = response else { return };
+        let string = text.as_string().unwrap_or_default();
+        let answer = answer(&response, &string, &driver.options.key_header);
+        let js = if text.is_string() { Some(text) } else { None };
+        driver.answer(attempt.id, &answer, string, js);
+        drop(lock);
+    }
+}
+
+/// Sends the attempt: `fetch`'s promise, or `Err` when it failed at once.
+fn send(flight: &mut Flight) -> Result<js_sys::Promise, ()> {
+    let driver = &flight.driver;
+    let (Some(body), Some(controller)) = (&flight.body, &flight.controller) else {
+        return Err(());
     };
     let signal = controller.signal();
     if signal.aborted() {
-        return Err(Failure::Network);
+        return Err(());
     }
-    let timed_out = Rc::new(Cell::new(false));
-    let _timer = {
-        let (timed_out, controller) = (timed_out.clone(), controller.clone());
-        Timer::new(o.timeout_ms, move || {
-            timed_out.set(true);
-            controller.abort();
-        })
-    };
-    let failed = |_| match timed_out.get() {
-        true => Failure::Timeout,
-        false => Failure::Network,
-    };
-    let r = &attempt.request;
-    let init = request_init(driver, &attempt, &body, &signal);
-    let response: Response = JsFuture::from(fetch(&r.url, &init).map_err(failed)?)
-        .await
-        .map_err(failed)?
-        .unchecked_into();
-    // The status is the answer; a body cut off (by the timeout) only loses the details.
-    let text = match response.text() {
-        Ok(p) => JsFuture::from(p)
-            .await
-            .ok()
-            .and_then(|t| t.as_string())
-            .unwrap_or_default(),
-        Err(_) => String::new(),
-    };
-    Ok((answer(&response, &text, &o.key_header), text))
+    let init = request_init(driver, &flight.attempt, body, &signal);
+    let promise = fetch(&flight.attempt.request.url, &init).map_err(|_| ())?;
+    flight.body = None;
+    Ok(promise)
+}
+
+#[wasm_bindgen]
+extern "C" {
+    /// A `Response`'s `Headers`, asked with names made once (web-sys's `get` takes a `&str`,
+    /// which JavaScript decodes again on every call).
+    #[wasm_bindgen(extends = Object)]
+    type HeaderList;
+
+    #[wasm_bindgen(method, js_name = get)]
+    fn get_named(this: &HeaderList, name: &JsValue) -> Option<String>;
+}
+
+thread_local! {
+    /// [`READ`] as JavaScript strings.
+    static READ_JS: Vec<JsValue> = READ.iter().map(|n| JsValue::from_str(n)).collect();
 }
 
 /// What the answer table makes of `response` ([`Answer::from_response`]).
 #[inline(never)]
 fn answer(response: &Response, text: &str, key_header: &str) -> Answer {
-    let found = response.headers();
+    let found: HeaderList = response.headers().unchecked_into();
     let mut read = Vec::new();
-    for name in READ {
-        if let Ok(Some(value)) = found.get(name) {
-            read.push((*name, value));
+    READ_JS.with(|names| {
+        for (name, js) in READ.iter().zip(names) {
+            if let Some(value) = found.get_named(js) {
+                read.push((*name, value));
+            }
         }
-    }
+    });
     Answer::from_response(
         response.status(),
         read.iter().map(|(n, v)| (*n, v.as_str())),
@@ -131,8 +295,10 @@ fn answer(response: &Response, text: &str, key_header: &str) -> Answer {
     )
 }
 
+
+
 /// The `fetch` options of `attempt`: its headers (the key's among them), method, credentials,
-/// signal and body. Out of the attempt's future, which then holds only what it awaits.
+/// signal and body. Out of the attempt's steps, which then hold only what they await.
 #[inline(never)]
 fn request_init(driver: &Driver, attempt: &Attempt, body: &str, signal: &web_sys::AbortSignal) -> RequestInit {
     let o = &driver.options;

@@ -108,8 +108,8 @@ struct Machine {
     timer: Option<(Timestamp, Timer)>,
     /// The attempt under way: its id and the abort of its fetch.
     flight: Option<(AttemptId, web_sys::AbortController)>,
-    /// The last answer's body text, for the settlement.
-    last_text: Option<String>,
+    /// The last answer's body text, for the settlement, and as JavaScript read it.
+    last_text: Option<(String, Option<wasm_bindgen::JsValue>)>,
     /// Fields merged into the JSON object body of every attempt, in memory only.
     secrets: Fields,
     /// A key was just made here, and its first attempt goes out in this drive: nobody else can
@@ -184,6 +184,8 @@ impl Pending {
 pub struct Settlement {
     settled: Settled,
     text: Option<String>,
+    /// The body text as JavaScript read it, to hand back without decoding it again.
+    pub(crate) js_text: Option<wasm_bindgen::JsValue>,
     body: OnceCell<Option<Value>>,
 }
 
@@ -704,7 +706,7 @@ impl Driver {
             m.last_text = None;
             m.fresh = true;
         }
-        spare::prepare_soon(self);
+        spare::want(self);
     }
 
     /// Keys are stored where another tab or submitter can read them, so every attempt holds
@@ -840,9 +842,11 @@ impl Driver {
                         let mut m = self.machine.borrow_mut();
                         (std::mem::take(&mut m.waiters), m.last_text.clone())
                     };
+                    let (text, js_text) = text.unzip();
                     let settlement = Settlement {
                         settled,
                         text,
+                        js_text: js_text.flatten(),
                         body: OnceCell::new(),
                     };
                     for w in &waiters {
@@ -878,35 +882,41 @@ impl Driver {
         }
         m.timer = deadline.map(|at| {
             let ms = at.saturating_since(now()).as_millis();
-            let weak: Weak<Driver> = Rc::downgrade(self);
-            let timer = Timer::new(ms.min(u128::from(u32::MAX)) as u32, move || {
-                if let Some(d) = weak.upgrade() {
-                    // Disarmed first, so that the drive re-arms, also when this fired early.
-                    let timer = d.machine.borrow_mut().timer.take();
-                    {
-                        let mut m = d.machine.borrow_mut();
-                        if m.core.waiting_for() == Some(WaitingFor::Online) && on_line() {
-                            m.core.handle_online(now(), true);
-                        }
-                        m.core.handle_timeout(now());
-                    }
-                    d.drive();
-                    drop(timer);
-                }
-            });
+            let timer = Timer::new(ms.min(u128::from(u32::MAX)) as u32, self, Driver::fired, 0);
             (at, timer)
         });
     }
 
+    /// The core's timer fired.
+    fn fired(self: &Rc<Self>, _: u32) {
+        // Disarmed first, so that the drive re-arms, also when this fired early.
+        let timer = self.machine.borrow_mut().timer.take();
+        {
+            let mut m = self.machine.borrow_mut();
+            if m.core.waiting_for() == Some(WaitingFor::Online) && on_line() {
+                m.core.handle_online(now(), true);
+            }
+            m.core.handle_timeout(now());
+        }
+        self.drive();
+        drop(timer);
+    }
+
     /// The answer to attempt `id`; ignored when that attempt is no longer under way.
-    pub(crate) fn answer(self: &Rc<Self>, id: AttemptId, answer: &Answer, text: String) {
+    pub(crate) fn answer(
+        self: &Rc<Self>,
+        id: AttemptId,
+        answer: &Answer,
+        text: String,
+        js: Option<wasm_bindgen::JsValue>,
+    ) {
         {
             let mut m = self.machine.borrow_mut();
             if m.core.in_flight() != Some(id) {
                 return;
             }
             m.flight = None;
-            m.last_text = Some(text);
+            m.last_text = Some((text, js));
             m.core.handle_answer(now(), id, answer, jitter());
         }
         self.drive();

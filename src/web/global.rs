@@ -2,31 +2,63 @@
 //!
 //! `fetch`, the timers, `crypto`, `navigator.locks`, `navigator.onLine` and the `online` and
 //! `offline` events, bound to the global scope itself (gloo's way), not to `window`, so that the
-//! driver runs in a worker too. web-sys gives the types
+//! driver runs in a worker too. JavaScript calls back one function of ours, made once, bound to
+//! a number for each timer, lock and attempt step ([`CALLBACK`]): a closure made per call costs
+//! the page a function and a finalizer's registration, every submission. web-sys gives the types
 //! (`Crypto`, `RequestInit`, `Response`); `navigator.locks` is a binding of our own because
 //! web-sys has `LockManager` only behind `--cfg=web_sys_unstable_apis`, which a plain build
 //! does not set.
 
-use std::cell::Cell;
-use std::rc::Rc;
+use std::cell::RefCell;
+use std::rc::{Rc, Weak};
+
+use super::driver::Driver;
 
 use js_sys::{Function, Promise, Reflect};
 use wasm_bindgen::prelude::*;
-use wasm_bindgen_futures::JsFuture;
 
 #[wasm_bindgen]
 extern "C" {
     #[wasm_bindgen(catch, js_name = fetch)]
     pub(crate) fn fetch(url: &str, init: &web_sys::RequestInit) -> Result<Promise, JsValue>;
 
+    /// `setTimeout(handler, ms, id)`: the handler is one function for every timer, told which
+    /// timer fired by `id`.
     #[wasm_bindgen(js_name = setTimeout)]
-    fn set_timeout(handler: &Function, ms: i32) -> JsValue;
+    fn set_timeout(handler: &Function, ms: i32, id: u32) -> f64;
 
     #[wasm_bindgen(js_name = clearTimeout)]
-    fn clear_timeout(id: &JsValue);
+    fn clear_timeout(handle: f64);
 
     #[wasm_bindgen(thread_local_v2, js_name = crypto)]
     static CRYPTO: Option<web_sys::Crypto>;
+
+    #[wasm_bindgen(thread_local_v2, js_name = navigator)]
+    static NAVIGATOR: Option<Navigator>;
+
+    /// The global's `navigator` (a window's or a worker's).
+    type Navigator;
+
+    #[wasm_bindgen(method, getter, js_name = onLine)]
+    fn on_line(this: &Navigator) -> JsValue;
+
+    #[wasm_bindgen(method, getter)]
+    fn locks(this: &Navigator) -> JsValue;
+
+    /// `queueMicrotask(f)`.
+    #[wasm_bindgen(js_name = queueMicrotask)]
+    pub(crate) fn queue_microtask(f: &Function);
+
+    /// A function of ours made once, and a promise, as seen by the two calls below.
+    pub(crate) type Callee;
+
+    /// `f.bind(null, n)`: one function made once, told which of many calls it is by `n`.
+    #[wasm_bindgen(method, js_name = bind)]
+    pub(crate) fn bind_number(this: &Callee, this_arg: &JsValue, n: u32) -> Function;
+
+    /// `promise.then(resolved, rejected)`; what it returns is not needed.
+    #[wasm_bindgen(method, js_name = then)]
+    pub(crate) fn then_call(this: &Callee, resolved: &JsValue, rejected: &JsValue);
 
     /// `navigator.locks`, the Web Locks API.
     type LockManager;
@@ -49,10 +81,11 @@ pub(crate) fn random_bytes() -> Result<[u8; 16], JsValue> {
     Ok(bytes)
 }
 
-/// A timer: `f` runs once after `ms` milliseconds unless the timer is dropped first.
+/// A timer: `due(driver, arg)` runs once after `ms` milliseconds, if the driver still lives,
+/// unless the timer is dropped first.
 pub(crate) struct Timer {
-    id: JsValue,
-    _f: Closure<dyn FnMut()>,
+    id: u32,
+    handle: f64,
 }
 
 impl ::core::fmt::Debug for Timer {
@@ -61,31 +94,97 @@ impl ::core::fmt::Debug for Timer {
     }
 }
 
+/// What a timer does when it fires: a plain function of the driver and a number (no closure, so
+/// no code per timer beyond that function).
+pub(crate) type Due = fn(&Rc<Driver>, u32);
+
+/// A timer armed: its number, its driver, what it does and with what number.
+type Armed = (u32, Weak<Driver>, Due, u32);
+
+thread_local! {
+    /// The timers armed, by number: a page has a few at a time.
+    static TIMERS: RefCell<(u32, Vec<Armed>)> = const { RefCell::new((0, Vec::new())) };
+    /// The one function of ours that JavaScript calls back, made once (a closure per timer,
+    /// lock or promise handed to JavaScript costs a function and a finalizer's registration
+    /// each time): `setTimeout`, Web Locks and promises call it bound to a number that says
+    /// whose call it is ([`TIMER`], [`LOCK`], [`STEP`] in its low bits).
+    /// It holds nothing itself (`Fn`), so a call made while another runs is no error.
+    static CALLBACK: Closure<dyn Fn(u32, JsValue) -> JsValue> =
+        Closure::new(|n: u32, value: JsValue| match n % 4 {
+            TIMER => {
+                fire(n / 4);
+                JsValue::UNDEFINED
+            }
+            LOCK => lock_answered(n / 4),
+            _ => {
+                super::attempt::step_of(n / 4, value);
+                JsValue::UNDEFINED
+            }
+        });
+}
+
+/// Whose call [`CALLBACK`] gets, in the low bits of its number.
+const TIMER: u32 = 0;
+const LOCK: u32 = 1;
+const STEP: u32 = 2;
+
+/// [`CALLBACK`] bound to `n` of `kind`.
+fn bound(kind: u32, n: u32) -> Function {
+    CALLBACK.with(|f| {
+        f.as_ref()
+            .unchecked_ref::<Callee>()
+            .bind_number(&JsValue::NULL, n * 4 + kind)
+    })
+}
+
+/// [`CALLBACK`] bound to step `n` of an attempt (`attempt.rs`).
+pub(crate) fn step_callback(n: u32) -> Function {
+    bound(STEP, n)
+}
+
+fn fire(id: u32) {
+    let due = take_due(id);
+    if let Some((driver, due, arg)) = due.and_then(|(w, f, a)| Some((w.upgrade()?, f, a))) {
+        due(&driver, arg);
+    }
+}
+
+fn take_due(id: u32) -> Option<(Weak<Driver>, Due, u32)> {
+    TIMERS.with(|t| {
+        let mut t = t.borrow_mut();
+        let at = t.1.iter().position(|e| e.0 == id)?;
+        let (_, weak, due, arg) = t.1.swap_remove(at);
+        Some((weak, due, arg))
+    })
+}
+
 impl Timer {
-    pub(crate) fn new(ms: u32, f: impl FnOnce() + 'static) -> Timer {
-        let f = Closure::once(f);
-        let id = set_timeout(f.as_ref().unchecked_ref(), ms.min(i32::MAX as u32) as i32);
-        Timer { id, _f: f }
+    pub(crate) fn new(ms: u32, driver: &Rc<Driver>, due: Due, arg: u32) -> Timer {
+        let id = TIMERS.with(|t| {
+            let mut t = t.borrow_mut();
+            let id = t.0;
+            t.0 = id.wrapping_add(1) % (u32::MAX / 4);
+            t.1.push((id, Rc::downgrade(driver), due, arg));
+            id
+        });
+        let ms = ms.min(i32::MAX as u32) as i32;
+        let handle = CALLBACK.with(|f| set_timeout(f.as_ref().unchecked_ref(), ms, id * 4 + TIMER));
+        Timer { id, handle }
     }
 }
 
 impl Drop for Timer {
     fn drop(&mut self) {
-        clear_timeout(&self.id);
+        clear_timeout(self.handle);
+        // Dropped outside the borrow: the driver may go with it.
+        drop(take_due(self.id));
     }
 }
 
 /// `navigator.onLine`: `false` only when the platform says it is offline (a global without a
 /// navigator, or one that does not say, counts as online).
 pub(crate) fn on_line() -> bool {
-    let navigator = Reflect::get(&js_sys::global(), &"navigator".into()).unwrap_or_default();
-    if !navigator.is_object() {
-        return true;
-    }
-    Reflect::get(&navigator, &"onLine".into())
-        .ok()
-        .and_then(|v| v.as_bool())
-        .unwrap_or(true)
+    NAVIGATOR.with(|n| n.as_ref().and_then(|n| n.on_line().as_bool()).unwrap_or(true))
 }
 
 /// The global scope's `online` and `offline` events (a window's or a worker's), heard until
@@ -122,14 +221,81 @@ impl Drop for Connection {
     }
 }
 
-fn locks() -> Option<LockManager> {
-    let navigator = Reflect::get(&js_sys::global(), &"navigator".into()).ok()?;
-    if !navigator.is_object() {
-        return None;
+thread_local! {
+    /// `navigator.locks`, looked up once; `None` where the browser has no Web Locks.
+    static LOCKS: Option<LockManager> = NAVIGATOR.with(|n| {
+        let locks = n.as_ref()?.locks();
+        let request = Reflect::get(&locks, &"request".into()).ok()?;
+        request.is_function().then(|| locks.unchecked_into())
+    });
+    /// The locks asked for and not yet let go, by number.
+    static ASKED: RefCell<(u32, Vec<(u32, Asked)>)> = const { RefCell::new((0, Vec::new())) };
+}
+
+/// What [`CALLBACK`] is told of a lock, beside its number.
+const GRANTED: u32 = 0;
+const REFUSED: u32 = 1;
+
+/// The browser answered lock request `n` (the lock's number and [`GRANTED`] or [`REFUSED`]):
+/// what the lock's callback returns.
+fn lock_answered(n: u32) -> JsValue {
+    match n % 2 {
+        GRANTED => granted(n / 2),
+        _ => {
+            answered(n / 2, Asked::Refused);
+            JsValue::UNDEFINED
+        }
     }
-    let locks = Reflect::get(&navigator, &"locks".into()).ok()?;
-    let request = Reflect::get(&locks, &"request".into()).ok()?;
-    request.is_function().then(|| locks.unchecked_into())
+}
+
+/// Where a lock asked for is.
+enum Asked {
+    /// Not answered yet; what is queued once it is, if anything.
+    Waiting(Option<Function>),
+    /// Held: calling this lets it go.
+    Granted(Function),
+    /// The browser refused it (an opaque origin, say).
+    Refused,
+}
+
+/// The browser granted lock `id`: the promise that holds it until it is let go, or nothing
+/// (let go at once) when it was dropped before the grant.
+fn granted(id: u32) -> JsValue {
+    if !ASKED.with(|a| a.borrow().1.iter().any(|(i, _)| *i == id)) {
+        return JsValue::UNDEFINED;
+    }
+    let mut release = None;
+    let held = Promise::new(&mut |resolve, _| release = Some(resolve));
+    match release.map(|release| answered(id, Asked::Granted(release))) {
+        Some(true) => held.into(),
+        _ => JsValue::UNDEFINED,
+    }
+}
+
+/// Records the browser's answer to lock `id`, and wakes a task waiting for it; `false` when the
+/// lock was dropped already.
+fn answered(id: u32, answer: Asked) -> bool {
+    let then = ASKED.with(|a| {
+        let mut a = a.borrow_mut();
+        let slot = a.1.iter_mut().find(|(i, _)| *i == id)?;
+        match std::mem::replace(&mut slot.1, answer) {
+            Asked::Waiting(then) => Some(then),
+            // Answered twice (refused after the grant): the first answer stands.
+            other => {
+                slot.1 = other;
+                Some(None)
+            }
+        }
+    });
+    match then {
+        Some(then) => {
+            if let Some(then) = then {
+                queue_microtask(&then);
+            }
+            true
+        }
+        None => false,
+    }
 }
 
 /// Asks for the Web Lock `name` at once and holds it, once granted, until the [`Lock`] is
@@ -137,74 +303,70 @@ fn locks() -> Option<LockManager> {
 /// no Web Locks: then the attempt goes on without, and the server's idempotency still holds.
 /// Requests for one name are granted in the order they were made, across tabs.
 pub(crate) fn request_lock(name: &str) -> Option<Lock> {
-    let locks = locks()?;
-    let mut release = None;
-    let held = Promise::new(&mut |resolve, _| release = Some(resolve));
-    let mut grant = None;
-    let granted = Promise::new(&mut |resolve, _| grant = Some(resolve));
-    let (release, grant) = (release?, grant?);
-    let refused = grant.clone();
-    let answered = Rc::new(Cell::new(false));
-    let told = answered.clone();
-    let callback: Closure<dyn FnMut(JsValue) -> JsValue> = Closure::once(move |_lock: JsValue| {
-        told.set(true);
-        let _ = grant.call1(&JsValue::NULL, &JsValue::TRUE);
-        JsValue::from(held)
+    if LOCKS.with(|l| l.is_none()) {
+        return None;
+    }
+    let id = ASKED.with(|a| {
+        let mut a = a.borrow_mut();
+        let id = a.0;
+        a.0 = id.wrapping_add(1) % (u32::MAX / 8);
+        a.1.push((id, Asked::Waiting(None)));
+        id
     });
-    let request = locks
-        .request(name, callback.as_ref().unchecked_ref())
-        .ok()?;
-    // Refused before it was granted: `granted` resolves with false (a no-op once granted).
-    let told = answered.clone();
-    let on_refused: Closure<dyn FnMut(JsValue)> = Closure::once(move |_e: JsValue| {
-        told.set(true);
-        let _ = refused.call1(&JsValue::NULL, &JsValue::FALSE);
-    });
-    let _ = request.catch(&on_refused);
-    Some(Lock {
-        release,
-        granted,
-        answered,
-        closures: Some((callback, on_refused)),
-    })
+    let lock = Lock { id };
+    let (on_grant, on_refuse) = (bound(LOCK, id * 2 + GRANTED), bound(LOCK, id * 2 + REFUSED));
+    let request = LOCKS.with(|l| l.as_ref()?.request(name, &on_grant).ok())?;
+    // Refused before it was granted: the request's promise rejects (it resolves once let go).
+    request
+        .unchecked_ref::<Callee>()
+        .then_call(&JsValue::UNDEFINED, &on_refuse);
+    Some(lock)
 }
-
-/// The lock's callback (granted: it returns the promise that holds the lock) and its refusal's.
-type LockClosures = (
-    Closure<dyn FnMut(JsValue) -> JsValue>,
-    Closure<dyn FnMut(JsValue)>,
-);
 
 /// A Web Lock asked for ([`request_lock`]): held once granted, let go when dropped.
 pub(crate) struct Lock {
-    release: Function,
-    granted: Promise,
-    /// The browser granted or refused it: one of the closures was called.
-    answered: Rc<Cell<bool>>,
-    /// Called once each at most, and kept until the browser answered.
-    closures: Option<LockClosures>,
+    id: u32,
 }
 
 impl Lock {
-    /// Waits until it is granted: another tab or submitter may hold it. `None` when the browser
-    /// refused it (an opaque origin, say).
-    pub(crate) async fn granted(self) -> Option<Lock> {
-        let ok = JsFuture::from(self.granted.clone()).await.ok()? == JsValue::TRUE;
-        ok.then_some(self)
+    /// Queues `then` (a microtask) once the browser answered: granted, or refused (then
+    /// [`Lock::held`] says no). Another tab or submitter may hold the lock meanwhile.
+    pub(crate) fn once_answered(&self, then: Function) {
+        let now = ASKED.with(|a| {
+            let mut a = a.borrow_mut();
+            match a.1.iter_mut().find(|(i, _)| *i == self.id) {
+                Some((_, Asked::Waiting(waiting))) => {
+                    *waiting = Some(then);
+                    None
+                }
+                _ => Some(then),
+            }
+        });
+        if let Some(then) = now {
+            queue_microtask(&then);
+        }
+    }
+
+    /// Whether the browser granted it (not refused, nor still to answer).
+    pub(crate) fn held(&self) -> bool {
+        ASKED.with(|a| {
+            let a = a.borrow();
+            let found = a.1.iter().find(|(i, _)| *i == self.id);
+            matches!(found, Some((_, Asked::Granted(_))))
+        })
     }
 }
 
 impl Drop for Lock {
     fn drop(&mut self) {
-        let _ = self.release.call0(&JsValue::NULL);
-        // Dropped before the browser answered: its callback must still be there when the
-        // grant comes (at once, the lock let go), so the closures go when it has come.
-        if let Some(closures) = self.closures.take().filter(|_| !self.answered.get()) {
-            let granted = self.granted.clone();
-            wasm_bindgen_futures::spawn_local(async move {
-                let _ = JsFuture::from(granted).await;
-                drop(closures);
-            });
+        let asked = ASKED.with(|a| {
+            let mut a = a.borrow_mut();
+            let at = a.1.iter().position(|(i, _)| *i == self.id)?;
+            Some(a.1.swap_remove(at).1)
+        });
+        // Granted: let go now. Not answered yet: the grant finds no lock and lets it go at once.
+        if let Some(Asked::Granted(release)) = asked {
+            let _ = release.call0(&JsValue::NULL);
         }
     }
 }

@@ -259,6 +259,22 @@ fn parse_body(text: &str) -> JsValue {
     JSON::parse(text).unwrap_or_else(|_| JsValue::from_str(text))
 }
 
+#[wasm_bindgen]
+extern "C" {
+    /// `JSON.parse` of a JavaScript string as it is (js-sys's takes a `&str`).
+    #[wasm_bindgen(catch, js_namespace = JSON, js_name = parse)]
+    fn parse_js(text: &JsValue) -> Result<JsValue, JsValue>;
+}
+
+/// A settlement's body: [`parse_body`] of the text JavaScript read, without decoding it again.
+fn settled_body(s: &Settlement) -> JsValue {
+    match &s.js_text {
+        Some(_) if s.text().is_empty() => JsValue::NULL,
+        Some(text) => parse_js(text).unwrap_or_else(|_| text.clone()),
+        None => parse_body(s.text()),
+    }
+}
+
 struct SubmitResult<'a> {
     outcome: &'static str,
     status: Option<u16>,
@@ -284,7 +300,7 @@ fn result(s: &Settlement) -> JsValue {
         outcome: s.outcome().as_str(),
         status: s.status(),
         key: s.key().as_str(),
-        body: parse_body(s.text()),
+        body: settled_body(s),
         replayed: s.replayed(),
         attempts: s.attempts(),
         gave_up: s.gave_up().map(|g| g.as_str()),

@@ -3,10 +3,11 @@
 //! Asking the browser's lock manager for a Web Lock is the largest single cost of a new key's
 //! first attempt on the page's main thread, and it fell in the task of the submit itself,
 //! between the person's click and the request. So the driver draws the next key's random bytes
-//! ahead, in a task of its own (while an attempt is out, or when the form kit's form gets the
-//! focus), and asks for the lock named after that key there. Nobody can know that key before its
-//! lock is asked for, so its first attempt holds the lock without waiting for the grant, as a key
-//! made in the submit's own task does (`attempt.rs`). Measured with the form kit (bench-form,
+//! ahead, and asks for the lock named after that key there: once a new key's attempt is handed
+//! to `fetch` (its request is out; no timer of its own), or in a task of its own when the form
+//! kit's form gets the focus. Nobody can know that key before its lock is asked for, so its
+//! first attempt holds the lock without waiting for the grant, as a key made in the submit's own
+//! task does (`attempt.rs`). Measured with the form kit (bench-form,
 //! Chromium): its first request goes out 0.3-0.6 ms sooner after the submit.
 //!
 //! A spare is used by the next key made here, or let go after [`LIFETIME_MS`]: a page does not
@@ -14,13 +15,13 @@
 //! back/forward cache). Memory storage takes no locks and draws no spare; nor does a global
 //! without Web Locks.
 
-use std::rc::{Rc, Weak};
+use std::rc::Rc;
 
 use wasm_bindgen::JsValue;
 
-use super::driver::Driver;
+use super::driver::{now, Driver};
 use super::global::{random_bytes, request_lock, Lock, Timer};
-use crate::core::Key;
+use crate::core::{Key, Timestamp};
 
 /// How long an unused spare (and its lock) is kept: long enough for a person to fill a form
 /// after focusing it, short enough that a page left alone holds no lock for long.
@@ -31,47 +32,74 @@ struct Spare {
     bytes: [u8; 16],
     key: Key,
     lock: Lock,
+    /// When it was drawn.
+    at: Timestamp,
 }
 
-/// The driver's spares: the one drawn ahead; its timer (which draws it soon, or once drawn lets
-/// it go when nobody used it in time); and the lock of the key last made from one, until its
-/// first attempt takes it.
+/// The driver's spares: the one drawn ahead; the timer that draws it soon; the timer that lets
+/// an unused one go (armed once and moved on when it finds a younger spare, not once per key);
+/// and the lock of the key last made from one, until its first attempt takes it.
 #[derive(Default)]
 pub(crate) struct Spares {
     next: Option<Spare>,
-    timer: Option<Timer>,
+    soon: Option<Timer>,
+    expiry: Option<Timer>,
     made: Option<(Key, Lock)>,
+    /// A key was made: the next is drawn once its first attempt is sent ([`after_send`]).
+    wanted: bool,
+}
+
+/// A key was made here: the next one is drawn after its attempt is sent.
+pub(crate) fn want(driver: &Driver) {
+    driver.spares.borrow_mut().wanted = true;
+}
+
+/// An attempt was just handed to `fetch`: the next key is drawn now, if one is wanted, out of
+/// the way of the submit that made this one (its request is out already) and without a timer
+/// of its own.
+pub(crate) fn after_send(driver: &Rc<Driver>) {
+    let wanted = std::mem::take(&mut driver.spares.borrow_mut().wanted);
+    if wanted {
+        prepare(driver);
+    }
 }
 
 /// Draws a spare in a task of its own, unless one is there or on its way, or the storage is
 /// memory (no lock to ask for).
 pub(crate) fn prepare_soon(driver: &Rc<Driver>) {
     let mut s = driver.spares.borrow_mut();
-    if s.next.is_none() && s.timer.is_none() && driver.shares_keys() {
-        s.timer = Some(schedule(driver, 0));
+    if s.next.is_none() && s.soon.is_none() && driver.shares_keys() {
+        s.soon = Some(Timer::new(0, driver, soon, 0));
     }
 }
 
-/// One timer for both jobs (one closure in the module): with no spare it draws one, with one
-/// it lets it go.
-fn schedule(driver: &Rc<Driver>, ms: u32) -> Timer {
-    let weak: Weak<Driver> = Rc::downgrade(driver);
-    Timer::new(ms, move || {
-        if let Some(d) = weak.upgrade() {
-            let (timer, expired) = {
-                let mut s = d.spares.borrow_mut();
-                (s.timer.take(), s.next.take())
-            };
-            if expired.is_none() {
-                prepare(&d);
+/// The timer of [`prepare_soon`].
+fn soon(driver: &Rc<Driver>, _: u32) {
+    let timer = driver.spares.borrow_mut().soon.take();
+    prepare(driver);
+    drop(timer);
+}
+
+/// Lets the spare go once it is [`LIFETIME_MS`] old (the timer armed when a spare is drawn
+/// and none is armed), or looks again when the spare there is younger.
+fn expire(d: &Rc<Driver>, _: u32) {
+    let (timer, expired) = {
+        let mut s = d.spares.borrow_mut();
+        let timer = s.expiry.take();
+        let age = s.next.as_ref().map(|n| now().saturating_since(n.at).as_millis());
+        match age {
+            Some(age) if age < u128::from(LIFETIME_MS) => {
+                s.expiry = Some(Timer::new(LIFETIME_MS - age as u32, d, expire, 0));
+                (timer, None)
             }
-            drop((timer, expired));
+            _ => (timer, s.next.take()),
         }
-    })
+    };
+    drop((timer, expired));
 }
 
 fn prepare(driver: &Rc<Driver>) {
-    if !driver.shares_keys() {
+    if !driver.shares_keys() || driver.spares.borrow().next.is_some() {
         return;
     }
     let Ok(bytes) = random_bytes() else { return };
@@ -80,8 +108,15 @@ fn prepare(driver: &Rc<Driver>) {
         return;
     };
     let mut s = driver.spares.borrow_mut();
-    s.next = Some(Spare { bytes, key, lock });
-    s.timer = Some(schedule(driver, LIFETIME_MS));
+    s.next = Some(Spare {
+        bytes,
+        key,
+        lock,
+        at: now(),
+    });
+    if s.expiry.is_none() {
+        s.expiry = Some(Timer::new(LIFETIME_MS, driver, expire, 0));
+    }
 }
 
 /// The random bytes of a new key: the spare's, whose lock is then kept for the key's first
@@ -90,9 +125,6 @@ pub(crate) fn draw(driver: &Driver) -> Result<[u8; 16], JsValue> {
     let mut s = driver.spares.borrow_mut();
     match s.next.take() {
         Some(spare) => {
-            // Its lifetime's timer goes with it.
-            let timer = s.timer.take();
-            drop(timer);
             s.made = Some((spare.key, spare.lock));
             Ok(spare.bytes)
         }

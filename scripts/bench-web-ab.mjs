@@ -1,0 +1,125 @@
+// Two builds of the browser package side by side in one page, for a before/after on a machine
+// whose load drifts: both are loaded (as /a and /b) into one headless Chromium page against one
+// reference server, and measured in turn, so that a burst of load falls on both alike.
+//  - own cost: N submissions with a fetch that answers at once (as bench-web's), per storage,
+//    A then B then B then A..., ROUNDS times; the median of the rounds per side;
+//  - overhead: N rounds of plain fetch, A and B against the server, one of each in turn (the
+//    order rotated), and each side's median time over plain fetch's median.
+// Usage: node scripts/bench-web-ab.mjs SERVER_BIN PKG_A PKG_B [ROUNDS] [N]
+import { spawn } from 'node:child_process';
+import { createRequire } from 'node:module';
+
+const require = createRequire(new URL('../tests/pages/package.json', import.meta.url));
+const { chromium } = require('playwright-core');
+const [bin, a, b] = process.argv.slice(2, 5);
+const ROUNDS = Number(process.argv[5] || 5);
+const N = Number(process.argv[6] || 1000);
+const pages = new URL('../tests/pages', import.meta.url).pathname;
+
+const server = spawn(bin, ['--addr', '127.0.0.1:0', '--db', ':memory:', '--faults',
+  '--mount', `/pages=${pages}`, '--mount', `/a=${a}`, '--mount', `/b=${b}`, '--pkg', a], {
+  stdio: ['ignore', 'pipe', 'ignore'],
+});
+const url = await new Promise((resolve, reject) => {
+  let seen = '';
+  server.stdout.on('data', (d) => {
+    const m = (seen += d).match(/listening on (http:\/\/[\d.:]+)/);
+    if (m) resolve(m[1]);
+  });
+  server.once('exit', (code) => reject(new Error(`oncekey-server exited (${code})`)));
+});
+const browser = await chromium.launch({
+  executablePath: process.env.CHROMIUM ?? '/usr/bin/chromium',
+  args: ['--headless=new', '--no-sandbox', '--disable-gpu', '--disable-dev-shm-usage',
+    '--disable-background-networking', '--disable-component-update', '--disable-sync', '--no-first-run'],
+});
+const median = (xs) => {
+  const s = [...xs].sort((x, y) => x - y);
+  return s.length % 2 ? s[(s.length - 1) / 2] : (s[s.length / 2 - 1] + s[s.length / 2]) / 2;
+};
+const spread = (xs) => `${Math.min(...xs).toFixed(0)}-${Math.max(...xs).toFixed(0)}`;
+try {
+  const page = await browser.newPage();
+  await page.goto(`${url}/pages/bench.html`);
+  await page.evaluate(async () => {
+    const load = async (side) => {
+      const m = await import(`/${side}/oncekey.js`);
+      await m.default({ module_or_path: `/${side}/oncekey_bg.wasm` });
+      return m;
+    };
+    window.ab = { a: await load('a'), b: await load('b') };
+    window.ticket = { subject: 'Bench', body: 'overhead', email: 'ana@example.com' };
+  });
+  const own = { a: { session: [], memory: [] }, b: { session: [], memory: [] } };
+  for (let r = 0; r < ROUNDS; r++) {
+    for (const side of r % 2 ? ['b', 'a'] : ['a', 'b']) {
+      const us = await page.evaluate(async ([side, n, r]) => {
+        const { Submitter } = window.ab[side];
+        const real = globalThis.fetch;
+        globalThis.fetch = async () =>
+          new Response('{"id":1,"subject":"Bench"}', { status: 201, headers: { 'Content-Type': 'application/json' } });
+        try {
+          const out = {};
+          for (const storage of ['session', 'memory']) {
+            const s = new Submitter(`ab-${side}-${storage}-${r}`, { url: '/api/tickets', headers: { 'X-Tenant': 'own' }, storage });
+            for (let i = 0; i < 50; i++) await s.submit(window.ticket);
+            const t = performance.now();
+            for (let i = 0; i < n; i++) {
+              const res = await s.submit(window.ticket);
+              if (res.outcome !== 'succeeded') throw new Error(`${side}: ${res.outcome}`);
+            }
+            out[storage] = ((performance.now() - t) / n) * 1000;
+          }
+          return out;
+        } finally {
+          globalThis.fetch = real;
+        }
+      }, [side, N, r]);
+      own[side].session.push(us.session);
+      own[side].memory.push(us.memory);
+    }
+  }
+  for (const side of ['a', 'b']) {
+    const o = own[side];
+    console.log(`own cost ${side}: sessionStorage median ${median(o.session).toFixed(0)} µs (${spread(o.session)}: ${o.session.map((x) => x.toFixed(0)).join(' ')}), memory median ${median(o.memory).toFixed(0)} µs (${spread(o.memory)})`);
+  }
+  const times = await page.evaluate(async (n) => {
+    const tenant = `ab-${Date.now()}`;
+    const plain = async () => {
+      const res = await fetch('/api/tickets', {
+        method: 'POST',
+        headers: { 'Content-Type': 'application/json', 'Idempotency-Key': crypto.randomUUID(), 'X-Tenant': tenant },
+        body: JSON.stringify(window.ticket),
+      });
+      await res.text();
+      if (res.status !== 201) throw new Error(`plain fetch: ${res.status}`);
+    };
+    const via = (side) => {
+      const s = new window.ab[side].Submitter(`ab-${side}`, { url: '/api/tickets', headers: { 'X-Tenant': tenant } });
+      return async () => {
+        const r = await s.submit(window.ticket);
+        if (r.outcome !== 'succeeded') throw new Error(`${side}: ${r.outcome}`);
+      };
+    };
+    const sides = [['plain', plain], ['a', via('a')], ['b', via('b')]];
+    for (let i = 0; i < 20; i++) for (const [, send] of sides) await send();
+    const times = { plain: [], a: [], b: [] };
+    for (let i = 0; i < n; i++) {
+      for (let j = 0; j < 3; j++) {
+        const [side, send] = sides[(i + j) % 3];
+        const t = performance.now();
+        await send();
+        times[side].push(performance.now() - t);
+      }
+    }
+    return times;
+  }, Number(process.env.AB_OVERHEAD_N || 300));
+  const m = Object.fromEntries(Object.entries(times).map(([k, v]) => [k, median(v)]));
+  // performance.now() is coarsened to 0.1 ms in a page that is not cross-origin isolated, so the
+  // medians move in steps of 0.05 ms; the means are finer.
+  const mean = Object.fromEntries(Object.entries(times).map(([k, v]) => [k, v.reduce((x, y) => x + y, 0) / v.length]));
+  console.log(`overhead: medians plain ${m.plain.toFixed(2)} ms, a ${m.a.toFixed(2)} ms (ratio ${(m.a / m.plain).toFixed(3)}), b ${m.b.toFixed(2)} ms (ratio ${(m.b / m.plain).toFixed(3)}); means plain ${mean.plain.toFixed(3)} ms, a ${mean.a.toFixed(3)} (${(mean.a / mean.plain).toFixed(3)}), b ${mean.b.toFixed(3)} (${(mean.b / mean.plain).toFixed(3)})`);
+} finally {
+  await browser.close();
+  server.kill('SIGTERM');
+}
