@@ -181,12 +181,14 @@ fn step(mut flight: Flight, at: u32, value: JsValue) {
                 flight.timer = Some(timer);
                 let n = land(flight);
                 then(&promise, n, FETCHED);
-                spare::after_send(&driver);
                 return;
             }
             Err(()) => flight.failure(),
         },
         _ if at == FETCHED && value.is_instance_of::<Response>() => {
+            // The next key is drawn here, in the task of the answer, not in the submit's:
+            // its Web Lock would hold up the task of the person's click.
+            spare::after_answer(&flight.driver);
             let response: Response = value.unchecked_into();
             // The status is the answer; a body cut off (by the timeout) only loses the details.
             let text = response.text();

@@ -3,9 +3,9 @@
 //! Asking the browser's lock manager for a Web Lock is the largest single cost of a new key's
 //! first attempt on the page's main thread, and it fell in the task of the submit itself,
 //! between the person's click and the request. So the driver draws the next key's random bytes
-//! ahead, and asks for the lock named after that key there: once a new key's attempt is handed
-//! to `fetch` (its request is out; no timer of its own), or in a task of its own when the form
-//! kit's form gets the focus. Nobody can know that key before its lock is asked for, so its
+//! ahead, and asks for the lock named after that key there: in the task in which a new key's
+//! attempt is answered (no timer of its own, and out of the submit's task, which ends sooner),
+//! or in a task of its own when the form kit's form gets the focus. Nobody can know that key before its lock is asked for, so its
 //! first attempt holds the lock without waiting for the grant, as a key made in the submit's own
 //! task does (`attempt.rs`). Measured with the form kit (bench-form,
 //! Chromium): its first request goes out 0.3-0.6 ms sooner after the submit.
@@ -45,19 +45,20 @@ pub(crate) struct Spares {
     soon: Option<Timer>,
     expiry: Option<Timer>,
     made: Option<(Key, Lock)>,
-    /// A key was made: the next is drawn once its first attempt is sent ([`after_send`]).
+    /// A key was made: the next is drawn once an attempt of it is answered ([`after_answer`]).
     wanted: bool,
 }
 
-/// A key was made here: the next one is drawn after its attempt is sent.
+/// A key was made here: the next one is drawn once an attempt of it is answered.
 pub(crate) fn want(driver: &Driver) {
     driver.spares.borrow_mut().wanted = true;
 }
 
-/// An attempt was just handed to `fetch`: the next key is drawn now, if one is wanted, out of
-/// the way of the submit that made this one (its request is out already) and without a timer
-/// of its own.
-pub(crate) fn after_send(driver: &Rc<Driver>) {
+/// An attempt's answer came: the next key is drawn now, if one is wanted, out of the task of
+/// the submit that made this one (which ends sooner, the request out) and without a timer of
+/// its own. A new key follows a definite answer (or a discard, which finds no spare unless the
+/// form was focused meanwhile, and draws its key in its own task), so the spare is there in time.
+pub(crate) fn after_answer(driver: &Rc<Driver>) {
     let wanted = std::mem::take(&mut driver.spares.borrow_mut().wanted);
     if wanted {
         prepare(driver);
