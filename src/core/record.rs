@@ -193,9 +193,13 @@ impl Request {
                 return Err(RequestError::Header(name.clone()));
             }
         }
-        self.wire_body()?;
-        // JSON that parses has a canonical form: writing it out here would be work thrown away.
-        body::parse(&self.body)?;
+        // JSON that parses has a canonical form: building its value or writing it out here would
+        // be work thrown away, as would a copy of the body (a form is encoded to see that it can
+        // be, which parses it).
+        match self.encoding {
+            Encoding::Json => body::check(&self.body)?,
+            Encoding::Form => drop(body::form_encode(&self.body)?),
+        }
         Ok(())
     }
 }

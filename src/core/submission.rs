@@ -56,7 +56,7 @@ use ::core::time::Duration;
 use alloc::collections::VecDeque;
 
 use super::answer::{classify, classify_failure, Answer, Failure, Outcome, RetryAfter, Verdict};
-use super::body::BodyError;
+use super::body::{self, BodyError};
 use super::key::Key;
 use super::record::{Record, Request};
 use super::retry::{GiveUp, Next, RetryPolicy};
@@ -331,8 +331,9 @@ pub struct Submission {
 
 #[derive(Debug)]
 struct Pending {
+    /// The record. Its body's canonical form ("same body") is written out only when another
+    /// begin of the name is compared with it: most submissions never meet another.
     record: Record,
-    canonical: String,
     in_flight: Option<AttemptId>,
     wake_at: Option<Timestamp>,
     /// The server's `Retry-After` floor for the next attempt: still honoured when back online.
@@ -341,10 +342,9 @@ struct Pending {
 }
 
 impl Pending {
-    fn new(record: Record, canonical: String) -> Pending {
+    fn new(record: Record) -> Pending {
         Pending {
             record,
-            canonical,
             in_flight: None,
             wake_at: None,
             not_before: None,
@@ -428,45 +428,48 @@ impl Submission {
         request: Request,
         key: NewKey,
     ) -> Result<Begun, BeginError> {
-        let canonical = request.canonical_body().map_err(BeginError::Body)?;
-        if let Some(p) = &self.pending {
-            if self.state == State::Expired {
-                return Err(BeginError::Expired {
-                    key: p.record.key.clone(),
-                });
-            }
-            let differs = if p.canonical != canonical {
-                Some("body")
-            } else if p.record.request.method != request.method {
-                Some("method")
-            } else if p.record.request.url != request.url {
-                Some("url")
-            } else if matches!(&key, NewKey::Given(k) if *k != p.record.key) {
-                // A caller's derived key names one submission: another one is another.
-                Some("key")
-            } else {
-                None
+        let Some(p) = &self.pending else {
+            // Checked, not written out: see `Pending`.
+            body::check(&request.body).map_err(BeginError::Body)?;
+            let key = match key {
+                NewKey::Random(bytes) => Key::from_random_bytes(bytes),
+                NewKey::Given(key) => key,
             };
-            if let Some(differs) = differs {
-                return Err(BeginError::PendingMismatch {
-                    key: p.record.key.clone(),
-                    differs,
-                });
-            }
-            return Ok(match self.state {
-                State::Unsure => {
-                    self.new_round(now);
-                    Begun::Resumed
-                }
-                _ => Begun::Joined,
+            self.start(now, request, key);
+            return Ok(Begun::Started);
+        };
+        let canonical = request.canonical_body().map_err(BeginError::Body)?;
+        if self.state == State::Expired {
+            return Err(BeginError::Expired {
+                key: p.record.key.clone(),
             });
         }
-        let key = match key {
-            NewKey::Random(bytes) => Key::from_random_bytes(bytes),
-            NewKey::Given(key) => key,
+        // The pending body was checked when it began or was restored.
+        let differs = if p.record.request.canonical_body().ok() != Some(canonical) {
+            Some("body")
+        } else if p.record.request.method != request.method {
+            Some("method")
+        } else if p.record.request.url != request.url {
+            Some("url")
+        } else if matches!(&key, NewKey::Given(k) if *k != p.record.key) {
+            // A caller's derived key names one submission: another one is another.
+            Some("key")
+        } else {
+            None
         };
-        self.start(now, request, canonical, key);
-        Ok(Begun::Started)
+        if let Some(differs) = differs {
+            return Err(BeginError::PendingMismatch {
+                key: p.record.key.clone(),
+                differs,
+            });
+        }
+        Ok(match self.state {
+            State::Unsure => {
+                self.new_round(now);
+                Begun::Resumed
+            }
+            _ => Begun::Joined,
+        })
     }
 
     /// "Send as new": the person (or caller) checked an expired or unsure submission and means
@@ -489,11 +492,11 @@ impl Submission {
         let p = self.pending.take().expect("checked above");
         self.last_key = Some(old);
         self.last_attempts = p.record.attempts;
-        self.start(now, p.record.request, p.canonical, key);
+        self.start(now, p.record.request, key);
         Ok(())
     }
 
-    fn start(&mut self, now: Timestamp, request: Request, canonical: String, key: Key) {
+    fn start(&mut self, now: Timestamp, request: Request, key: Key) {
         let record = Record {
             name: self.name.clone(),
             key,
@@ -506,7 +509,7 @@ impl Submission {
             offline: Duration::ZERO,
             offline_since: None,
         };
-        self.pending = Some(Pending::new(record, canonical));
+        self.pending = Some(Pending::new(record));
         self.send_next(now);
     }
 
@@ -530,10 +533,7 @@ impl Submission {
             }
             return Err(StateError::AlreadyPending(p.record.key.clone()));
         }
-        let canonical = record
-            .request
-            .canonical_body()
-            .map_err(StateError::Unreadable)?;
+        body::check(&record.request.body).map_err(StateError::Unreadable)?;
         let mut record = record;
         if record.round_attempts == 0 {
             // Never sent in this round (a record enqueued in an outbox): its round, and its
@@ -564,7 +564,7 @@ impl Submission {
         } else {
             None
         };
-        self.pending = Some(Pending::new(record, canonical));
+        self.pending = Some(Pending::new(record));
         if expired {
             self.expire();
             return Ok(());

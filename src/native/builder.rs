@@ -385,9 +385,10 @@ impl SubmissionBuilder {
                 self.url
             )));
         }
+        // Taken, not copied: the builder is spent by the call that asked for this.
         let (body, encoding) = self
             .body
-            .clone()
+            .take()
             .unwrap_or(("{}".to_owned(), Encoding::Json));
         let mut request = Request::new(method, url.as_str(), &body, encoding)
             .map_err(|e| Error::request(format!("the request cannot be made: {e}")))?;

@@ -37,10 +37,24 @@ pub(super) fn now() -> Timestamp {
     Timestamp::from_millis(ms)
 }
 
-/// A uniform draw for the backoff's jitter. A failing OS generator only makes the jitter
-/// predictable, never the key (keys fail loudly below).
+/// A uniform draw for the backoff's jitter, drawn for every answer. Jitter spreads retries, it
+/// keeps nothing secret: a xorshift generator per thread, seeded once from the OS, rather than a
+/// system call per answer. A failing OS generator only makes the jitter predictable, never the
+/// key (keys fail loudly below).
 pub(super) fn jitter() -> u32 {
-    getrandom::u32().unwrap_or(u32::MAX / 2)
+    thread_local! {
+        static STATE: std::cell::Cell<u64> =
+            std::cell::Cell::new(getrandom::u64().unwrap_or(0x9E37_79B9_7F4A_7C15) | 1);
+    }
+    STATE.with(|state| {
+        // xorshift64* (Vigna): never zero from a non-zero seed; the high half is the draw.
+        let mut x = state.get();
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        state.set(x);
+        (x.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 32) as u32
+    })
 }
 
 pub(super) fn random_key_bytes() -> Result<[u8; 16]> {
@@ -451,5 +465,21 @@ fn removed(name: &str, answer: std::result::Result<StoreAnswer, impl fmt::Displa
             name,
             "settled, but the record could not be removed ({e}); it will be resent with the same key and answered by the server's replay"
         ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// The jitter spreads over the whole range and does not repeat itself (a generator stuck at
+    /// one value would make every client retry in step).
+    #[test]
+    fn jitter_spreads_over_the_range() {
+        let draws: Vec<u32> = (0..1000).map(|_| super::jitter()).collect();
+        let (low, high) = (u32::MAX / 8, u32::MAX / 8 * 7);
+        assert!(draws.iter().any(|&d| d < low) && draws.iter().any(|&d| d > high));
+        let mut distinct = draws.clone();
+        distinct.sort_unstable();
+        distinct.dedup();
+        assert!(distinct.len() > 990, "{} distinct of 1000", distinct.len());
     }
 }

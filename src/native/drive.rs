@@ -13,7 +13,7 @@ use super::error::{Error, Result};
 use super::flight::Lead;
 use super::settlement::Settlement;
 use super::store::StoreCall;
-use crate::core::{Action, Answer, Attempt, Failure, Key, State};
+use crate::core::{Action, Answer, Attempt, Encoding, Failure, Key, State};
 
 impl Client {
     /// Carries out the actions of the flight's submission until it settles.
@@ -83,8 +83,9 @@ impl Client {
                     outcome = tracing::field::Empty,
                 );
                 let parsed = url.take();
+                let mut attempt = attempt;
                 let result = self
-                    .attempt(name, &attempt, parsed)
+                    .attempt(name, &mut attempt, parsed)
                     .instrument(span.clone())
                     .await;
                 let t = now();
@@ -150,11 +151,12 @@ impl Client {
         }
     }
 
-    /// Sends one attempt and reads its answer, or says why none came.
+    /// Sends one attempt and reads its answer, or says why none came. The attempt's copy of the
+    /// body is handed to the request, not copied again.
     pub(super) async fn attempt(
         &self,
         name: &str,
-        attempt: &Attempt,
+        attempt: &mut Attempt,
         parsed: Option<reqwest::Url>,
     ) -> std::result::Result<(Answer, HeaderMap, Vec<u8>, Option<Error>), Failure> {
         let inner = &*self.inner;
@@ -203,11 +205,14 @@ impl Client {
         let key = HeaderValue::from_str(&attempt.key.header_value(inner.key_format))
             .map_err(|_| Failure::Network)?;
         headers.insert(inner.key_header.clone(), key);
-        let body = request.wire_body().map_err(|_| Failure::Network)?;
         // The URL as parsed when the submission was described, if this is what is sent.
         let url = match parsed {
             Some(url) if url.as_str() == request.url => url,
             _ => reqwest::Url::parse(&request.url).map_err(|_| Failure::Network)?,
+        };
+        let body = match request.encoding {
+            Encoding::Json => std::mem::take(&mut attempt.request.body),
+            Encoding::Form => request.wire_body().map_err(|_| Failure::Network)?,
         };
         // No timeout of reqwest's own: the deadline below covers the whole attempt.
         let sent = inner

@@ -16,10 +16,11 @@
 //! Commits sync nothing by themselves (`synchronous = NORMAL`). A batch that writes a record
 //! ([`Store::save`], before the attempt it covers, and [`Store::quarantine`]) commits at once,
 //! and its calls are answered only after the write-ahead log is synced up to its end, as `FULL`
-//! would at that commit. The sync is done by a thread of its own: the writer goes on with the
-//! next calls meanwhile, and one sync answers every batch committed before it. A new
-//! submission's claim and its first record come as one call ([`StoreCall::ClaimSave`]): one
-//! commit and one sync.
+//! would at that commit. When no other call waits and no sync is under way the writer syncs
+//! itself (no thread to wake on the way to the answer); otherwise a thread of its own does,
+//! while the writer goes on with the next calls, and one sync answers every batch committed
+//! before it. A new submission's claim and its first record come as one call
+//! ([`StoreCall::ClaimSave`]): one commit and one sync.
 //!
 //! Every other call (claim, renew, release, and the removal after a definite answer) is
 //! answered at once and left in the open transaction, which the next durable batch commits and
@@ -34,7 +35,7 @@
 //! until it commits).
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::Duration;
 
@@ -67,6 +68,8 @@ const MIGRATIONS: &[&str] = &[
 pub struct SqliteStore {
     path: PathBuf,
     jobs: Mutex<Option<mpsc::Sender<Job>>>,
+    /// Calls queued and not yet taken by the writer.
+    queued: Arc<AtomicUsize>,
     writer: Mutex<Option<std::thread::JoinHandle<()>>>,
     syncs: Arc<AtomicU64>,
 }
@@ -132,13 +135,16 @@ impl SqliteStore {
         let writer_path = path.clone();
         let syncs = Arc::new(AtomicU64::new(0));
         let counted = syncs.clone();
+        let queued = Arc::new(AtomicUsize::new(0));
+        let taken = queued.clone();
         let writer = std::thread::Builder::new()
             .name("oncekey-sqlite".into())
-            .spawn(move || write_batches(&writer_path, conn, queue, &counted))
+            .spawn(move || write_batches(&writer_path, conn, queue, &taken, &counted))
             .map_err(|e| Error::store("the store's writer thread could not start", e))?;
         Ok(SqliteStore {
             path,
             jobs: Mutex::new(Some(jobs)),
+            queued,
             writer: Mutex::new(Some(writer)),
             syncs,
         })
@@ -257,11 +263,13 @@ impl SqliteStore {
             durable,
             reply,
         };
+        self.queued.fetch_add(1, Ordering::AcqRel);
         let refused = match &*self.jobs.lock().unwrap_or_else(|e| e.into_inner()) {
             Some(jobs) => jobs.send(job).err().map(|e| e.0),
             None => Some(job),
         };
         if let Some(job) = refused {
+            self.queued.fetch_sub(1, Ordering::AcqRel);
             (job.reply)(Err(self.gone()));
         }
     }
@@ -293,20 +301,36 @@ const IDLE_COMMIT: Duration = Duration::from_millis(2);
 const MAX_OPEN: Duration = Duration::from_millis(20);
 
 /// The writer thread, and the syncer it starts: takes every job waiting and runs each,
-/// atomically, in the open transaction. A batch with a durable job commits at once and hands its
-/// answers to the syncer, which syncs the log and then answers them; a batch of light
-/// jobs is answered at once and left in the open transaction, for the next durable batch to
-/// commit (or the writer commits it, without a sync, once no job came for [`IDLE_COMMIT`], and
-/// when the store closes). Later calls run on the same connection, so they see its work at
-/// once; other connections see it once committed, and wait on SQLite's write lock meanwhile.
-fn write_batches(path: &Path, conn: Connection, queue: mpsc::Receiver<Job>, syncs: &AtomicU64) {
+/// atomically, in the open transaction. A batch with a durable job commits at once and is
+/// answered once the log is synced: by the writer itself when no call waits and no sync is
+/// under way (no thread to wake on the way to the answer), otherwise by the syncer, while the
+/// writer goes on with the next calls. A batch of light jobs is answered at once and left in
+/// the open transaction, for the next durable batch to commit (or the writer commits it,
+/// without a sync, once no job came for [`IDLE_COMMIT`], and when the store closes). Later
+/// calls run on the same connection, so they see its work at once; other connections see it
+/// once committed, and wait on SQLite's write lock meanwhile.
+fn write_batches(
+    path: &Path,
+    conn: Connection,
+    queue: mpsc::Receiver<Job>,
+    queued: &AtomicUsize,
+    syncs: &AtomicU64,
+) {
+    // Durable batches handed to the syncer and not yet answered.
+    let handed = AtomicUsize::new(0);
+    let writer = Writer {
+        path,
+        queued,
+        syncs,
+        handed: &handed,
+    };
     std::thread::scope(|scope| {
         let (synced, to_sync) = mpsc::channel::<Vec<Ran>>();
         let syncer = std::thread::Builder::new()
             .name("oncekey-sqlite-sync".into())
-            .spawn_scoped(scope, move || sync_batches(path, to_sync, syncs));
+            .spawn_scoped(scope, move || sync_batches(&writer, to_sync));
         match syncer {
-            Ok(_) => write(path, &conn, &queue, &synced),
+            Ok(_) => write(&writer, &conn, &queue, &synced),
             Err(e) => {
                 let message = format!("the store's sync thread could not start: {e}");
                 while let Ok(job) = queue.recv() {
@@ -321,12 +345,36 @@ fn write_batches(path: &Path, conn: Connection, queue: mpsc::Receiver<Job>, sync
 /// A call that ran, with its answer, waiting for the sync that makes it durable.
 type Ran = (rusqlite::Result<Done>, Answer);
 
+/// What the writer and the syncer share.
+#[derive(Clone, Copy)]
+struct Writer<'a> {
+    path: &'a Path,
+    queued: &'a AtomicUsize,
+    syncs: &'a AtomicU64,
+    handed: &'a AtomicUsize,
+}
+
+impl Writer<'_> {
+    /// Syncs the log up to its end, and then answers `waiting`, committed before the sync.
+    fn sync(&self, wal: &mut Option<std::fs::File>, waiting: Vec<Ran>) {
+        match sync_log(self.path, wal) {
+            Ok(()) => {
+                self.syncs.fetch_add(1, Ordering::Relaxed);
+                answer(self.path, waiting);
+            }
+            Err(e) => fail_all(self.path, waiting.into_iter().map(|(_, r)| r), "synced", e),
+        }
+    }
+}
+
 fn write(
-    path: &Path,
+    writer: &Writer<'_>,
     conn: &Connection,
     queue: &mpsc::Receiver<Job>,
     synced: &mpsc::Sender<Vec<Ran>>,
 ) {
+    let path = writer.path;
+    let mut wal: Option<std::fs::File> = None;
     let mut open = false;
     let mut opened = std::time::Instant::now();
     loop {
@@ -360,6 +408,7 @@ fn write(
                 Err(_) => break,
             }
         }
+        writer.queued.fetch_sub(batch.len(), Ordering::AcqRel);
         let durable = batch.iter().any(|j| j.durable);
         if !open {
             if let Err(e) = exec(conn, "BEGIN IMMEDIATE") {
@@ -388,8 +437,16 @@ fn write(
             fail_all(path, answered.into_iter().map(|(_, r)| r), "written", e);
             continue;
         }
-        // The sync happens on the syncer while this thread goes on with the next calls.
+        // No call waiting and no sync under way: sync here, with no thread to wake. Else the
+        // syncer does, while this thread goes on with the next calls.
+        if writer.handed.load(Ordering::Acquire) == 0 && writer.queued.load(Ordering::Acquire) == 0
+        {
+            writer.sync(&mut wal, answered);
+            continue;
+        }
+        writer.handed.fetch_add(1, Ordering::AcqRel);
         if let Err(std::sync::mpsc::SendError(answered)) = synced.send(answered) {
+            writer.handed.fetch_sub(1, Ordering::AcqRel);
             let e = sync_error("the store's sync thread stopped".into());
             fail_all(path, answered.into_iter().map(|(_, r)| r), "synced", e);
         }
@@ -404,19 +461,16 @@ fn answer(path: &Path, answered: Vec<Ran>) {
 
 /// The syncer thread: takes every committed durable batch waiting, syncs the log once for them
 /// all (a sync covers every commit before it), and only then answers their calls.
-fn sync_batches(path: &Path, queue: mpsc::Receiver<Vec<Ran>>, syncs: &AtomicU64) {
+fn sync_batches(writer: &Writer<'_>, queue: mpsc::Receiver<Vec<Ran>>) {
     let mut wal: Option<std::fs::File> = None;
     while let Ok(mut waiting) = queue.recv() {
+        let mut batches = 1;
         while let Ok(more) = queue.try_recv() {
             waiting.extend(more);
+            batches += 1;
         }
-        match sync_log(path, &mut wal) {
-            Ok(()) => {
-                syncs.fetch_add(1, Ordering::Relaxed);
-                answer(path, waiting);
-            }
-            Err(e) => fail_all(path, waiting.into_iter().map(|(_, r)| r), "synced", e),
-        }
+        writer.sync(&mut wal, waiting);
+        writer.handed.fetch_sub(batches, Ordering::AcqRel);
     }
 }
 
