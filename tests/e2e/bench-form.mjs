@@ -56,6 +56,8 @@ try {
   }
   const ratio = (k) => (median(times.kit[k]) / median(times.plain[k])).toFixed(2)
   console.log(`  ratio kit/plain      ${ratio('locked')}                ${ratio('request')}                        ${ratio('disabled')}`)
+  console.log('  (the JavaScript kit of 57e3960^, measured beside this one on one machine, 3 alternated runs of 80: locked 1,295-1,438 µs,')
+  console.log('   ratio kit/plain 1.60-1.64, first request 490-560 µs, fields seen disabled 1,272-1,423 µs, after its fetch() call)')
   console.log('  (locked: when the submit event is over, after the microtasks its listeners queued, the kit\'s first fetch() call among them;')
   console.log('   fields seen disabled: the first microtask checkpoint, or the end of the event, at which they are)')
 } finally {
