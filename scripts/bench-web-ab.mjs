@@ -6,33 +6,13 @@
 //  - overhead: N rounds of plain fetch, A and B against the server, one of each in turn (the
 //    order rotated), and each side's median time over plain fetch's median.
 // Usage: node scripts/bench-web-ab.mjs SERVER_BIN PKG_A PKG_B [ROUNDS] [N]
-import { spawn } from 'node:child_process';
-import { createRequire } from 'node:module';
+import { pages, serveAndLaunch } from './page-server.mjs';
 
-const require = createRequire(new URL('../tests/pages/package.json', import.meta.url));
-const { chromium } = require('playwright-core');
 const [bin, a, b] = process.argv.slice(2, 5);
 const ROUNDS = Number(process.argv[5] || 5);
 const N = Number(process.argv[6] || 1000);
-const pages = new URL('../tests/pages', import.meta.url).pathname;
-
-const server = spawn(bin, ['--addr', '127.0.0.1:0', '--db', ':memory:', '--faults',
-  '--mount', `/pages=${pages}`, '--mount', `/a=${a}`, '--mount', `/b=${b}`, '--pkg', a], {
-  stdio: ['ignore', 'pipe', 'ignore'],
-});
-const url = await new Promise((resolve, reject) => {
-  let seen = '';
-  server.stdout.on('data', (d) => {
-    const m = (seen += d).match(/listening on (http:\/\/[\d.:]+)/);
-    if (m) resolve(m[1]);
-  });
-  server.once('exit', (code) => reject(new Error(`oncekey-server exited (${code})`)));
-});
-const browser = await chromium.launch({
-  executablePath: process.env.CHROMIUM ?? '/usr/bin/chromium',
-  args: ['--headless=new', '--no-sandbox', '--disable-gpu', '--disable-dev-shm-usage',
-    '--disable-background-networking', '--disable-component-update', '--disable-sync', '--no-first-run'],
-});
+const { url, server, browser } = await serveAndLaunch(bin, ['--faults',
+  '--mount', `/pages=${pages}`, '--mount', `/a=${a}`, '--mount', `/b=${b}`, '--pkg', a]);
 const median = (xs) => {
   const s = [...xs].sort((x, y) => x - y);
   return s.length % 2 ? s[(s.length - 1) / 2] : (s[s.length / 2 - 1] + s[s.length / 2]) / 2;

@@ -2,29 +2,10 @@
 // at /pkg, profiles N submissions per storage with a fetch that answers at once, and prints
 // microseconds per submission by function (inclusive: the function and all it calls; self:
 // its own code). Usage: node scripts/profile-web.mjs SERVER_BIN NAMED_PKG_DIR N
-import { spawn } from 'node:child_process';
-import { createRequire } from 'node:module';
+import { pages, serveAndLaunch } from './page-server.mjs';
 
-const require = createRequire(new URL('../tests/pages/package.json', import.meta.url));
-const { chromium } = require('playwright-core');
 const [bin, pkg, n] = [process.argv[2], process.argv[3], Number(process.argv[4] || 2000)];
-const pages = new URL('../tests/pages', import.meta.url).pathname;
-
-const server = spawn(bin, ['--addr', '127.0.0.1:0', '--db', ':memory:', '--mount', `/pages=${pages}`, '--pkg', pkg], {
-  stdio: ['ignore', 'pipe', 'ignore'],
-});
-const url = await new Promise((resolve, reject) => {
-  let seen = '';
-  server.stdout.on('data', (d) => {
-    const m = (seen += d).match(/listening on (http:\/\/[\d.:]+)/);
-    if (m) resolve(m[1]);
-  });
-  server.once('exit', (code) => reject(new Error(`oncekey-server exited (${code})`)));
-});
-const browser = await chromium.launch({
-  executablePath: process.env.CHROMIUM ?? '/usr/bin/chromium',
-  args: ['--headless=new', '--no-sandbox', '--disable-gpu', '--disable-dev-shm-usage', '--no-first-run'],
-});
+const { url, server, browser } = await serveAndLaunch(bin, ['--mount', `/pages=${pages}`, '--pkg', pkg]);
 // The functions of one node of the profile: a wasm function's name without its hash. With
 // PROFILE_PLACES=1, an anonymous function is named by its place (file:line:column), so that
 // the glue's wrappers can be told apart. PROFILE_TOP=N prints N lines (40 by default).
