@@ -30,6 +30,9 @@ setup:
 
 lint: setup
 	cargo fmt --all --check
+	# cargo fmt does not reach modules declared inside a macro (src/lib.rs's if_native! and
+	# if_wasm!): the native client and the browser SDK are checked file by file.
+	rustfmt --edition 2021 --check $$(git ls-files 'src/native/*.rs' 'src/web/*.rs')
 	cargo clippy --workspace --all-targets --all-features -- -D warnings
 	cargo clippy -p oncekey --all-targets --target $(WASM) --features small-alloc -- -D warnings
 	cargo clippy -p oncekey --lib --target $(WASM) --no-default-features --features package -- -D warnings

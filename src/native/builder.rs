@@ -229,11 +229,13 @@ impl ClientBuilder {
             None => {
                 install_crypto();
                 reqwest::Client::builder()
-                    .redirect(super::limits::redirect_policy(self.redirects_across_origins))
+                    .redirect(super::limits::redirect_policy(
+                        self.redirects_across_origins,
+                    ))
                     .build()
                     .map_err(|e| {
-                    Error::builder("the HTTP client could not be built").with_source(e)
-                })?
+                        Error::builder("the HTTP client could not be built").with_source(e)
+                    })?
             }
         };
         let owner = owner::new_id(u32::from_be_bytes(

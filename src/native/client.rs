@@ -25,7 +25,7 @@ use super::error::{BoxError, Error, Result};
 use super::flight::{Flights, Job};
 use super::owner::{holder, Holder};
 use super::settlement::{Pending, Resumed, Settlement};
-use super::store::{StoreAnswer, StoreCall, Claim, Lease, Quarantined, Store};
+use super::store::{Claim, Lease, Quarantined, Store, StoreAnswer, StoreCall};
 use crate::core::{Key, KeyFormat, Record, Request, RetryPolicy, Timestamp};
 
 /// The wall clock, as the core wants it.

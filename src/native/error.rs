@@ -341,7 +341,12 @@ mod tests {
         assert_eq!(e.name(), Some("payout-77"));
         assert!(e.to_string().contains("abcdefgh"), "{e}");
         assert!(e.to_string().contains("nothing was sent"), "{e}");
-        let b = Error::busy("n", "pid1", Timestamp::from_millis(5), Timestamp::from_millis(0));
+        let b = Error::busy(
+            "n",
+            "pid1",
+            Timestamp::from_millis(5),
+            Timestamp::from_millis(0),
+        );
         assert_eq!(b.lease_holder(), Some(("pid1", Timestamp::from_millis(5))));
         let d = Error::store("writing failed", "disk full").duplicate();
         assert!(d.is_store());

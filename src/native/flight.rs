@@ -245,7 +245,10 @@ impl Client {
                 }
             }
             Job::SendAsNew => {
-                let key = sub.pending().map(|r| r.key.clone()).expect("sending or waiting");
+                let key = sub
+                    .pending()
+                    .map(|r| r.key.clone())
+                    .expect("sending or waiting");
                 return Err(Error::request(StateError::StillSending(key).message()).with_name(name));
             }
             Job::Resume | Job::Claimed(_) => {}

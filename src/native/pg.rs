@@ -55,7 +55,8 @@ use super::store::{Claim, Due, Lease, Listed, Quarantined, Store};
 use crate::core::{Record, Timestamp};
 
 /// The schema, one step per version: `MIGRATIONS[i]` takes the version from `i` to `i + 1`.
-const MIGRATIONS: &[&str] = &["CREATE TABLE oncekey_pending (
+const MIGRATIONS: &[&str] = &[
+    "CREATE TABLE oncekey_pending (
         name        TEXT PRIMARY KEY,
         record      TEXT,
         lease_owner TEXT,
@@ -70,7 +71,8 @@ const MIGRATIONS: &[&str] = &["CREATE TABLE oncekey_pending (
         record         TEXT,
         reason         TEXT NOT NULL,
         quarantined_at BIGINT NOT NULL
-    );"];
+    );",
+];
 
 /// The advisory lock key that serialises migrations ("oncekey" in ASCII).
 const MIGRATION_LOCK: i64 = 0x006f_6e63_656b_6579;

@@ -42,7 +42,7 @@ use std::time::Duration;
 use rusqlite::{params, Connection, ErrorCode, OptionalExtension, TransactionBehavior};
 
 use super::error::{BoxError, Error, Result};
-use super::store::{StoreAnswer, StoreCall, Claim, Lease, Listed, Quarantined, Store};
+use super::store::{Claim, Lease, Listed, Quarantined, Store, StoreAnswer, StoreCall};
 use crate::core::Timestamp;
 
 /// The schema, one step per version: `MIGRATIONS[i]` takes `user_version` from `i` to `i + 1`.
@@ -490,7 +490,8 @@ fn commit_light(path: &Path, conn: &Connection) {
 /// it. The connection runs with `synchronous = NORMAL` (a commit appends to the log and syncs
 /// nothing); this sync is what `FULL` would do at the commit of a durable batch, and only there.
 fn sync_log(path: &Path, wal: &mut Option<std::fs::File>) -> rusqlite::Result<()> {
-    let io = |e: std::io::Error| sync_error(format!("the write-ahead log could not be synced: {e}"));
+    let io =
+        |e: std::io::Error| sync_error(format!("the write-ahead log could not be synced: {e}"));
     if wal.is_none() {
         // The log exists while a connection is open in WAL mode, as the writer's is.
         let mut name = path.as_os_str().to_owned();
@@ -511,12 +512,7 @@ fn sync_error(message: String) -> rusqlite::Error {
 }
 
 /// Answers every reply of a batch that failed with the same error.
-fn fail_all(
-    path: &Path,
-    replies: impl Iterator<Item = Answer>,
-    what: &str,
-    e: rusqlite::Error,
-) {
+fn fail_all(path: &Path, replies: impl Iterator<Item = Answer>, what: &str, e: rusqlite::Error) {
     let error = sql_error(path, what, e);
     let corrupt = error.is_corrupt();
     let message = error.to_string();
@@ -593,7 +589,10 @@ fn job(call: StoreCall) -> (bool, Run) {
             name,
             record,
             lease,
-        } => (true, Box::new(move |conn| save(conn, &name, &record, &lease))),
+        } => (
+            true,
+            Box::new(move |conn| save(conn, &name, &record, &lease)),
+        ),
         // One job: the claim and the save commit (and are synced) together.
         StoreCall::ClaimSave {
             name,
@@ -793,20 +792,22 @@ impl Store for SqliteStore {
         now: Timestamp,
     ) -> Result<bool, BoxError> {
         let (name, owner, reason) = (name.to_owned(), owner.to_owned(), reason.to_owned());
-        let done = self.call(true, move |conn| in_savepoint(conn, |conn| {
-            let moved = conn
-                .prepare_cached(
-                    "INSERT INTO oncekey_quarantine (name, record, reason, quarantined_at)
+        let done = self.call(true, move |conn| {
+            in_savepoint(conn, |conn| {
+                let moved = conn
+                    .prepare_cached(
+                        "INSERT INTO oncekey_quarantine (name, record, reason, quarantined_at)
                      SELECT name, record, ?3, ?4 FROM oncekey_pending
                      WHERE name = ?1 AND lease_owner = ?2 AND record IS NOT NULL",
-                )?
-                .execute(params![name, owner, reason, millis(now)])?;
-            if moved == 1 {
-                conn.prepare_cached("DELETE FROM oncekey_pending WHERE name = ?1")?
-                    .execute([&name])?;
-            }
-            Ok(Done::Bool(moved == 1))
-        }))?;
+                    )?
+                    .execute(params![name, owner, reason, millis(now)])?;
+                if moved == 1 {
+                    conn.prepare_cached("DELETE FROM oncekey_pending WHERE name = ?1")?
+                        .execute([&name])?;
+                }
+                Ok(Done::Bool(moved == 1))
+            })
+        })?;
         match done {
             Done::Bool(b) => Ok(b),
             _ => Err(unexpected()),
@@ -1025,7 +1026,10 @@ mod tests {
             assert!(store.remove(name, "o").unwrap());
             assert_eq!(store.syncs(), i as u64 + 1, "one sync per submission");
         }
-        assert!(store.list().unwrap().is_empty(), "the removals are committed");
+        assert!(
+            store.list().unwrap().is_empty(),
+            "the removals are committed"
+        );
         // Renewing and releasing sync nothing either.
         store.claim("d", &lease, t).unwrap();
         store.renew("d", &lease).unwrap();
@@ -1095,7 +1099,10 @@ mod tests {
             .unwrap()
         };
         assert_eq!(call("o", "{1}"), StoreAnswer::Claim(Claim::Taken(None)));
-        assert!(matches!(call("q", "{3}"), StoreAnswer::Claim(Claim::Busy(_))));
+        assert!(matches!(
+            call("q", "{3}"),
+            StoreAnswer::Claim(Claim::Busy(_))
+        ));
         assert_eq!(memory.list().unwrap()[0].record, "{1}");
     }
 
@@ -1131,7 +1138,11 @@ mod tests {
             record: "{r}".into(),
             lease: lease.clone(),
         };
-        assert_eq!(start(save), (StoreAnswer::Bool(true), 1), "answered once synced");
+        assert_eq!(
+            start(save),
+            (StoreAnswer::Bool(true), 1),
+            "answered once synced"
+        );
         let other = StoreCall::Save {
             name: "a".into(),
             record: "{x}".into(),

@@ -160,7 +160,9 @@ impl StoreCall {
     /// Makes the call on `store` with its blocking methods, here and now.
     pub fn run<S: Store + ?Sized>(self, store: &S) -> Result<StoreAnswer, BoxError> {
         Ok(match self {
-            StoreCall::Claim { name, lease, now } => StoreAnswer::Claim(store.claim(&name, &lease, now)?),
+            StoreCall::Claim { name, lease, now } => {
+                StoreAnswer::Claim(store.claim(&name, &lease, now)?)
+            }
             StoreCall::Save {
                 name,
                 record,
@@ -177,7 +179,10 @@ impl StoreCall {
                 let claim = store.claim(&name, &lease, now)?;
                 // Two steps here: another owner can take the lease only once it has run out.
                 if claim == Claim::Taken(None) && !store.save(&name, &record, &lease)? {
-                    return Err(format!("the lease on {name:?} was lost between its claim and the save").into());
+                    return Err(format!(
+                        "the lease on {name:?} was lost between its claim and the save"
+                    )
+                    .into());
                 }
                 StoreAnswer::Claim(claim)
             }
@@ -532,7 +537,10 @@ pub(crate) fn check_semantics(store: &dyn Store, other: &dyn Store) {
         other.take_over("n", "a", &c(300), t(120)).unwrap(),
         Claim::Taken(Some("{r1}".into()))
     );
-    assert!(!store.renew("n", &a(150)).unwrap(), "the dead holder lost it");
+    assert!(
+        !store.renew("n", &a(150)).unwrap(),
+        "the dead holder lost it"
+    );
     assert_eq!(
         store.take_over("n", "a", &a(150), t(120)).unwrap(),
         Claim::Busy(c(300)),
@@ -629,7 +637,10 @@ pub(crate) fn check_semantics(store: &dyn Store, other: &dyn Store) {
     );
     assert_eq!(other.claim("q", &b(10), t(3)).unwrap(), Claim::Taken(None));
     other.release("q", "b").unwrap();
-    assert!(!store.quarantine("q", "a", "again", t(4)).unwrap(), "nothing left to move");
+    assert!(
+        !store.quarantine("q", "a", "again", t(4)).unwrap(),
+        "nothing left to move"
+    );
     assert_eq!(store.quarantined().unwrap().len(), 1);
 }
 

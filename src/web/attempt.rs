@@ -24,8 +24,8 @@ use super::driver::Driver;
 use super::global::{fetch, queue_microtask, request_lock, step_callback, Callee, Lock, Timer};
 use super::options::Credentials;
 use super::{spare, warn};
-use crate::core::text::quoted;
 use crate::core::record::is_sendable_header;
+use crate::core::text::quoted;
 use crate::core::{Answer, Attempt, Failure};
 
 /// The headers the answer table reads ([`Answer::from_response`]).
@@ -57,7 +57,10 @@ pub(crate) fn start(
     // A key drawn ahead had its lock asked for before anyone could know it (`spare.rs`).
     let (lock, fresh) = match shared.then(|| spare::take_lock(&driver, &attempt.key)) {
         Some(Some(held)) => (Some(held), true),
-        Some(None) => (request_lock(&("oncekey:".to_owned() + attempt.key.as_str())), fresh),
+        Some(None) => (
+            request_lock(&("oncekey:".to_owned() + attempt.key.as_str())),
+            fresh,
+        ),
         None => (None, fresh),
     };
     let n = FLIGHTS.with(|f| {
@@ -205,7 +208,12 @@ fn step(mut flight: Flight, at: u32, value: JsValue) {
         READ_BODY => return flight.answered(value),
         _ => flight.failure(),
     };
-    let Flight { driver, attempt, lock, .. } = flight;
+    let Flight {
+        driver,
+        attempt,
+        lock,
+        ..
+    } = flight;
     driver.failure(attempt.id, failure);
     drop(lock);
 }
@@ -297,12 +305,15 @@ fn answer(response: &Response, text: &str, key_header: &str) -> Answer {
     )
 }
 
-
-
 /// The `fetch` options of `attempt`: its headers (the key's among them), method, credentials,
 /// signal and body. Out of the attempt's steps, which then hold only what they await.
 #[inline(never)]
-fn request_init(driver: &Driver, attempt: &Attempt, body: &str, signal: &web_sys::AbortSignal) -> RequestInit {
+fn request_init(
+    driver: &Driver,
+    attempt: &Attempt,
+    body: &str,
+    signal: &web_sys::AbortSignal,
+) -> RequestInit {
     let o = &driver.options;
     let r = &attempt.request;
     // A plain object by lower-case name (a later header replaces an earlier one of the same

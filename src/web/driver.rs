@@ -347,7 +347,10 @@ impl Settling {
     /// A handle that aborts this wait (and the retries, when nobody else waits).
     pub fn abort_handle(&self) -> AbortHandle {
         AbortHandle {
-            slot: self.slot.as_ref().map_or_else(|_| Weak::new(), Rc::downgrade),
+            slot: self
+                .slot
+                .as_ref()
+                .map_or_else(|_| Weak::new(), Rc::downgrade),
             driver: self.driver.clone(),
         }
     }

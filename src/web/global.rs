@@ -184,7 +184,11 @@ impl Drop for Timer {
 /// `navigator.onLine`: `false` only when the platform says it is offline (a global without a
 /// navigator, or one that does not say, counts as online).
 pub(crate) fn on_line() -> bool {
-    NAVIGATOR.with(|n| n.as_ref().and_then(|n| n.on_line().as_bool()).unwrap_or(true))
+    NAVIGATOR.with(|n| {
+        n.as_ref()
+            .and_then(|n| n.on_line().as_bool())
+            .unwrap_or(true)
+    })
 }
 
 /// The global scope's `online` and `offline` events (a window's or a worker's), heard until

@@ -40,7 +40,9 @@ pub(crate) async fn open() -> Result<IdbDatabase, Why> {
         .map_err(|e| describe(&e))?
         .dyn_into::<web_sys::IdbFactory>()
         .map_err(|_| "this context has no indexedDB".to_owned())?;
-    let opening = factory.open_with_u32(DATABASE, 1).map_err(|e| describe(&e))?;
+    let opening = factory
+        .open_with_u32(DATABASE, 1)
+        .map_err(|e| describe(&e))?;
     let upgrade = Closure::once(move |event: web_sys::Event| {
         let db = event
             .target()
@@ -61,7 +63,10 @@ pub(crate) async fn open() -> Result<IdbDatabase, Why> {
         .map_err(|_| "indexedDB.open gave no database".to_owned())
 }
 
-fn store(db: &IdbDatabase, mode: IdbTransactionMode) -> Result<(web_sys::IdbTransaction, IdbObjectStore), Why> {
+fn store(
+    db: &IdbDatabase,
+    mode: IdbTransactionMode,
+) -> Result<(web_sys::IdbTransaction, IdbObjectStore), Why> {
     let tx = db
         .transaction_with_str_and_mode(STORE, mode)
         .map_err(|e| describe(&e))?;
@@ -135,7 +140,12 @@ pub(crate) async fn delete(db: &IdbDatabase, name: &str) -> Result<(), Why> {
 /// read (the caller removes it with a warning).
 pub(crate) async fn get(db: &IdbDatabase, name: &str) -> Result<Option<Result<Stored, Why>>, Why> {
     let (_tx, store) = store(db, IdbTransactionMode::Readonly)?;
-    let found = request(&store.get(&JsValue::from_str(name)).map_err(|e| describe(&e))?).await?;
+    let found = request(
+        &store
+            .get(&JsValue::from_str(name))
+            .map_err(|e| describe(&e))?,
+    )
+    .await?;
     if found.is_undefined() || found.is_null() {
         return Ok(None);
     }
@@ -154,7 +164,9 @@ fn read(found: &JsValue) -> Result<Stored, Why> {
         array
             .iter()
             .map(|pair| {
-                let pair: Array = pair.dyn_into().map_err(|_| "a pair is not a list".to_owned())?;
+                let pair: Array = pair
+                    .dyn_into()
+                    .map_err(|_| "a pair is not a list".to_owned())?;
                 let name = pair
                     .get(0)
                     .as_string()
@@ -165,7 +177,11 @@ fn read(found: &JsValue) -> Result<Stored, Why> {
     };
     let fields = list("fields")?
         .into_iter()
-        .map(|(n, v)| v.as_string().map(|v| (n, v)).ok_or_else(|| "a field is not text".to_owned()))
+        .map(|(n, v)| {
+            v.as_string()
+                .map(|v| (n, v))
+                .ok_or_else(|| "a field is not text".to_owned())
+        })
         .collect::<Result<_, _>>()?;
     let files = list("files")?
         .into_iter()

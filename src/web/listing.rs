@@ -22,7 +22,10 @@ fn entry(record: &Record, size: f64) -> JsValue {
     };
     set("name", JsValue::from_str(&record.name));
     set("key", JsValue::from_str(record.key.as_str()));
-    set("startedAt", JsValue::from_f64(record.started_at.as_millis() as f64));
+    set(
+        "startedAt",
+        JsValue::from_f64(record.started_at.as_millis() as f64),
+    );
     set("attempts", JsValue::from_f64(f64::from(record.attempts)));
     set("size", JsValue::from_f64(size));
     o.into()

@@ -16,8 +16,8 @@ use js_sys::{Array, Function, Object, Reflect};
 use wasm_bindgen::{JsCast, JsValue};
 
 use super::error::{describe, Error};
-use crate::core::text::quoted;
 use crate::core::record::{is_sendable_header, is_token};
+use crate::core::text::quoted;
 use crate::core::{key_margin, Encoding, Key, KeyFormat, RetryPolicy, DEFAULT_KEY_HEADER};
 
 /// Where key and body are kept until a definite answer.
@@ -238,7 +238,11 @@ impl Options {
         if let Some(i) = choice(value, "keyFormat", &["bare", "sf-string"])? {
             o.key_format = [KeyFormat::Bare, KeyFormat::SfString][i];
         }
-        if let Some(i) = choice(value, "storage", &["session", "local", "memory", "indexeddb"])? {
+        if let Some(i) = choice(
+            value,
+            "storage",
+            &["session", "local", "memory", "indexeddb"],
+        )? {
             o.storage = [
                 StorageKind::Session,
                 StorageKind::Local,
@@ -271,7 +275,13 @@ impl Options {
                 Some(n) if (1.0..=9_007_199_254_740_991.0).contains(&n) && n.fract() == 0.0 => {
                     n as u64
                 }
-                _ => return Err(wrong("options.maxBodyBytes", "a whole number of bytes above 0", &max)),
+                _ => {
+                    return Err(wrong(
+                        "options.maxBodyBytes",
+                        "a whole number of bytes above 0",
+                        &max,
+                    ))
+                }
             };
         }
         o.headers = headers(&get(value, "headers"))?;

@@ -87,7 +87,10 @@ fn expire(d: &Rc<Driver>, _: u32) {
     let (timer, expired) = {
         let mut s = d.spares.borrow_mut();
         let timer = s.expiry.take();
-        let age = s.next.as_ref().map(|n| now().saturating_since(n.at).as_millis());
+        let age = s
+            .next
+            .as_ref()
+            .map(|n| now().saturating_since(n.at).as_millis());
         match age {
             Some(age) if age < u128::from(LIFETIME_MS) => {
                 s.expiry = Some(Timer::new(LIFETIME_MS - age as u32, d, expire, 0));

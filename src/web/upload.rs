@@ -119,7 +119,10 @@ pub(crate) fn start(d: &Rc<Driver>) {
                     }
                     Ok(Some(Err(why))) => {
                         let _ = idb::delete(&db, &d.name).await;
-                        warn_all(&d, "the upload stored in IndexedDB was removed: ".to_owned() + &why);
+                        warn_all(
+                            &d,
+                            "the upload stored in IndexedDB was removed: ".to_owned() + &why,
+                        );
                     }
                     Ok(None) => {}
                     Err(why) => warn_all(&d, "IndexedDB cannot be read (".to_owned() + &why + ")"),
@@ -133,7 +136,10 @@ pub(crate) fn start(d: &Rc<Driver>) {
                 };
                 warn_all(
                     &d,
-                    "IndexedDB cannot be used (".to_owned() + &why + what + " and will not survive a reload",
+                    "IndexedDB cannot be used (".to_owned()
+                        + &why
+                        + what
+                        + " and will not survive a reload",
                 );
             }
         }

@@ -137,7 +137,10 @@ pub(crate) fn show_problem(
         set_attr(&note, "id", &id);
         set_text(
             &note,
-            &m.fill(Message::FieldInvalid, &[("field", name), ("reason", reason)]),
+            &m.fill(
+                Message::FieldInvalid,
+                &[("field", name), ("reason", reason)],
+            ),
         );
         call(&field, "after", &JsValue::from(note));
         set_attr(&field, "aria-invalid", "true");

@@ -16,9 +16,7 @@ use super::dom::{attr, controls, get, has_attr, is_tag, items, put, text};
 /// An attribute's value in ASCII lower case ("" when absent): attribute values the kit compares
 /// (`type`, `autocomplete`) are ASCII keywords.
 fn lower(el: &Element, name: &str) -> String {
-    attr(el, name)
-        .unwrap_or_default()
-        .to_ascii_lowercase()
+    attr(el, name).unwrap_or_default().to_ascii_lowercase()
 }
 
 /// A button that submits the form: `<button>` (of type submit, the default) or
@@ -78,10 +76,7 @@ pub(crate) struct Read {
 
 /// Reads the form's fields as the browser would submit them (the files only noted: an upload
 /// reads them itself); a message for the person when the form cannot be read.
-pub(crate) fn read_fields(
-    form: &HtmlFormElement,
-    secret_names: &[String],
-) -> Result<Read, String> {
+pub(crate) fn read_fields(form: &HtmlFormElement, secret_names: &[String]) -> Result<Read, String> {
     let data = FormData::new_with_form(form).map_err(|e| super::view::describe(&e))?;
     let mut read = Read {
         body: Fields::new(),

@@ -14,8 +14,8 @@ use wasm_bindgen::JsCast;
 use web_sys::HtmlFormElement;
 
 use super::dom::{call_str, get, items, put};
-use super::messages::unknown;
 use super::kit::{holds, Faces};
+use super::messages::unknown;
 use super::view::body_js;
 use super::{FormKit, FormOptions, Messages, Resume, SuccessMessage};
 use crate::web::{Error, Options};

@@ -19,8 +19,8 @@ use web_sys::{Element, Event, HtmlFormElement};
 
 use super::answer::clear_field_errors;
 use super::dom::{attr, call2, call_str, get, put, remove_attr, run, set_attr, set_text, text};
-use super::first_paint;
 use super::fields::{read_fields, restore_fields, secret_field_names};
+use super::first_paint;
 use super::messages::{Message, Messages};
 use super::view::status_of;
 use super::{FormLock, FormOptions, Resume, SuccessMessage};
@@ -217,7 +217,9 @@ impl Kit {
     /// out empty, and one that keeps its values would be sent again under a new key.
     fn on_click(&self, event: &Event) {
         // `detail` counts the clicks of one gesture: 2 is the second click of a double click.
-        let repeat = get(event, "detail").as_f64().is_some_and(|clicks| clicks >= 2.0);
+        let repeat = get(event, "detail")
+            .as_f64()
+            .is_some_and(|clicks| clicks >= 2.0);
         let state = self.submitter.state();
         if !repeat || state == State::Idle || state.is_pending() {
             return;
@@ -342,7 +344,10 @@ impl Kit {
         // Locked in the submit's own task, before the driver's first step.
         kit.hold(false);
         // Begun now: key and body are stored before the submit event is over.
-        Kit::settle_later(kit, Box::pin(kit.submitter.submit(Value::Object(read.body))));
+        Kit::settle_later(
+            kit,
+            Box::pin(kit.submitter.submit(Value::Object(read.body))),
+        );
     }
 
     /// Try again: the same key and body (and the secrets held in memory).
@@ -382,10 +387,7 @@ impl Kit {
 
     /// Shows the settlement of `work` when it comes (boxed: one copy of this code for a
     /// submission and an upload alike), unless the kit moved on meanwhile.
-    fn settle_later(
-        kit: &Rc<Kit>,
-        work: Work,
-    ) {
+    fn settle_later(kit: &Rc<Kit>, work: Work) {
         let round = kit.round.get().wrapping_add(1);
         kit.round.set(round);
         kit.in_flight.set(true);

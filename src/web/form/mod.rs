@@ -57,9 +57,9 @@ use web_sys::HtmlFormElement;
 
 use super::{Error, Options, Settlement, Submitter};
 
+pub(crate) use kit::waiting_for;
 pub use lock::FormLock;
 pub use messages::Messages;
-pub(crate) use kit::waiting_for;
 
 /// Options of the form kit: the submitter's, and its own.
 #[derive(Clone)]

@@ -243,9 +243,10 @@ impl Kit {
         let init = Object::new();
         put(&init, "detail", detail);
         put(&init, "bubbles", &JsValue::TRUE);
-        if let Ok(event) =
-            CustomEvent::new_with_event_init_dict("oncekey:change", init.unchecked_ref::<CustomEventInit>())
-        {
+        if let Ok(event) = CustomEvent::new_with_event_init_dict(
+            "oncekey:change",
+            init.unchecked_ref::<CustomEventInit>(),
+        ) {
             call(&self.form, "dispatchEvent", &event);
         }
     }
@@ -267,7 +268,11 @@ pub(super) fn focus(el: &Element) {
 /// The form's `[role="status"]` element, or a `<p role="status">` made at its end; focusable by
 /// script, so that screen readers and keyboard users hear it.
 pub(super) fn status_of(form: &HtmlFormElement) -> Result<(Element, bool), Error> {
-    let found = call(form, "querySelector", &JsValue::from_str("[role=\"status\"]"));
+    let found = call(
+        form,
+        "querySelector",
+        &JsValue::from_str("[role=\"status\"]"),
+    );
     let (status, made) = match found.is_object() {
         true => (found.unchecked_into::<Element>(), false),
         false => {
