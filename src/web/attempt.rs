@@ -70,7 +70,15 @@ pub(crate) fn start(
         n
     });
     let wait = !fresh && lock.is_some();
-    let flight = Flight {
+    // Both only queue the first step (a microtask), so the flight is kept after.
+    let first = bound(n, START);
+    match &lock {
+        // Retries and resumed attempts go once the lock is granted (or refused: then without).
+        Some(lock) if wait => lock.once_answered(first),
+        // After the current task's drive, as a promise's reaction would be.
+        _ => queue_microtask(&first),
+    }
+    land(Flight {
         n,
         waits: wait,
         driver,
@@ -81,21 +89,7 @@ pub(crate) fn start(
         timer: None,
         timed_out: false,
         response: None,
-    };
-    let n = land(flight);
-    if wait {
-        // Retries and resumed attempts go once the lock is granted (or refused: then without).
-        FLIGHTS.with(|f| {
-            let f = f.borrow();
-            let flight = f.1.iter().find(|flight| flight.n == n);
-            if let Some(lock) = flight.and_then(|flight| flight.lock.as_ref()) {
-                lock.once_answered(bound(n, START));
-            }
-        });
-    } else {
-        // After the current task's drive, as a promise's reaction would be.
-        queue_microtask(&bound(n, START));
-    }
+    });
 }
 
 /// An attempt under way. Between its steps it is kept in [`FLIGHTS`] by its number, and each
@@ -179,9 +173,8 @@ fn step(mut flight: Flight, at: u32, value: JsValue) {
     let failure = match at {
         START => match send(&mut flight) {
             Ok(promise) => {
-                let driver = flight.driver.clone();
-                let timer = Timer::new(driver.options.timeout_ms, &driver, time_out, flight.n);
-                flight.timer = Some(timer);
+                let (driver, n) = (&flight.driver, flight.n);
+                flight.timer = Some(Timer::new(driver.options.timeout_ms, driver, time_out, n));
                 let n = land(flight);
                 then(&promise, n, FETCHED);
                 return;

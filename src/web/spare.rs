@@ -5,9 +5,9 @@
 //! between the person's click and the request. So the driver draws the next key's random bytes
 //! ahead, and asks for the lock named after that key there: in the task in which a new key's
 //! attempt is answered (no timer of its own, and out of the submit's task, which ends sooner),
-//! or in a task of its own when the form kit's form gets the focus. Nobody can know that key before its lock is asked for, so its
-//! first attempt holds the lock without waiting for the grant, as a key made in the submit's own
-//! task does (`attempt.rs`). Measured with the form kit (bench-form,
+//! or in a task of its own when the form kit's form gets the focus. Nobody can know that key
+//! before its lock is asked for, so its first attempt holds the lock without waiting for the
+//! grant, as a key made in the submit's own task does (`attempt.rs`). Measured with the form kit (bench-form,
 //! Chromium): its first request goes out 0.3-0.6 ms sooner after the submit.
 //!
 //! A spare is used by the next key made here, or let go after [`LIFETIME_MS`]: a page does not
