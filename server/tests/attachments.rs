@@ -544,27 +544,49 @@ async fn a_max_upload_over_its_cap_stops_the_server_at_start() {
     assert!(refused.to_string().contains("--max-upload"), "{refused}");
 }
 
-#[tokio::test]
-async fn a_version_1_sqlite_database_is_migrated_and_keeps_its_tickets() {
+/// A SQLite desk that answered one ticket under the key `k-old`, then stopped, its database put
+/// back as an older server left it (`downgrade`, SQL run on the stopped database), and started
+/// again: the desk, that first answer, the database's path and the folder that holds it.
+async fn downgraded_sqlite(
+    label: &str,
+    downgrade: &str,
+) -> (Desk, Answer, String, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("desk.db").to_str().unwrap().to_owned();
     let config = || Config {
         db: db.clone(),
         ..Config::default()
     };
-    let desk = Desk::with("migrate", config()).await;
+    let desk = Desk::with(label, config()).await;
     let first = send(desk.post(Some("k-old"), TICKET)).await;
     assert_eq!(first.status, 201);
     let tenant = desk.tenant.clone();
     desk.server.shutdown().await;
-    // What a version 1 server left: no attachments table.
     {
         let conn = rusqlite::Connection::open(&db).unwrap();
-        conn.execute_batch("DROP TABLE attachments; PRAGMA user_version = 1;")
-            .unwrap();
+        conn.execute_batch(downgrade).unwrap();
     }
-    let mut desk = Desk::with("migrate", config()).await;
+    let mut desk = Desk::with(label, config()).await;
     desk.tenant = tenant;
+    (desk, first, db, dir)
+}
+
+/// The schema version a SQLite database is at.
+fn sqlite_version(db: &str) -> i64 {
+    rusqlite::Connection::open(db)
+        .unwrap()
+        .query_row("PRAGMA user_version", [], |r| r.get(0))
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_version_1_sqlite_database_is_migrated_and_keeps_its_tickets() {
+    // What a version 1 server left: no attachments table.
+    let (desk, first, db, _dir) = downgraded_sqlite(
+        "migrate",
+        "DROP TABLE attachments; PRAGMA user_version = 1;",
+    )
+    .await;
     let listed = desk.tickets().await;
     assert_eq!(listed.len(), 1);
     assert_eq!(listed[0]["id"], first.json()["id"]);
@@ -582,52 +604,33 @@ async fn a_version_1_sqlite_database_is_migrated_and_keeps_its_tickets() {
         "{}",
         String::from_utf8_lossy(&upload.body)
     );
-    let version: i64 = rusqlite::Connection::open(&db)
-        .unwrap()
-        .query_row("PRAGMA user_version", [], |r| r.get(0))
-        .unwrap();
-    assert_eq!(version, 3);
+    assert_eq!(sqlite_version(&db), 3);
     desk.server.shutdown().await;
 }
 
 #[tokio::test]
 async fn a_version_2_sqlite_database_is_migrated_and_keeps_its_receipts() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("desk.db").to_str().unwrap().to_owned();
-    let config = || Config {
-        db: db.clone(),
-        ..Config::default()
-    };
-    let desk = Desk::with("migrate-2", config()).await;
-    let first = send(desk.post(Some("k-old"), TICKET)).await;
-    assert_eq!(first.status, 201);
-    let tenant = desk.tenant.clone();
-    desk.server.shutdown().await;
     // What a version 2 server left: its receipts in a table ordered by key.
-    {
-        let conn = rusqlite::Connection::open(&db).unwrap();
-        conn.execute_batch(
-            "BEGIN;
-             CREATE TABLE receipts_by_key (
-                 tenant TEXT NOT NULL, key TEXT NOT NULL, fingerprint BLOB NOT NULL,
-                 state TEXT NOT NULL CHECK (state IN ('processing', 'done')),
-                 claim_token INTEGER NOT NULL, lease_until INTEGER NOT NULL, status INTEGER,
-                 content_type TEXT, response BLOB, ticket_id INTEGER REFERENCES tickets (id),
-                 created_at INTEGER NOT NULL, completed_at INTEGER,
-                 PRIMARY KEY (tenant, key),
-                 CHECK (state = 'processing' OR (status IS NOT NULL AND response IS NOT NULL))
-             ) WITHOUT ROWID;
-             INSERT INTO receipts_by_key SELECT * FROM receipts;
-             DROP TABLE receipts;
-             ALTER TABLE receipts_by_key RENAME TO receipts;
-             CREATE INDEX receipts_by_age ON receipts (created_at);
-             PRAGMA user_version = 2;
-             COMMIT;",
-        )
-        .unwrap();
-    }
-    let mut desk = Desk::with("migrate-2", config()).await;
-    desk.tenant = tenant;
+    let (desk, first, db, _dir) = downgraded_sqlite(
+        "migrate-2",
+        "BEGIN;
+         CREATE TABLE receipts_by_key (
+             tenant TEXT NOT NULL, key TEXT NOT NULL, fingerprint BLOB NOT NULL,
+             state TEXT NOT NULL CHECK (state IN ('processing', 'done')),
+             claim_token INTEGER NOT NULL, lease_until INTEGER NOT NULL, status INTEGER,
+             content_type TEXT, response BLOB, ticket_id INTEGER REFERENCES tickets (id),
+             created_at INTEGER NOT NULL, completed_at INTEGER,
+             PRIMARY KEY (tenant, key),
+             CHECK (state = 'processing' OR (status IS NOT NULL AND response IS NOT NULL))
+         ) WITHOUT ROWID;
+         INSERT INTO receipts_by_key SELECT * FROM receipts;
+         DROP TABLE receipts;
+         ALTER TABLE receipts_by_key RENAME TO receipts;
+         CREATE INDEX receipts_by_age ON receipts (created_at);
+         PRAGMA user_version = 2;
+         COMMIT;",
+    )
+    .await;
     // The old key's answer, byte for byte; its other body is still a conflict.
     let replay = send(desk.post(Some("k-old"), TICKET)).await;
     assert!(replay.replayed);
@@ -644,11 +647,7 @@ async fn a_version_2_sqlite_database_is_migrated_and_keeps_its_receipts() {
     assert!(!second.replayed);
     assert_eq!(desk.tickets().await.len(), 2);
     assert_eq!(desk.stat("receipts").await, 2);
-    let conn = rusqlite::Connection::open(&db).unwrap();
-    let version: i64 = conn
-        .query_row("PRAGMA user_version", [], |r| r.get(0))
-        .unwrap();
-    assert_eq!(version, 3);
+    assert_eq!(sqlite_version(&db), 3);
     desk.server.shutdown().await;
 }
 

@@ -733,21 +733,24 @@ mod tests {
         assert_eq!(canonical_json(r#""éü""#).unwrap(), r#""éü""#);
     }
 
+    /// Texts that are not JSON, each wrong in its own place.
+    const BAD_JSON: [&str; 11] = [
+        "",
+        "{",
+        "[1,]",
+        "{\"a\" 1}",
+        "01",
+        "1.",
+        "-",
+        "nul",
+        "[1] 2",
+        "{a:1}",
+        "\"\\x\"",
+    ];
+
     #[test]
     fn bad_json_names_the_place() {
-        for bad in [
-            "",
-            "{",
-            "[1,]",
-            "{\"a\" 1}",
-            "01",
-            "1.",
-            "-",
-            "nul",
-            "[1] 2",
-            "{a:1}",
-            "\"\\x\"",
-        ] {
+        for bad in BAD_JSON {
             match canonical_json(bad) {
                 Err(BodyError::Syntax { .. }) => {}
                 other => panic!("{bad:?} gave {other:?}"),
@@ -763,28 +766,19 @@ mod tests {
     #[test]
     fn checking_agrees_with_parsing() {
         let sample = r#" {"s":"a\"b\u00e9\ud83d\ude00\n","n":[-0.5e+3,10,0,1E2],"t":true,"f":false,"z":null,"o":{"x":{}}, "é":[]} "#;
-        let mut texts: Vec<String> = [
-            "",
-            "{",
-            "[1,]",
-            "01",
-            "1.",
-            "-",
-            "nul",
-            "[1] 2",
-            "{a:1}",
-            "\"\\x\"",
-            "\"\\ud800\"",
-            "\"\\ud800\\u0041\"",
-            "\"\\u12\"",
-            "\"a\u{1}\"",
-            "1e",
-            "-01",
-            "[[[]]]",
-        ]
-        .iter()
-        .map(|t| (*t).to_owned())
-        .collect();
+        let mut texts: Vec<String> = BAD_JSON
+            .iter()
+            .chain(&[
+                "\"\\ud800\"",
+                "\"\\ud800\\u0041\"",
+                "\"\\u12\"",
+                "\"a\u{1}\"",
+                "1e",
+                "-01",
+                "[[[]]]",
+            ])
+            .map(|t| (*t).to_owned())
+            .collect();
         texts.push("[".repeat(MAX_DEPTH + 2));
         texts.push(sample.to_owned());
         for (i, _) in sample.char_indices() {
