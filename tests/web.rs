@@ -453,6 +453,35 @@ async fn a_double_submit_sends_one_request() {
 }
 
 #[test]
+async fn an_on_change_stop_function_stops_its_listener_only_and_is_harmless_after_free() {
+    let case = Case::new("stop");
+    let s = case.submitter("");
+    let (kept, stopped) = (js_sys::Array::new(), js_sys::Array::new());
+    let sinks = [kept.clone(), stopped.clone()].map(|sink| {
+        Closure::<dyn FnMut(JsValue)>::new(move |e: JsValue| {
+            sink.push(&get(&e, "state"));
+        })
+    });
+    let stops = sinks
+        .each_ref()
+        .map(|f| js_sys::Function::from(s.on_change(f.as_ref().clone()).unwrap()));
+    stops[1].call0(&JsValue::NULL).expect("stop");
+    // Stopped twice: nothing more happens.
+    stops[1].call0(&JsValue::NULL).expect("stop again");
+    submit(&s, TICKET).await;
+    let states = |a: &js_sys::Array| a.iter().map(|v| v.as_string().unwrap()).collect::<Vec<_>>();
+    assert_eq!(states(&kept), ["idle", "sending", "succeeded"]);
+    assert_eq!(states(&stopped), ["idle"], "heard nothing after its stop");
+    // A page's cleanup that runs after the submitter was freed (a framework's unmount after
+    // `free()`, say) calls a stop function that has nothing left to stop: no error. The driver
+    // goes once its start-up read of IndexedDB is over.
+    drop(s);
+    JsFuture::from(sleep(300)).await.unwrap();
+    stops[0].call0(&JsValue::NULL).expect("stop after free");
+    drop(sinks);
+}
+
+#[test]
 async fn blocked_storage_degrades_to_memory_and_still_submits_once() {
     let case = Case::new("blocked");
     let restore = block_session_storage();

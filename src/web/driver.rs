@@ -96,8 +96,6 @@ pub(crate) struct Driver {
     pub(crate) uploads: RefCell<super::upload::Uploads>,
     /// The next key drawn ahead, with its Web Lock (`spare.rs`).
     pub(crate) spares: RefCell<spare::Spares>,
-    /// JavaScript's `onChange` listeners and their stop function (`js.rs`).
-    pub(crate) js_listeners: RefCell<super::js::Listening>,
 }
 
 struct Machine {
@@ -250,6 +248,11 @@ impl Listener {
     /// Keeps the listener for as long as the submitter lives.
     pub fn forget(mut self) {
         self.entry = None;
+    }
+
+    /// Whether its submitter still lives (it keeps its listeners).
+    pub(crate) fn has_submitter(&self) -> bool {
+        self.entry.as_ref().is_some_and(|e| Rc::strong_count(e) > 1)
     }
 }
 
@@ -442,7 +445,6 @@ impl Submitter {
             connection: RefCell::new(None),
             uploads: RefCell::default(),
             spares: RefCell::default(),
-            js_listeners: RefCell::default(),
         });
         let weak = Rc::downgrade(&driver);
         let connection = Connection::watch(move |online| {

@@ -3,11 +3,11 @@
 //! `fetch`, the timers, `crypto`, `navigator.locks`, `navigator.onLine` and the `online` and
 //! `offline` events, bound to the global scope itself (gloo's way), not to `window`, so that the
 //! driver runs in a worker too. JavaScript calls back one function of ours, made once, bound to
-//! a number for each timer, lock and attempt step ([`CALLBACK`]): a closure made per call costs
-//! the page a function and a finalizer's registration, every submission. web-sys gives the types
-//! (`Crypto`, `RequestInit`, `Response`); `navigator.locks` is a binding of our own because
-//! web-sys has `LockManager` only behind `--cfg=web_sys_unstable_apis`, which a plain build
-//! does not set.
+//! a number for each timer, lock, attempt step and listener's stop function ([`CALLBACK`]): a
+//! closure made per call costs the page a function and a finalizer's registration, every
+//! submission. web-sys gives the types (`Crypto`, `RequestInit`, `Response`); `navigator.locks`
+//! is a binding of our own because web-sys has `LockManager` only behind
+//! `--cfg=web_sys_unstable_apis`, which a plain build does not set.
 
 use std::cell::RefCell;
 use std::rc::{Rc, Weak};
@@ -107,7 +107,7 @@ thread_local! {
     /// The one function of ours that JavaScript calls back, made once (a closure per timer,
     /// lock or promise handed to JavaScript costs a function and a finalizer's registration
     /// each time): `setTimeout`, Web Locks and promises call it bound to a number that says
-    /// whose call it is ([`TIMER`], [`LOCK`], [`STEP`] in its low bits).
+    /// whose call it is ([`TIMER`], [`LOCK`], [`STEP`], [`STOP`] in its low bits).
     /// It holds nothing itself (`Fn`), so a call made while another runs is no error.
     static CALLBACK: Closure<dyn Fn(u32, JsValue) -> JsValue> =
         Closure::new(|n: u32, value: JsValue| match n % 4 {
@@ -116,8 +116,12 @@ thread_local! {
                 JsValue::UNDEFINED
             }
             LOCK => lock_answered(n / 4),
-            _ => {
+            STEP => {
                 super::attempt::step_of(n / 4, value);
+                JsValue::UNDEFINED
+            }
+            _ => {
+                super::js::stop(n / 4);
                 JsValue::UNDEFINED
             }
         });
@@ -127,6 +131,7 @@ thread_local! {
 const TIMER: u32 = 0;
 const LOCK: u32 = 1;
 const STEP: u32 = 2;
+const STOP: u32 = 3;
 
 /// [`CALLBACK`] bound to `n` of `kind`.
 fn bound(kind: u32, n: u32) -> Function {
@@ -140,6 +145,11 @@ fn bound(kind: u32, n: u32) -> Function {
 /// [`CALLBACK`] bound to step `n` of an attempt (`attempt.rs`).
 pub(crate) fn step_callback(n: u32) -> Function {
     bound(STEP, n)
+}
+
+/// [`CALLBACK`] bound to the stop function of `onChange` listener `n` (`js.rs`).
+pub(crate) fn stop_callback(n: u32) -> Function {
+    bound(STOP, n)
 }
 
 fn fire(id: u32) {

@@ -7,7 +7,7 @@
 //! `OncekeyError`s with their `code` ([`Error`]). The TypeScript declarations are wasm-bindgen's,
 //! from these exports, with the types they name in the custom section below.
 
-use alloc::rc::Rc;
+use core::cell::RefCell;
 use js_sys::{Function, Promise, Reflect, JSON};
 use serde::Serialize;
 use wasm_bindgen::prelude::*;
@@ -598,7 +598,7 @@ impl JsSubmitter {
                 web_sys::console::error_2(&"oncekey: an onChange listener threw".into(), &e);
             }
         });
-        Ok(Listening::add(self.inner.driver(), listening))
+        Ok(listen(listening))
     }
 
     /// Fields that are never stored (a password, a card number), merged into the JSON object
@@ -618,42 +618,41 @@ impl JsSubmitter {
     }
 }
 
-/// A submitter's `onChange` listeners of JavaScript. Each hears until its stop function is
-/// called, or for the submitter's life: dropping the function stops nothing. The stop functions
-/// are one function of the submitter, bound to each listener's number, so that no function of
-/// ours is left for the garbage collector to finalize (a listener's own closure, given to
-/// JavaScript, was finalized at the next collection: it stopped the listener of a page that did
-/// not keep the function, and a finalizer that runs while the page sits in the back/forward cache
-/// gets it evicted).
-#[derive(Default)]
-pub(crate) struct Listening {
-    stop: Option<Closure<dyn FnMut(u32)>>,
-    next: u32,
-    listeners: Vec<(u32, super::driver::Listener)>,
+thread_local! {
+    /// The `onChange` listeners of JavaScript, by number: each hears until its stop function is
+    /// called, or for its submitter's life (dropping the function stops nothing). A stop
+    /// function is the module's one callback bound to the listener's number (`global.rs`), not a
+    /// closure of its own: a closure given to JavaScript was finalized at the next collection
+    /// (it stopped the listener of a page that did not keep the function, and a finalizer that
+    /// runs while the page sits in the back/forward cache gets it evicted), and one kept by the
+    /// submitter threw when called after the submitter was freed.
+    static LISTENING: RefCell<(u32, Vec<(u32, super::driver::Listener)>)> =
+        const { RefCell::new((0, Vec::new())) };
 }
 
-impl Listening {
-    /// Keeps `listener` for the submitter `driver`; returns its stop function.
-    fn add(driver: &Rc<super::driver::Driver>, listener: super::driver::Listener) -> JsValue {
-        let mut l = driver.js_listeners.borrow_mut();
-        let id = l.next;
-        l.next = l.next.wrapping_add(1);
-        l.listeners.push((id, listener));
-        let weak = Rc::downgrade(driver);
-        let stop = l.stop.get_or_insert_with(|| {
-            Closure::new(move |id: u32| {
-                let Some(driver) = weak.upgrade() else { return };
-                let stopped = {
-                    let mut l = driver.js_listeners.borrow_mut();
-                    let at = l.listeners.iter().position(|(i, _)| *i == id);
-                    at.map(|at| l.listeners.swap_remove(at))
-                };
-                drop(stopped);
-            })
-        });
-        let stop: &Function = stop.as_ref().unchecked_ref();
-        stop.bind1(&JsValue::NULL, &JsValue::from(id)).into()
-    }
+/// Keeps `listener` until its stop function is called; returns that function. The listeners
+/// of submitters gone are let go here (their stop functions then find nothing to stop; what
+/// goes with them is a page's function, whose release calls nothing of ours).
+fn listen(listener: super::driver::Listener) -> JsValue {
+    let id = LISTENING.with(|l| {
+        let mut l = l.borrow_mut();
+        let id = l.0;
+        l.0 = id.wrapping_add(1) % (u32::MAX / 4);
+        l.1.retain(|(_, listener)| listener.has_submitter());
+        l.1.push((id, listener));
+        id
+    });
+    super::global::stop_callback(id).into()
+}
+
+/// A stop function was called (`global.rs`): its listener hears no more, if it still does.
+pub(crate) fn stop(id: u32) {
+    let stopped = LISTENING.with(|l| {
+        let mut l = l.borrow_mut();
+        let at = l.1.iter().position(|(i, _)| *i == id)?;
+        Some(l.1.swap_remove(at))
+    });
+    drop(stopped);
 }
 
 impl JsSubmitter {
