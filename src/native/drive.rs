@@ -13,7 +13,7 @@ use super::error::{Error, Result};
 use super::flight::Lead;
 use super::settlement::Settlement;
 use super::store::StoreCall;
-use crate::core::{Action, Answer, Attempt, Encoding, Failure, Key, State};
+use crate::core::{Action, Answer, Attempt, Failure, Key, State};
 
 impl Client {
     /// Carries out the actions of the flight's submission until it settles.
@@ -210,10 +210,10 @@ impl Client {
             Some(url) if url.as_str() == request.url => url,
             _ => reqwest::Url::parse(&request.url).map_err(|_| Failure::Network)?,
         };
-        let body = match request.encoding {
-            Encoding::Json => std::mem::take(&mut attempt.request.body),
-            Encoding::Form => request.wire_body().map_err(|_| Failure::Network)?,
-        };
+        let body = attempt
+            .request
+            .take_wire_body()
+            .map_err(|_| Failure::Network)?;
         // No timeout of reqwest's own: the deadline below covers the whole attempt.
         let sent = inner
             .http

@@ -815,13 +815,13 @@ impl Driver {
                         self.emit(self.snapshot(Some(warning)));
                     }
                 }
-                Action::Send(a) => {
+                Action::Send(mut a) => {
                     // Memory only, and no upload (kept in IndexedDB): no other tab or
                     // submitter can know the key.
                     let shared = self.shares_keys() || super::upload::is_upload(self);
                     let (wire, controller, fresh) = {
                         let mut m = self.machine.borrow_mut();
-                        let wire = wire_body(&a.request, &m.secrets);
+                        let wire = wire_body(&mut a.request, &m.secrets);
                         let controller = web_sys::AbortController::new().ok();
                         m.flight = controller.clone().map(|c| (a.id, c));
                         (wire, controller, std::mem::take(&mut m.fresh))
@@ -945,20 +945,15 @@ impl Driver {
 }
 
 /// The body as it goes on the wire, with the secrets merged into its JSON object body (the same
-/// on every attempt).
-fn wire_body(request: &Request, secrets: &Fields) -> Result<String, body::BodyError> {
-    if secrets.is_empty() {
-        return request.wire_body();
+/// on every attempt), taken from the attempt's own copy of the request (which is not stored).
+fn wire_body(request: &mut Request, secrets: &Fields) -> Result<String, body::BodyError> {
+    if !secrets.is_empty() {
+        if let Value::Object(mut fields) = body::parse(&request.body)? {
+            for (name, value) in secrets.iter() {
+                fields.insert(name.to_owned(), value.clone());
+            }
+            request.body = Value::Object(fields).to_canonical();
+        }
     }
-    let Value::Object(mut fields) = body::parse(&request.body)? else {
-        return request.wire_body();
-    };
-    for (name, value) in secrets.iter() {
-        fields.insert(name.to_owned(), value.clone());
-    }
-    Request {
-        body: Value::Object(fields).to_canonical(),
-        ..request.clone()
-    }
-    .wire_body()
+    request.take_wire_body()
 }
