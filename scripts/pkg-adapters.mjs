@@ -3,7 +3,7 @@
 // package.json's subpath exports, each with its types, with React and Vue as optional peer
 // dependencies (never bundled: the app's own copy is used). Run by scripts/build-pkg.sh, after
 // wasm-pack wrote pkg/package.json; running it again gives the same package.
-import { copyFileSync, readFileSync, writeFileSync } from 'node:fs'
+import { copyFileSync, readdirSync, readFileSync, writeFileSync } from 'node:fs'
 import { createRequire } from 'node:module'
 import path from 'node:path'
 import { fileURLToPath } from 'node:url'
@@ -34,7 +34,11 @@ for (const file of DECLARATIONS) copyFileSync(at('adapters', file), at('pkg', fi
 const manifest = JSON.parse(readFileSync(at('pkg/package.json'), 'utf8'))
 if (manifest.name !== 'oncekey') fail('pkg/package.json is not the oncekey package')
 const entry = (name) => ({ types: `./${name}.d.ts`, default: `./${name}.js` })
-manifest.files = [...new Set([...(manifest.files ?? []), ...SOURCES, ...DECLARATIONS])]
+// The license texts wasm-pack copies beside the package: npm publishes LICENSE-MIT and
+// LICENSE-APACHE only when they are listed (it adds a plain LICENSE by itself).
+const LICENSES = readdirSync(at('pkg')).filter((f) => /^LICENSE-/.test(f))
+if (LICENSES.length !== 2) fail(`pkg/ holds ${LICENSES.length} LICENSE-* files, not the two of "MIT OR Apache-2.0"`)
+manifest.files = [...new Set([...(manifest.files ?? []), ...SOURCES, ...DECLARATIONS, ...LICENSES])]
 manifest.exports = {
   '.': entry('oncekey'),
   './react': entry('react'),

@@ -29,14 +29,15 @@ echo "== the built package in a plain module page"
 node tests/pages/pkg-test.mjs "$ONCEKEY_SERVER_URL"
 
 echo "== what npm would publish"
-# The wasm, the glue and the declarations; no snippets (no hand-written JavaScript in the wasm
-# module); and every file the glue imports, should it ever import one.
+# The wasm, the glue and the declarations, and the two license texts; no snippets (no
+# hand-written JavaScript in the wasm module); and every file the glue imports, should it ever
+# import one.
 npm pack --dry-run --json ./pkg 2>/dev/null | node -e '
   const fs = require("fs");
   const files = JSON.parse(fs.readFileSync(0, "utf8"))[0].files.map((f) => f.path);
   const glue = fs.readFileSync("pkg/oncekey.js", "utf8");
   const imported = [...glue.matchAll(/from\s*["\x27]\.\/([^"\x27]+)["\x27]/g)].map((m) => m[1]);
-  const need = ["oncekey_bg.wasm", "oncekey.js", "oncekey.d.ts", ...imported];
+  const need = ["oncekey_bg.wasm", "oncekey.js", "oncekey.d.ts", "LICENSE-MIT", "LICENSE-APACHE", ...imported];
   const missing = need.filter((n) => !files.includes(n));
   if (missing.length) { console.error("npm pack leaves out: " + missing.join(", ")); process.exit(1); }
   const snippets = files.filter((f) => f.startsWith("snippets/"));
