@@ -36,6 +36,8 @@ lint: setup
 	cargo clippy --workspace --all-targets --all-features -- -D warnings
 	cargo clippy -p oncekey --all-targets --target $(WASM) --features small-alloc -- -D warnings
 	cargo clippy -p oncekey --lib --target $(WASM) --no-default-features --features package -- -D warnings
+	# Without the JavaScript face (feature js), as a Rust frontend depends on it.
+	cargo clippy -p oncekey --lib --target $(WASM) --no-default-features -- -D warnings
 	RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --all-features -p oncekey -p oncekey-server
 	RUSTDOCFLAGS="-D warnings" cargo doc --no-deps -p oncekey --target $(WASM) --features small-alloc
 	cargo fmt --manifest-path examples/leptos/Cargo.toml --check

@@ -50,7 +50,8 @@ if_wasm! {
 
     /// The npm package's JavaScript face, for Rust code that works with JavaScript values
     /// (tests, or a page that hands a `Submitter` object to JavaScript): the exported
-    /// `Submitter` class.
+    /// `Submitter` class. Cargo feature `js` (on by default).
+    #[cfg(feature = "js")]
     pub mod js {
         pub use crate::web::js::JsSubmitter as Submitter;
         pub use crate::web::listing::list_pending;

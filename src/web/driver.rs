@@ -183,6 +183,7 @@ pub struct Settlement {
     settled: Settled,
     text: Option<String>,
     /// The body text as JavaScript read it, to hand back without decoding it again.
+    #[cfg_attr(not(feature = "js"), allow(dead_code))]
     pub(crate) js_text: Option<wasm_bindgen::JsValue>,
     body: OnceCell<Option<Value>>,
 }
@@ -251,6 +252,7 @@ impl Listener {
     }
 
     /// Whether its submitter still lives (it keeps its listeners).
+    #[cfg(feature = "js")]
     pub(crate) fn has_submitter(&self) -> bool {
         self.entry.as_ref().is_some_and(|e| Rc::strong_count(e) > 1)
     }
@@ -360,6 +362,7 @@ impl Settling {
 
     /// Hands the settlement to `f` when it comes (at once when it has), instead of a task that
     /// awaits it: how the JavaScript face resolves its promise without a future.
+    #[cfg(feature = "js")]
     pub(crate) fn then(self, f: impl FnOnce(Result<Settlement, Error>) + 'static) {
         match self.slot {
             Err(e) => f(Err(e.unwrap_or_else(|| {

@@ -121,6 +121,7 @@ thread_local! {
                 JsValue::UNDEFINED
             }
             _ => {
+                #[cfg(feature = "js")]
                 super::js::stop(n / 4);
                 JsValue::UNDEFINED
             }
@@ -131,6 +132,7 @@ thread_local! {
 const TIMER: u32 = 0;
 const LOCK: u32 = 1;
 const STEP: u32 = 2;
+#[cfg(feature = "js")]
 const STOP: u32 = 3;
 
 /// [`CALLBACK`] bound to `n` of `kind`.
@@ -148,6 +150,7 @@ pub(crate) fn step_callback(n: u32) -> Function {
 }
 
 /// [`CALLBACK`] bound to the stop function of `onChange` listener `n` (`js.rs`).
+#[cfg(feature = "js")]
 pub(crate) fn stop_callback(n: u32) -> Function {
     bound(STOP, n)
 }

@@ -200,6 +200,7 @@ fn read(found: &JsValue) -> Result<Stored, Why> {
 }
 
 /// Everything stored, readable or not (an unreadable value is left out).
+#[cfg(feature = "js")]
 pub(crate) async fn all(db: &IdbDatabase) -> Result<Vec<Stored>, Why> {
     let (_tx, store) = store(db, IdbTransactionMode::Readonly)?;
     let found = request(&store.get_all().map_err(|e| describe(&e))?).await?;

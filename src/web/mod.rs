@@ -40,15 +40,17 @@
 //!
 //! All of it is Rust. The sans-IO [`core`](crate::core) decides; [`Submitter`] (`driver.rs`)
 //! carries out its actions as Rust values: storage through gloo-storage (`storage.rs`), `fetch`
-//! with its `AbortController`, the answer's `Response` and `Headers` through web-sys, under a Web Lock, with
-//! the per-attempt timeout (`attempt.rs`), timers, `crypto` and `navigator.locks` bound to the
-//! global scope so that a worker runs it too (`global.rs`), futures through
-//! wasm-bindgen-futures, and the listeners. The options (`options.rs`) and what goes back to
-//! JavaScript cross with serde-wasm-bindgen as typed structs. The package's JavaScript face
-//! (`js.rs`: the `Submitter` class and its TypeScript declarations) is a thin wrapper that
-//! wasm-bindgen exports. The package also brings its own small allocator (`alloc.rs`, cargo
-//! feature `small-alloc`, which `scripts/build-pkg.sh` turns on) and carries no `serde_json`
-//! and little formatting machinery: messages are built by concatenation.
+//! with its `AbortController`, the answer's `Response` and `Headers` through web-sys, under a
+//! Web Lock, with the per-attempt timeout (`attempt.rs`), timers, `crypto` and
+//! `navigator.locks` bound to the global scope so that a worker runs it too (`global.rs`),
+//! futures through wasm-bindgen-futures, and the listeners. The options (`options.rs`) and what
+//! goes back to JavaScript cross with serde-wasm-bindgen as typed structs. The package's
+//! JavaScript face (`js.rs`: the `Submitter` class and its TypeScript declarations; `form/js.rs`,
+//! `listing.rs`) is a thin wrapper that wasm-bindgen exports, behind the cargo feature `js` (on
+//! by default): wasm-bindgen keeps every export of every crate in a module, so a Rust frontend
+//! leaves it out. The package also brings its own small allocator (`alloc.rs`, cargo feature
+//! `small-alloc`, which `scripts/build-pkg.sh` turns on) and carries no `serde_json` and little
+//! formatting machinery: messages are built by concatenation.
 //!
 //! Uploads (`upload.rs`, over IndexedDB in `idb.rs`): a `FormData` body is sent as
 //! `multipart/form-data`, its fields and files kept in IndexedDB until a definite answer, the
@@ -65,7 +67,9 @@ mod error;
 mod form;
 mod global;
 mod idb;
+#[cfg(feature = "js")]
 pub(crate) mod js;
+#[cfg(feature = "js")]
 pub(crate) mod listing;
 mod options;
 mod spare;

@@ -32,6 +32,7 @@ fn slot(name: &str) -> String {
 }
 
 /// Whether `slot` of a web storage holds a submission's record (not another key, not a probe).
+#[cfg(feature = "js")]
 pub(crate) fn is_record_slot(slot: &str) -> bool {
     slot.starts_with(SLOT_PREFIX) && slot != PROBE_SLOT
 }

@@ -352,6 +352,7 @@ impl super::Submitter {
     }
 
     /// Resolves once IndexedDB was looked at (at once when it was).
+    #[cfg(feature = "js")]
     pub(crate) fn loaded(&self) -> Option<Promise> {
         self.driver().uploads.borrow().ready.clone()
     }

@@ -68,6 +68,7 @@ pub(super) struct Kit {
 /// script there is evicted from it (Chromium: about one in five pages left just after a kit's
 /// submission, measured; none once the object was kept).
 #[derive(Default)]
+#[cfg_attr(not(feature = "js"), allow(dead_code))]
 pub(super) struct Faces {
     pub(super) kit: Option<JsValue>,
     pub(super) submitter: Option<JsValue>,

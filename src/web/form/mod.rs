@@ -43,6 +43,7 @@ mod answer;
 mod dom;
 mod fields;
 mod first_paint;
+#[cfg(feature = "js")]
 mod js;
 mod kit;
 mod lock;
@@ -57,6 +58,7 @@ use web_sys::HtmlFormElement;
 
 use super::{Error, Options, Settlement, Submitter};
 
+#[cfg(feature = "js")]
 pub(crate) use kit::waiting_for;
 pub use lock::FormLock;
 pub use messages::Messages;
