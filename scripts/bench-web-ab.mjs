@@ -6,7 +6,7 @@
 //  - overhead: N rounds of plain fetch, A and B against the server, one of each in turn (the
 //    order rotated), and each side's median time over plain fetch's median.
 // Usage: node scripts/bench-web-ab.mjs SERVER_BIN PKG_A PKG_B [ROUNDS] [N]
-import { pages, serveAndLaunch } from './page-server.mjs';
+import { openIsolated, pages, serveAndLaunch } from './page-server.mjs';
 
 const [bin, a, b] = process.argv.slice(2, 5);
 const ROUNDS = Number(process.argv[5] || 5);
@@ -20,7 +20,7 @@ const median = (xs) => {
 const spread = (xs) => `${Math.min(...xs).toFixed(0)}-${Math.max(...xs).toFixed(0)}`;
 try {
   const page = await browser.newPage();
-  await page.goto(`${url}/pages/bench.html`);
+  await openIsolated(page, `${url}/pages/bench.html`);
   await page.evaluate(async () => {
     const load = async (side) => {
       const m = await import(`/${side}/oncekey.js`);

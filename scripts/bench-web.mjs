@@ -7,6 +7,7 @@
 import { createRequire } from 'node:module';
 import { readdirSync, readFileSync } from 'node:fs';
 import { gzipSync, constants } from 'node:zlib';
+import { openIsolated } from './page-server.mjs';
 
 const require = createRequire(new URL('../tests/pages/package.json', import.meta.url));
 const { chromium } = require('playwright-core');
@@ -84,7 +85,7 @@ const browser = await chromium.launch({
 });
 try {
   const page = await browser.newPage();
-  await page.goto(`${server}/pages/bench.html`);
+  await openIsolated(page, `${server}/pages/bench.html`);
   await page.waitForFunction(() => window.benchReady === true);
   const r = await page.evaluate((n) => window.bench(n), N);
   const ratio = r.submitterMs / r.plainMs;
