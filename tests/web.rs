@@ -127,6 +127,19 @@ export function precise_now() { return performance.now(); }
 export function cycle() { const a = { subject: 'loop' }; a.self = a; return a; }
 export function with_bigint() { return { subject: 'big', amount: 10n }; }
 export function with_function() { return { subject: 'fn', onClick() {} }; }
+// The next fetch answers 201 with a body of `chars` characters (a JSON string), at once; the
+// later ones go on as before. Gives back what it answered.
+export function answer_big_once(chars) {
+  const real = globalThis.fetch;
+  const seen = { status: null, key: null };
+  globalThis.fetch = async (input, init) => {
+    globalThis.fetch = real;
+    seen.key = new Request(input, init).headers.get('idempotency-key');
+    seen.status = 201;
+    return new Response('"' + 'x'.repeat(chars - 2) + '"', { status: 201, headers: { 'Content-Type': 'application/json' } });
+  };
+  return seen;
+}
 "#)]
 extern "C" {
     fn spy_install();
@@ -144,6 +157,7 @@ extern "C" {
     fn cycle() -> JsValue;
     fn with_bigint() -> JsValue;
     fn with_function() -> JsValue;
+    fn answer_big_once(chars: u32) -> JsValue;
 }
 
 const TICKET: &str =
@@ -479,6 +493,38 @@ async fn an_on_change_stop_function_stops_its_listener_only_and_is_harmless_afte
     JsFuture::from(sleep(300)).await.unwrap();
     stops[0].call0(&JsValue::NULL).expect("stop after free");
     drop(sinks);
+}
+
+#[test]
+async fn an_answer_body_over_the_limit_is_not_taken_in_and_the_status_decides() {
+    // A 201 whose body is larger than the module keeps (16 Mi characters): the submission
+    // succeeded, with no body; the module's memory does not take it in, and the next
+    // submission goes on as usual.
+    let case = Case::new("big-answer");
+    let s = case.submitter("");
+    submit(&s, TICKET).await;
+    let memory = || {
+        wasm_bindgen::memory()
+            .unchecked_into::<js_sys::WebAssembly::Memory>()
+            .buffer()
+            .unchecked_into::<js_sys::ArrayBuffer>()
+            .byte_length()
+    };
+    let before = memory();
+    let seen = answer_big_once(16 * 1024 * 1024 + 1);
+    let r = submit(&s, TICKET).await;
+    assert_eq!(text(&r, "outcome"), "succeeded");
+    assert_eq!(text(&r, "key"), text(&seen, "key"));
+    assert!(get(&r, "body").is_null(), "no body kept");
+    assert!(
+        memory() - before < 4 * 1024 * 1024,
+        "the module's memory grew by {} bytes",
+        memory() - before
+    );
+    assert_eq!(state(&s), "succeeded");
+    let next = submit(&s, TICKET).await;
+    assert_eq!(text(&next, "outcome"), "succeeded");
+    assert_eq!(case.tickets().await, 2.0, "the two sent to the server");
 }
 
 #[test]

@@ -25,8 +25,14 @@ use super::global::{fetch, queue_microtask, request_lock, step_callback, Callee,
 use super::options::Credentials;
 use super::{spare, warn};
 use crate::core::record::is_sendable_header;
-use crate::core::text::quoted;
+use crate::core::text::{decimal, quoted};
 use crate::core::{Answer, Attempt, Failure};
+
+/// The longest answer body taken into the module, in characters as JavaScript counts a string
+/// (UTF-16 code units): 16 Mi, as the native client's 16 MiB. A longer one is not copied into
+/// the module's memory, which a peer could otherwise grow until an allocation fails and the
+/// module traps: the status decides the outcome, and the settlement has no body.
+const MAX_BODY_CHARS: u32 = 16 * 1024 * 1024;
 
 /// The headers the answer table reads ([`Answer::from_response`]).
 const READ: &[&str] = &[
@@ -227,7 +233,7 @@ impl Flight {
     }
 
     /// The answer came, its body `text` (a string, or not when it could not be read).
-    fn answered(self, text: JsValue) {
+    fn answered(self, mut text: JsValue) {
         let Flight {
             driver,
             attempt,
@@ -238,6 +244,18 @@ impl Flight {
         } = self;
         drop(timer);
         let Some(response) = response else { return };
+        if let Some(long) = text
+            .dyn_ref::<js_sys::JsString>()
+            .map(js_sys::JsString::length)
+            .filter(|n| *n > MAX_BODY_CHARS)
+        {
+            warn(
+                &("an answer's body of ".to_owned()
+                    + &decimal(long.into())
+                    + " characters is more than is kept (16 Mi): the status decides, without it"),
+            );
+            text = JsValue::UNDEFINED;
+        }
         let string = text.as_string().unwrap_or_default();
         let answer = answer(&response, &string, &driver.options.key_header);
         let js = if text.is_string() { Some(text) } else { None };
