@@ -107,7 +107,7 @@ struct Machine {
     /// The attempt under way: its id and the abort of its fetch.
     flight: Option<(AttemptId, web_sys::AbortController)>,
     /// The last answer's body text, for the settlement, and as JavaScript read it.
-    last_text: Option<(String, Option<wasm_bindgen::JsValue>)>,
+    last_text: Option<(Rc<String>, Option<wasm_bindgen::JsValue>)>,
     /// Fields merged into the JSON object body of every attempt, in memory only.
     secrets: Fields,
     /// A key was just made here, and its first attempt goes out in this drive: nobody else can
@@ -181,7 +181,8 @@ impl Pending {
 #[derive(Debug, Clone)]
 pub struct Settlement {
     settled: Settled,
-    text: Option<String>,
+    /// Shared by the settlement's clones (one per caller waiting) and the driver.
+    text: Option<Rc<String>>,
     /// The body text as JavaScript read it, to hand back without decoding it again.
     #[cfg_attr(not(feature = "js"), allow(dead_code))]
     pub(crate) js_text: Option<wasm_bindgen::JsValue>,
@@ -207,13 +208,13 @@ impl Settlement {
     /// The last answer's body, when it is JSON.
     pub fn body(&self) -> Option<&Value> {
         self.body
-            .get_or_init(|| self.text.as_deref().and_then(|t| body::parse(t).ok()))
+            .get_or_init(|| self.text.as_ref().and_then(|t| body::parse(t).ok()))
             .as_ref()
     }
 
     /// The last answer's body text, empty when no answer came.
     pub fn text(&self) -> &str {
-        self.text.as_deref().unwrap_or("")
+        self.text.as_ref().map_or("", |t| t.as_str())
     }
 
     /// Whether the server replayed a stored answer.
@@ -924,7 +925,7 @@ impl Driver {
                 return;
             }
             m.flight = None;
-            m.last_text = Some((text, js));
+            m.last_text = Some((Rc::new(text), js));
             m.core.handle_answer(now(), id, answer, jitter());
         }
         self.drive();
