@@ -127,6 +127,7 @@ export function precise_now() { return performance.now(); }
 export function cycle() { const a = { subject: 'loop' }; a.self = a; return a; }
 export function with_bigint() { return { subject: 'big', amount: 10n }; }
 export function with_function() { return { subject: 'fn', onClick() {} }; }
+export function with_long_subject(chars) { return { subject: 'x'.repeat(chars) }; }
 // The next fetch answers 201 with a body of `chars` characters (a JSON string), at once; the
 // later ones go on as before. Gives back what it answered.
 export function answer_big_once(chars) {
@@ -157,6 +158,7 @@ extern "C" {
     fn cycle() -> JsValue;
     fn with_bigint() -> JsValue;
     fn with_function() -> JsValue;
+    fn with_long_subject(chars: u32) -> JsValue;
     fn answer_big_once(chars: u32) -> JsValue;
 }
 
@@ -648,6 +650,8 @@ async fn bodies_json_cannot_carry_are_refused_before_anything_is_stored_or_sent(
         (with_bigint(), "BigInt"),
         (with_function(), "a function at \"onClick\""),
         (JsValue::UNDEFINED, "undefined"),
+        // Longer than the module takes in: 16 Mi characters of JSON.
+        (with_long_subject(16 * 1024 * 1024), "16777230 characters"),
     ] {
         let err = settle(s.submit(body.clone(), None)).await.unwrap_err();
         assert_eq!(text(&err, "code"), "body");

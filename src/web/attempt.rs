@@ -23,16 +23,10 @@ use web_sys::{AbortController, RequestCredentials, RequestInit, Response};
 use super::driver::Driver;
 use super::global::{fetch, queue_microtask, request_lock, step_callback, Callee, Lock, Timer};
 use super::options::Credentials;
-use super::{spare, warn};
+use super::{spare, warn, MAX_TEXT_CHARS};
 use crate::core::record::is_sendable_header;
 use crate::core::text::{decimal, quoted};
 use crate::core::{Answer, Attempt, Failure};
-
-/// The longest answer body taken into the module, in characters as JavaScript counts a string
-/// (UTF-16 code units): 16 Mi, as the native client's 16 MiB. A longer one is not copied into
-/// the module's memory, which a peer could otherwise grow until an allocation fails and the
-/// module traps: the status decides the outcome, and the settlement has no body.
-const MAX_BODY_CHARS: u32 = 16 * 1024 * 1024;
 
 /// The headers the answer table reads ([`Answer::from_response`]).
 const READ: &[&str] = &[
@@ -247,7 +241,7 @@ impl Flight {
         if let Some(long) = text
             .dyn_ref::<js_sys::JsString>()
             .map(js_sys::JsString::length)
-            .filter(|n| *n > MAX_BODY_CHARS)
+            .filter(|n| *n > MAX_TEXT_CHARS)
         {
             warn(
                 &("an answer's body of ".to_owned()

@@ -417,6 +417,17 @@ pub(crate) fn to_json(body: &JsValue) -> Result<String, Error> {
     let text = REPLACER
         .with(|replacer| JSON::stringify_with_replacer(body, replacer.as_ref().unchecked_ref()))
         .map_err(|e| Error::body("the body cannot be sent as JSON: ".to_owned() + &describe(&e)))?;
+    if let Some(long) = text
+        .dyn_ref::<js_sys::JsString>()
+        .map(js_sys::JsString::length)
+        .filter(|n| *n > super::MAX_TEXT_CHARS)
+    {
+        return Err(Error::body(
+            "the body is ".to_owned()
+                + &crate::core::text::decimal(long.into())
+                + " characters of JSON, more than the 16 Mi (16777216) sent",
+        ));
+    }
     text.as_string()
         .ok_or_else(|| Error::body("the body cannot be sent as JSON: it is undefined"))
 }

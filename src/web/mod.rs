@@ -85,6 +85,14 @@ pub use error::{Error, ErrorCode};
 pub use form::{FormKit, FormLock, FormOptions, Messages, Resume, SuccessMessage, SuccessText};
 pub use options::{AttemptHeaders, Credentials, Options, StorageKind};
 
+/// The longest text taken into the module from JavaScript, in characters as JavaScript counts a
+/// string (UTF-16 code units): 16 Mi, as the native client's 16 MiB of answer. A body given to
+/// `submit` (as JSON) or an answer's body longer than this is not copied into the module's
+/// memory, which would otherwise grow (and never shrink) until an allocation failed and the
+/// module trapped for the page: the body is refused (code `body`); the answer's status decides
+/// the outcome and the settlement has no body.
+pub(crate) const MAX_TEXT_CHARS: u32 = 16 * 1024 * 1024;
+
 /// A warning on the console, as `oncekey: ...`.
 pub(crate) fn warn(message: &str) {
     web_sys::console::warn_1(&("oncekey: ".to_owned() + message).into());
