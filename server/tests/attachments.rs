@@ -571,6 +571,25 @@ async fn downgraded_sqlite(
     (desk, first, db, dir)
 }
 
+/// What versions 1 and 2 kept their receipts in: a table ordered by (tenant, key).
+const RECEIPTS_BY_KEY: &str = "
+    CREATE TABLE receipts_by_key (
+        tenant TEXT NOT NULL, key TEXT NOT NULL, fingerprint BLOB NOT NULL,
+        state TEXT NOT NULL CHECK (state IN ('processing', 'done')),
+        claim_token INTEGER NOT NULL, lease_until INTEGER NOT NULL, status INTEGER,
+        content_type TEXT, response BLOB, ticket_id INTEGER REFERENCES tickets (id),
+        created_at INTEGER NOT NULL, completed_at INTEGER,
+        PRIMARY KEY (tenant, key),
+        CHECK (state = 'processing' OR (status IS NOT NULL AND response IS NOT NULL))
+    ) WITHOUT ROWID;
+    INSERT INTO receipts_by_key SELECT tenant, key, fingerprint, state, claim_token,
+        lease_until, status, content_type, response, ticket_id, created_at, completed_at
+    FROM receipts;
+    DROP TABLE receipts;
+    ALTER TABLE receipts_by_key RENAME TO receipts;
+    CREATE INDEX receipts_by_age ON receipts (created_at);
+";
+
 /// The schema version a SQLite database is at.
 fn sqlite_version(db: &str) -> i64 {
     rusqlite::Connection::open(db)
@@ -581,10 +600,12 @@ fn sqlite_version(db: &str) -> i64 {
 
 #[tokio::test]
 async fn a_version_1_sqlite_database_is_migrated_and_keeps_its_tickets() {
-    // What a version 1 server left: no attachments table.
+    // What a version 1 server left: no attachments table, its receipts ordered by key.
     let (desk, first, db, _dir) = downgraded_sqlite(
         "migrate",
-        "DROP TABLE attachments; PRAGMA user_version = 1;",
+        &format!(
+            "BEGIN; DROP TABLE attachments; {RECEIPTS_BY_KEY} PRAGMA user_version = 1; COMMIT;"
+        ),
     )
     .await;
     let listed = desk.tickets().await;
@@ -604,7 +625,7 @@ async fn a_version_1_sqlite_database_is_migrated_and_keeps_its_tickets() {
         "{}",
         String::from_utf8_lossy(&upload.body)
     );
-    assert_eq!(sqlite_version(&db), 3);
+    assert_eq!(sqlite_version(&db), 4);
     desk.server.shutdown().await;
 }
 
@@ -613,8 +634,36 @@ async fn a_version_2_sqlite_database_is_migrated_and_keeps_its_receipts() {
     // What a version 2 server left: its receipts in a table ordered by key.
     let (desk, first, db, _dir) = downgraded_sqlite(
         "migrate-2",
+        &format!("BEGIN; {RECEIPTS_BY_KEY} PRAGMA user_version = 2; COMMIT;"),
+    )
+    .await;
+    // The old key's answer, byte for byte; its other body is still a conflict.
+    let replay = send(desk.post(Some("k-old"), TICKET)).await;
+    assert!(replay.replayed);
+    assert_eq!(replay.status, 201);
+    assert_eq!(replay.body, first.body);
+    let other = send(desk.post(
+        Some("k-old"),
+        r#"{"subject":"Another","body":"Another body","email":"a@example.com"}"#,
+    ))
+    .await;
+    assert_eq!(other.status, 422);
+    let second = send(desk.post(Some("k-new"), TICKET)).await;
+    assert_eq!(second.status, 201);
+    assert!(!second.replayed);
+    assert_eq!(desk.tickets().await.len(), 2);
+    assert_eq!(desk.stat("receipts").await, 2);
+    assert_eq!(sqlite_version(&db), 4);
+    desk.server.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_version_3_sqlite_database_is_migrated_and_keeps_its_receipts() {
+    // What a version 3 server left: its receipts found by (tenant, key), with no hash.
+    let (desk, first, db, _dir) = downgraded_sqlite(
+        "migrate-3",
         "BEGIN;
-         CREATE TABLE receipts_by_key (
+         CREATE TABLE receipts_v3 (
              tenant TEXT NOT NULL, key TEXT NOT NULL, fingerprint BLOB NOT NULL,
              state TEXT NOT NULL CHECK (state IN ('processing', 'done')),
              claim_token INTEGER NOT NULL, lease_until INTEGER NOT NULL, status INTEGER,
@@ -622,12 +671,14 @@ async fn a_version_2_sqlite_database_is_migrated_and_keeps_its_receipts() {
              created_at INTEGER NOT NULL, completed_at INTEGER,
              PRIMARY KEY (tenant, key),
              CHECK (state = 'processing' OR (status IS NOT NULL AND response IS NOT NULL))
-         ) WITHOUT ROWID;
-         INSERT INTO receipts_by_key SELECT * FROM receipts;
+         );
+         INSERT INTO receipts_v3 SELECT tenant, key, fingerprint, state, claim_token,
+             lease_until, status, content_type, response, ticket_id, created_at, completed_at
+         FROM receipts;
          DROP TABLE receipts;
-         ALTER TABLE receipts_by_key RENAME TO receipts;
+         ALTER TABLE receipts_v3 RENAME TO receipts;
          CREATE INDEX receipts_by_age ON receipts (created_at);
-         PRAGMA user_version = 2;
+         PRAGMA user_version = 3;
          COMMIT;",
     )
     .await;
@@ -647,7 +698,30 @@ async fn a_version_2_sqlite_database_is_migrated_and_keeps_its_receipts() {
     assert!(!second.replayed);
     assert_eq!(desk.tickets().await.len(), 2);
     assert_eq!(desk.stat("receipts").await, 2);
-    assert_eq!(sqlite_version(&db), 3);
+    assert_eq!(sqlite_version(&db), 4);
+    desk.server.shutdown().await;
+}
+
+#[tokio::test]
+async fn keys_that_share_a_hash_keep_a_receipt_each() {
+    // The receipt of `k-old` renamed `k-twin`, keeping its hash: `k-twin` then shares the
+    // hash of `k-old`, as two keys would if their hashes collided.
+    let (desk, first, _db, _dir) = downgraded_sqlite(
+        "hash-twins",
+        "UPDATE receipts SET key = 'k-twin' WHERE key = 'k-old';",
+    )
+    .await;
+    // `k-old` has no receipt any more: a new ticket, not the twin's answer.
+    let again = send(desk.post(Some("k-old"), TICKET)).await;
+    assert_eq!(again.status, 201);
+    assert!(!again.replayed);
+    assert_ne!(again.body, first.body);
+    // And from now on replays its own answer.
+    let old = send(desk.post(Some("k-old"), TICKET)).await;
+    assert!(old.replayed);
+    assert_eq!(old.body, again.body);
+    assert_eq!(desk.tickets().await.len(), 2);
+    assert_eq!(desk.stat("receipts").await, 2);
     desk.server.shutdown().await;
 }
 

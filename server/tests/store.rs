@@ -250,6 +250,30 @@ async fn a_work_that_does_not_complete_leaves_its_claim_held(store: Store) {
     ));
 }
 
+on_both!(another_claim_on_the_key_inside_its_work_finds_it_held);
+/// Inside a claim's work, another request's claim on the same key finds it held, as it would
+/// if the claim had been written before the work; the key keeps one receipt.
+async fn another_claim_on_the_key_inside_its_work_finds_it_held(store: Store) {
+    let ours = claim_request(1, 1_000, b"fp");
+    let theirs = claim_request(2, 1_100, b"fp");
+    let worked = store
+        .claim_then(ours, move |tx| tx.claim(&theirs))
+        .await
+        .unwrap();
+    assert!(
+        matches!(
+            worked,
+            Claimed::Worked {
+                result: Ok(KeyClaim::InProgress { lease_until: 2_000 }),
+                ..
+            }
+        ),
+        "{worked:?}"
+    );
+    let after = counts(&store).await;
+    assert_eq!((after.receipts, after.processing), (0, 1));
+}
+
 on_both!(a_released_claim_frees_the_key_for_the_retry);
 async fn a_released_claim_frees_the_key_for_the_retry(store: Store) {
     let a = claim_request(1, 1_000, b"fp");
