@@ -539,7 +539,7 @@ async fn after_a_reload_the_kit_asks_for_the_secrets_then_resends_with_the_same_
 }
 
 #[test]
-async fn unsure_offers_try_again_and_the_form_s_own_button_means_it_too() {
+async fn unsure_locks_the_form_s_own_buttons_and_offers_try_again() {
     let case = Case::new("unsure");
     let form = case.form("");
     let _kit = case.attach(&form, 2);
@@ -553,13 +553,20 @@ async fn unsure_offers_try_again_and_the_form_s_own_button_means_it_too() {
         disabled(&form, "[name=subject]"),
         "still locked while unsure"
     );
+    // CONTRACT.md section 4: buttons are locked while the outcome is unknown; the kit's own
+    // say what sending again does.
     assert!(
-        !disabled(&form, "button[type=submit]"),
-        "the submit button means Try again"
+        disabled(&form, "button[type=submit]"),
+        "the form's own Send is locked while unsure"
     );
-    assert!(button(&form, "Try again").is_some() && button(&form, "Discard").is_some());
+    let again = button(&form, "Try again").expect("Try again offered");
+    assert!(button(&form, "Discard").is_some());
+    assert!(
+        !disabled(&form, "button.oncekey-try-again"),
+        "Try again is usable"
+    );
     assert_eq!(case.count("tickets").await, 0.0);
-    form.request_submit().unwrap();
+    again.click();
     settled(&form, "succeeded").await;
     let keys = case.keys();
     assert_eq!(keys.len(), 3);

@@ -304,7 +304,8 @@ impl Kit {
             };
         }
         match kit.submitter.state() {
-            // The person pressed Enter or the form's button while unsure: that is Try again.
+            // Submitted while unsure (by a script's requestSubmit(): the form's fields and
+            // buttons are locked): that is Try again, the same key and body.
             State::Unsure => Kit::resend(kit),
             // Double submit: the attempt under way answers for both. Expired: only "Send as a
             // new ticket" sends it again, deliberately.

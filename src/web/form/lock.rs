@@ -43,7 +43,8 @@ impl FormLock {
         lock
     }
 
-    /// Holds the form with its submit buttons usable (while unsure, they mean "Try again") or not.
+    /// Holds the form with its submit buttons usable (while the person fills the secret fields a
+    /// reload lost, to send them) or not.
     /// A change of mode disables every enabled control again but those inside `skip` (the kit's
     /// own buttons), controls added since included; the same mode again costs nothing, since it
     /// is asked for on every attempt.

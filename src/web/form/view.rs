@@ -89,10 +89,12 @@ impl Kit {
         self.announce(State::Idle, &Object::new());
     }
 
-    /// Locked, with "Try again" and "Discard"; the form's own submit buttons are Try again too.
-    /// The caller announces the state, with what it knows of the submission.
+    /// Locked, the form's own submit buttons too (CONTRACT.md section 4: buttons are locked while
+    /// the outcome is unknown), with "Try again" and "Discard", the kit's own buttons, which say
+    /// what sending it again does. The caller announces the state, with what it knows of the
+    /// submission.
     pub(super) fn show_unsure(&self, message: Message) {
-        self.hold(true);
+        self.hold(false);
         self.say(self.messages.text(message));
         self.offer(false);
     }
