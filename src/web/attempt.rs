@@ -21,9 +21,11 @@ use wasm_bindgen::prelude::*;
 use web_sys::{AbortController, RequestCredentials, RequestInit, Response};
 
 use super::driver::Driver;
-use super::global::{fetch, queue_microtask, request_lock, step_callback, Callee, Lock, Timer};
+use super::global::{
+    fetch, queue_microtask, request_lock, step_callback, Callee, Lock, Numbered, Timer,
+};
 use super::options::Credentials;
-use super::{spare, warn, MAX_TEXT_CHARS};
+use super::{spare, too_long, warn};
 use crate::core::record::is_sendable_header;
 use crate::core::text::{decimal, quoted};
 use crate::core::{Answer, Attempt, Failure};
@@ -57,18 +59,10 @@ pub(crate) fn start(
     // A key drawn ahead had its lock asked for before anyone could know it (`spare.rs`).
     let (lock, fresh) = match shared.then(|| spare::take_lock(&driver, &attempt.key)) {
         Some(Some(held)) => (Some(held), true),
-        Some(None) => (
-            request_lock(&("oncekey:".to_owned() + attempt.key.as_str())),
-            fresh,
-        ),
+        Some(None) => (request_lock(&attempt.key), fresh),
         None => (None, fresh),
     };
-    let n = FLIGHTS.with(|f| {
-        let mut f = f.borrow_mut();
-        let n = f.0;
-        f.0 = n.wrapping_add(1) % (u32::MAX / (4 * STEPS));
-        n
-    });
+    let n = FLIGHTS.with(|f| f.borrow_mut().number(STEPS));
     let wait = !fresh && lock.is_some();
     // Both only queue the first step (a microtask), so the flight is kept after.
     let first = bound(n, START);
@@ -120,22 +114,18 @@ const STEPS: u32 = 4;
 
 thread_local! {
     /// The attempts under way between their steps, and the next attempt's number.
-    static FLIGHTS: RefCell<(u32, Vec<Flight>)> = const { RefCell::new((0, Vec::new())) };
+    static FLIGHTS: RefCell<Numbered<Flight>> = const { RefCell::new(Numbered::new()) };
 }
 
 /// Keeps `flight` until its next step; returns its number.
 fn land(flight: Flight) -> u32 {
     let n = flight.n;
-    FLIGHTS.with(|f| f.borrow_mut().1.push(flight));
+    FLIGHTS.with(|f| f.borrow_mut().keep(n, flight));
     n
 }
 
 fn take(n: u32) -> Option<Flight> {
-    FLIGHTS.with(|f| {
-        let mut f = f.borrow_mut();
-        let at = f.1.iter().position(|flight| flight.n == n)?;
-        Some(f.1.swap_remove(at))
-    })
+    FLIGHTS.with(|f| f.borrow_mut().take(n))
 }
 
 /// The callback of step `step` of flight `n`.
@@ -154,7 +144,7 @@ pub(crate) fn step_of(n: u32, value: JsValue) {
 fn time_out(_: &Rc<Driver>, n: u32) {
     let controller = FLIGHTS.with(|f| {
         let mut f = f.borrow_mut();
-        let flight = f.1.iter_mut().find(|flight| flight.n == n)?;
+        let flight = f.get_mut(n)?;
         flight.timed_out = true;
         flight.controller.clone()
     });
@@ -238,11 +228,7 @@ impl Flight {
         } = self;
         drop(timer);
         let Some(response) = response else { return };
-        if let Some(long) = text
-            .dyn_ref::<js_sys::JsString>()
-            .map(js_sys::JsString::length)
-            .filter(|n| *n > MAX_TEXT_CHARS)
-        {
+        if let Some(long) = too_long(&text) {
             warn(
                 &("an answer's body of ".to_owned()
                     + &decimal(long.into())

@@ -13,6 +13,7 @@ use std::cell::RefCell;
 use std::rc::{Rc, Weak};
 
 use super::driver::Driver;
+use crate::core::Key;
 
 use js_sys::{Function, Promise, Reflect};
 use wasm_bindgen::prelude::*;
@@ -94,41 +95,99 @@ impl ::core::fmt::Debug for Timer {
     }
 }
 
+/// What JavaScript holds a function of ours for ([`CALLBACK`] bound to a number), kept here by
+/// that number until the call comes or the holder lets it go: timers, locks, attempts between
+/// their steps, `onChange` listeners. A page has a few of each at a time, so a list.
+pub(crate) struct Numbered<T> {
+    next: u32,
+    items: Vec<(u32, T)>,
+}
+
+impl<T> Numbered<T> {
+    pub(crate) const fn new() -> Numbered<T> {
+        Numbered {
+            next: 0,
+            items: Vec::new(),
+        }
+    }
+
+    /// A new number, for an item that binds `per` numbers of its own to [`CALLBACK`] (a lock is
+    /// granted or refused, an attempt has steps): every bound number fits in a `u32`, beside
+    /// its kind.
+    pub(crate) fn number(&mut self, per: u32) -> u32 {
+        let n = self.next;
+        self.next = n.wrapping_add(1) % (u32::MAX / (KINDS * per));
+        n
+    }
+
+    /// Keeps `item` under `n` (from [`Numbered::number`]).
+    pub(crate) fn keep(&mut self, n: u32, item: T) {
+        self.items.push((n, item));
+    }
+
+    /// Keeps `item` under a new number ([`Numbered::number`] with `per` 1); returns it.
+    pub(crate) fn add(&mut self, item: T) -> u32 {
+        let n = self.number(1);
+        self.keep(n, item);
+        n
+    }
+
+    pub(crate) fn get(&self, n: u32) -> Option<&T> {
+        self.items.iter().find(|(i, _)| *i == n).map(|(_, t)| t)
+    }
+
+    pub(crate) fn get_mut(&mut self, n: u32) -> Option<&mut T> {
+        self.items.iter_mut().find(|(i, _)| *i == n).map(|(_, t)| t)
+    }
+
+    pub(crate) fn take(&mut self, n: u32) -> Option<T> {
+        let at = self.items.iter().position(|(i, _)| *i == n)?;
+        Some(self.items.swap_remove(at).1)
+    }
+
+    /// Keeps only the items `keep` says to.
+    #[cfg(feature = "js")]
+    pub(crate) fn retain(&mut self, mut keep: impl FnMut(&T) -> bool) {
+        self.items.retain(|(_, t)| keep(t));
+    }
+}
+
 /// What a timer does when it fires: a plain function of the driver and a number (no closure, so
 /// no code per timer beyond that function).
 pub(crate) type Due = fn(&Rc<Driver>, u32);
 
-/// A timer armed: its number, its driver, what it does and with what number.
-type Armed = (u32, Weak<Driver>, Due, u32);
+/// A timer armed: its driver, what it does and with what number.
+type Armed = (Weak<Driver>, Due, u32);
 
 thread_local! {
-    /// The timers armed, by number: a page has a few at a time.
-    static TIMERS: RefCell<(u32, Vec<Armed>)> = const { RefCell::new((0, Vec::new())) };
+    /// The timers armed, by number.
+    static TIMERS: RefCell<Numbered<Armed>> = const { RefCell::new(Numbered::new()) };
     /// The one function of ours that JavaScript calls back, made once (a closure per timer,
     /// lock or promise handed to JavaScript costs a function and a finalizer's registration
     /// each time): `setTimeout`, Web Locks and promises call it bound to a number that says
     /// whose call it is ([`TIMER`], [`LOCK`], [`STEP`], [`STOP`] in its low bits).
     /// It holds nothing itself (`Fn`), so a call made while another runs is no error.
     static CALLBACK: Closure<dyn Fn(u32, JsValue) -> JsValue> =
-        Closure::new(|n: u32, value: JsValue| match n % 4 {
+        Closure::new(|n: u32, value: JsValue| match n % KINDS {
             TIMER => {
-                fire(n / 4);
+                fire(n / KINDS);
                 JsValue::UNDEFINED
             }
-            LOCK => lock_answered(n / 4),
+            LOCK => lock_answered(n / KINDS),
             STEP => {
-                super::attempt::step_of(n / 4, value);
+                super::attempt::step_of(n / KINDS, value);
                 JsValue::UNDEFINED
             }
             _ => {
                 #[cfg(feature = "js")]
-                super::js::stop(n / 4);
+                super::js::stop(n / KINDS);
                 JsValue::UNDEFINED
             }
         });
 }
 
-/// Whose call [`CALLBACK`] gets, in the low bits of its number.
+/// Whose call [`CALLBACK`] gets, in the low bits of its number: one of [`KINDS`].
+const KINDS: u32 = 4;
 const TIMER: u32 = 0;
 const LOCK: u32 = 1;
 const STEP: u32 = 2;
@@ -140,7 +199,7 @@ fn bound(kind: u32, n: u32) -> Function {
     CALLBACK.with(|f| {
         f.as_ref()
             .unchecked_ref::<Callee>()
-            .bind_number(&JsValue::NULL, n * 4 + kind)
+            .bind_number(&JsValue::NULL, n * KINDS + kind)
     })
 }
 
@@ -162,26 +221,16 @@ fn fire(id: u32) {
     }
 }
 
-fn take_due(id: u32) -> Option<(Weak<Driver>, Due, u32)> {
-    TIMERS.with(|t| {
-        let mut t = t.borrow_mut();
-        let at = t.1.iter().position(|e| e.0 == id)?;
-        let (_, weak, due, arg) = t.1.swap_remove(at);
-        Some((weak, due, arg))
-    })
+fn take_due(id: u32) -> Option<Armed> {
+    TIMERS.with(|t| t.borrow_mut().take(id))
 }
 
 impl Timer {
     pub(crate) fn new(ms: u32, driver: &Rc<Driver>, due: Due, arg: u32) -> Timer {
-        let id = TIMERS.with(|t| {
-            let mut t = t.borrow_mut();
-            let id = t.0;
-            t.0 = id.wrapping_add(1) % (u32::MAX / 4);
-            t.1.push((id, Rc::downgrade(driver), due, arg));
-            id
-        });
+        let id = TIMERS.with(|t| t.borrow_mut().add((Rc::downgrade(driver), due, arg)));
         let ms = ms.min(i32::MAX as u32) as i32;
-        let handle = CALLBACK.with(|f| set_timeout(f.as_ref().unchecked_ref(), ms, id * 4 + TIMER));
+        let handle =
+            CALLBACK.with(|f| set_timeout(f.as_ref().unchecked_ref(), ms, id * KINDS + TIMER));
         Timer { id, handle }
     }
 }
@@ -246,7 +295,7 @@ thread_local! {
         request.is_function().then(|| locks.unchecked_into())
     });
     /// The locks asked for and not yet let go, by number.
-    static ASKED: RefCell<(u32, Vec<(u32, Asked)>)> = const { RefCell::new((0, Vec::new())) };
+    static ASKED: RefCell<Numbered<Asked>> = const { RefCell::new(Numbered::new()) };
 }
 
 /// What [`CALLBACK`] is told of a lock, beside its number.
@@ -278,7 +327,7 @@ enum Asked {
 /// The browser granted lock `id`: the promise that holds it until it is let go, or nothing
 /// (let go at once) when it was dropped before the grant.
 fn granted(id: u32) -> JsValue {
-    if !ASKED.with(|a| a.borrow().1.iter().any(|(i, _)| *i == id)) {
+    if ASKED.with(|a| a.borrow().get(id).is_none()) {
         return JsValue::UNDEFINED;
     }
     let mut release = None;
@@ -294,12 +343,12 @@ fn granted(id: u32) -> JsValue {
 fn answered(id: u32, answer: Asked) -> bool {
     let then = ASKED.with(|a| {
         let mut a = a.borrow_mut();
-        let slot = a.1.iter_mut().find(|(i, _)| *i == id)?;
-        match std::mem::replace(&mut slot.1, answer) {
+        let slot = a.get_mut(id)?;
+        match std::mem::replace(slot, answer) {
             Asked::Waiting(then) => Some(then),
             // Answered twice (refused after the grant): the first answer stands.
             other => {
-                slot.1 = other;
+                *slot = other;
                 Some(None)
             }
         }
@@ -315,24 +364,26 @@ fn answered(id: u32, answer: Asked) -> bool {
     }
 }
 
-/// Asks for the Web Lock `name` at once and holds it, once granted, until the [`Lock`] is
+/// Asks for the Web Lock named after `key` (`oncekey:` and the key, the name every tab asks
+/// for that key by) at once and holds it, once granted, until the [`Lock`] is
 /// dropped (dropped before the grant, it is let go the moment it is granted). `None` where the browser has
 /// no Web Locks: then the attempt goes on without, and the server's idempotency still holds.
 /// Requests for one name are granted in the order they were made, across tabs.
-pub(crate) fn request_lock(name: &str) -> Option<Lock> {
+pub(crate) fn request_lock(key: &Key) -> Option<Lock> {
     if LOCKS.with(|l| l.is_none()) {
         return None;
     }
     let id = ASKED.with(|a| {
         let mut a = a.borrow_mut();
-        let id = a.0;
-        a.0 = id.wrapping_add(1) % (u32::MAX / 8);
-        a.1.push((id, Asked::Waiting(None)));
+        // Granted and refused are two numbers.
+        let id = a.number(2);
+        a.keep(id, Asked::Waiting(None));
         id
     });
     let lock = Lock { id };
     let (on_grant, on_refuse) = (bound(LOCK, id * 2 + GRANTED), bound(LOCK, id * 2 + REFUSED));
-    let request = LOCKS.with(|l| l.as_ref()?.request(name, &on_grant).ok())?;
+    let name = "oncekey:".to_owned() + key.as_str();
+    let request = LOCKS.with(|l| l.as_ref()?.request(&name, &on_grant).ok())?;
     // Refused before it was granted: the request's promise rejects (it resolves once let go).
     request
         .unchecked_ref::<Callee>()
@@ -351,8 +402,8 @@ impl Lock {
     pub(crate) fn once_answered(&self, then: Function) {
         let now = ASKED.with(|a| {
             let mut a = a.borrow_mut();
-            match a.1.iter_mut().find(|(i, _)| *i == self.id) {
-                Some((_, Asked::Waiting(waiting))) => {
+            match a.get_mut(self.id) {
+                Some(Asked::Waiting(waiting)) => {
                     *waiting = Some(then);
                     None
                 }
@@ -366,21 +417,13 @@ impl Lock {
 
     /// Whether the browser granted it (not refused, nor still to answer).
     pub(crate) fn held(&self) -> bool {
-        ASKED.with(|a| {
-            let a = a.borrow();
-            let found = a.1.iter().find(|(i, _)| *i == self.id);
-            matches!(found, Some((_, Asked::Granted(_))))
-        })
+        ASKED.with(|a| matches!(a.borrow().get(self.id), Some(Asked::Granted(_))))
     }
 }
 
 impl Drop for Lock {
     fn drop(&mut self) {
-        let asked = ASKED.with(|a| {
-            let mut a = a.borrow_mut();
-            let at = a.1.iter().position(|(i, _)| *i == self.id)?;
-            Some(a.1.swap_remove(at).1)
-        });
+        let asked = ASKED.with(|a| a.borrow_mut().take(self.id));
         // Granted: let go now. Not answered yet: the grant finds no lock and lets it go at once.
         if let Some(Asked::Granted(release)) = asked {
             let _ = release.call0(&JsValue::NULL);

@@ -417,11 +417,7 @@ pub(crate) fn to_json(body: &JsValue) -> Result<String, Error> {
     let text = REPLACER
         .with(|replacer| JSON::stringify_with_replacer(body, replacer.as_ref().unchecked_ref()))
         .map_err(|e| Error::body("the body cannot be sent as JSON: ".to_owned() + &describe(&e)))?;
-    if let Some(long) = text
-        .dyn_ref::<js_sys::JsString>()
-        .map(js_sys::JsString::length)
-        .filter(|n| *n > super::MAX_TEXT_CHARS)
-    {
+    if let Some(long) = super::too_long(&text) {
         return Err(Error::body(
             "the body is ".to_owned()
                 + &crate::core::text::decimal(long.into())
@@ -637,8 +633,8 @@ thread_local! {
     /// (it stopped the listener of a page that did not keep the function, and a finalizer that
     /// runs while the page sits in the back/forward cache gets it evicted), and one kept by the
     /// submitter threw when called after the submitter was freed.
-    static LISTENING: RefCell<(u32, Vec<(u32, super::driver::Listener)>)> =
-        const { RefCell::new((0, Vec::new())) };
+    static LISTENING: RefCell<super::global::Numbered<super::driver::Listener>> =
+        const { RefCell::new(super::global::Numbered::new()) };
 }
 
 /// Keeps `listener` until its stop function is called; returns that function. The listeners
@@ -647,22 +643,15 @@ thread_local! {
 fn listen(listener: super::driver::Listener) -> JsValue {
     let id = LISTENING.with(|l| {
         let mut l = l.borrow_mut();
-        let id = l.0;
-        l.0 = id.wrapping_add(1) % (u32::MAX / 4);
-        l.1.retain(|(_, listener)| listener.has_submitter());
-        l.1.push((id, listener));
-        id
+        l.retain(super::driver::Listener::has_submitter);
+        l.add(listener)
     });
     super::global::stop_callback(id).into()
 }
 
 /// A stop function was called (`global.rs`): its listener hears no more, if it still does.
 pub(crate) fn stop(id: u32) {
-    let stopped = LISTENING.with(|l| {
-        let mut l = l.borrow_mut();
-        let at = l.1.iter().position(|(i, _)| *i == id)?;
-        Some(l.1.swap_remove(at))
-    });
+    let stopped = LISTENING.with(|l| l.borrow_mut().take(id));
     drop(stopped);
 }
 

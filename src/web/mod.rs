@@ -93,6 +93,14 @@ pub use options::{AttemptHeaders, Credentials, Options, StorageKind};
 /// the outcome and the settlement has no body.
 pub(crate) const MAX_TEXT_CHARS: u32 = 16 * 1024 * 1024;
 
+/// The length of `text` when it is a string longer than [`MAX_TEXT_CHARS`] (not to be taken in).
+pub(crate) fn too_long(text: &wasm_bindgen::JsValue) -> Option<u32> {
+    use wasm_bindgen::JsCast;
+    text.dyn_ref::<js_sys::JsString>()
+        .map(js_sys::JsString::length)
+        .filter(|n| *n > MAX_TEXT_CHARS)
+}
+
 /// A warning on the console, as `oncekey: ...`.
 pub(crate) fn warn(message: &str) {
     web_sys::console::warn_1(&("oncekey: ".to_owned() + message).into());

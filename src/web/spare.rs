@@ -108,7 +108,7 @@ fn prepare(driver: &Rc<Driver>) {
     }
     let Ok(bytes) = random_bytes() else { return };
     let key = Key::from_random_bytes(bytes);
-    let Some(lock) = request_lock(&("oncekey:".to_owned() + key.as_str())) else {
+    let Some(lock) = request_lock(&key) else {
         return;
     };
     let mut s = driver.spares.borrow_mut();
