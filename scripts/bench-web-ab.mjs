@@ -28,35 +28,15 @@ try {
       return m;
     };
     window.ab = { a: await load('a'), b: await load('b') };
-    window.ticket = { subject: 'Bench', body: 'overhead', email: 'ana@example.com' };
   });
+  await page.waitForFunction(() => window.benchReady === true);
   const own = { a: { session: [], memory: [] }, b: { session: [], memory: [] } };
   for (let r = 0; r < ROUNDS; r++) {
     for (const side of r % 2 ? ['b', 'a'] : ['a', 'b']) {
-      const us = await page.evaluate(async ([side, n, r]) => {
-        const { Submitter } = window.ab[side];
-        const real = globalThis.fetch;
-        globalThis.fetch = async () =>
-          new Response('{"id":1,"subject":"Bench"}', { status: 201, headers: { 'Content-Type': 'application/json' } });
-        try {
-          const out = {};
-          for (const storage of ['session', 'memory']) {
-            const s = new Submitter(`ab-${side}-${storage}-${r}`, { url: '/api/tickets', headers: { 'X-Tenant': 'own' }, storage });
-            for (let i = 0; i < 50; i++) await s.submit(window.ticket);
-            const t = performance.now();
-            for (let i = 0; i < n; i++) {
-              const res = await s.submit(window.ticket);
-              if (res.outcome !== 'succeeded') throw new Error(`${side}: ${res.outcome}`);
-            }
-            out[storage] = ((performance.now() - t) / n) * 1000;
-          }
-          return out;
-        } finally {
-          globalThis.fetch = real;
-        }
-      }, [side, N, r]);
-      own[side].session.push(us.session);
-      own[side].memory.push(us.memory);
+      // bench.html's own measure, given this side's build (milliseconds per submission).
+      const ms = await page.evaluate(([side, n, r]) => window.ownCost(n, window.ab[side], `ab-${side}-${r}`), [side, N, r]);
+      own[side].session.push(ms.session * 1000);
+      own[side].memory.push(ms.memory * 1000);
     }
   }
   for (const side of ['a', 'b']) {
@@ -65,15 +45,7 @@ try {
   }
   const times = await page.evaluate(async (n) => {
     const tenant = `ab-${Date.now()}`;
-    const plain = async () => {
-      const res = await fetch('/api/tickets', {
-        method: 'POST',
-        headers: { 'Content-Type': 'application/json', 'Idempotency-Key': crypto.randomUUID(), 'X-Tenant': tenant },
-        body: JSON.stringify(window.ticket),
-      });
-      await res.text();
-      if (res.status !== 201) throw new Error(`plain fetch: ${res.status}`);
-    };
+    const plain = () => window.plain(tenant);
     const via = (side) => {
       const s = new window.ab[side].Submitter(`ab-${side}`, { url: '/api/tickets', headers: { 'X-Tenant': tenant } });
       return async () => {
@@ -95,8 +67,6 @@ try {
     return times;
   }, Number(process.env.AB_OVERHEAD_N || 300));
   const m = Object.fromEntries(Object.entries(times).map(([k, v]) => [k, median(v)]));
-  // performance.now() is coarsened to 0.1 ms in a page that is not cross-origin isolated, so the
-  // medians move in steps of 0.05 ms; the means are finer.
   const mean = Object.fromEntries(Object.entries(times).map(([k, v]) => [k, v.reduce((x, y) => x + y, 0) / v.length]));
   console.log(`overhead: medians plain ${m.plain.toFixed(2)} ms, a ${m.a.toFixed(2)} ms (ratio ${(m.a / m.plain).toFixed(3)}), b ${m.b.toFixed(2)} ms (ratio ${(m.b / m.plain).toFixed(3)}); means plain ${mean.plain.toFixed(3)} ms, a ${mean.a.toFixed(3)} (${(mean.a / mean.plain).toFixed(3)}), b ${mean.b.toFixed(3)} (${(mean.b / mean.plain).toFixed(3)})`);
 } finally {
