@@ -571,6 +571,9 @@ async fn downgraded_sqlite(
     (desk, first, db, dir)
 }
 
+/// What version 5 added, which older versions do not have: the index of receipts' hashes.
+const RECEIPT_KEYS: &str = "DROP TABLE receipt_keys; DROP TABLE receipt_keys_upto;";
+
 /// What versions 1 and 2 kept their receipts in: a table ordered by (tenant, key).
 const RECEIPTS_BY_KEY: &str = "
     CREATE TABLE receipts_by_key (
@@ -604,7 +607,7 @@ async fn a_version_1_sqlite_database_is_migrated_and_keeps_its_tickets() {
     let (desk, first, db, _dir) = downgraded_sqlite(
         "migrate",
         &format!(
-            "BEGIN; DROP TABLE attachments; {RECEIPTS_BY_KEY} PRAGMA user_version = 1; COMMIT;"
+            "BEGIN; DROP TABLE attachments; {RECEIPTS_BY_KEY} {RECEIPT_KEYS} PRAGMA user_version = 1; COMMIT;"
         ),
     )
     .await;
@@ -625,7 +628,7 @@ async fn a_version_1_sqlite_database_is_migrated_and_keeps_its_tickets() {
         "{}",
         String::from_utf8_lossy(&upload.body)
     );
-    assert_eq!(sqlite_version(&db), 4);
+    assert_eq!(sqlite_version(&db), 5);
     desk.server.shutdown().await;
 }
 
@@ -647,7 +650,7 @@ async fn keeps_its_receipts(desk: Desk, first: Answer, db: &str) {
     assert!(!second.replayed);
     assert_eq!(desk.tickets().await.len(), 2);
     assert_eq!(desk.stat("receipts").await, 2);
-    assert_eq!(sqlite_version(db), 4);
+    assert_eq!(sqlite_version(db), 5);
     desk.server.shutdown().await;
 }
 
@@ -656,7 +659,7 @@ async fn a_version_2_sqlite_database_is_migrated_and_keeps_its_receipts() {
     // What a version 2 server left: its receipts in a table ordered by key.
     let (desk, first, db, _dir) = downgraded_sqlite(
         "migrate-2",
-        &format!("BEGIN; {RECEIPTS_BY_KEY} PRAGMA user_version = 2; COMMIT;"),
+        &format!("BEGIN; {RECEIPTS_BY_KEY} {RECEIPT_KEYS} PRAGMA user_version = 2; COMMIT;"),
     )
     .await;
     keeps_its_receipts(desk, first, &db).await;
@@ -667,7 +670,8 @@ async fn a_version_3_sqlite_database_is_migrated_and_keeps_its_receipts() {
     // What a version 3 server left: its receipts found by (tenant, key), with no hash.
     let (desk, first, db, _dir) = downgraded_sqlite(
         "migrate-3",
-        "BEGIN;
+        &format!(
+            "BEGIN; {RECEIPT_KEYS}
          CREATE TABLE receipts_v3 (
              tenant TEXT NOT NULL, key TEXT NOT NULL, fingerprint BLOB NOT NULL,
              state TEXT NOT NULL CHECK (state IN ('processing', 'done')),
@@ -684,7 +688,40 @@ async fn a_version_3_sqlite_database_is_migrated_and_keeps_its_receipts() {
          ALTER TABLE receipts_v3 RENAME TO receipts;
          CREATE INDEX receipts_by_age ON receipts (created_at);
          PRAGMA user_version = 3;
-         COMMIT;",
+         COMMIT;"
+        ),
+    )
+    .await;
+    keeps_its_receipts(desk, first, &db).await;
+}
+
+#[tokio::test]
+async fn a_version_4_sqlite_database_is_migrated_and_keeps_its_receipts() {
+    // What a version 4 server left: its receipts found by an index of their hashes.
+    let (desk, first, db, _dir) = downgraded_sqlite(
+        "migrate-4",
+        &format!(
+            "BEGIN; {RECEIPT_KEYS}
+             CREATE TABLE receipts_v4 (
+                 key_hash INTEGER NOT NULL,
+                 tenant TEXT NOT NULL, key TEXT NOT NULL, fingerprint BLOB NOT NULL,
+                 state TEXT NOT NULL CHECK (state IN ('processing', 'done')),
+                 claim_token INTEGER NOT NULL, lease_until INTEGER NOT NULL, status INTEGER,
+                 content_type TEXT, response BLOB, ticket_id INTEGER REFERENCES tickets (id),
+                 created_at INTEGER NOT NULL, completed_at INTEGER,
+                 CHECK (state = 'processing' OR (status IS NOT NULL AND response IS NOT NULL))
+             );
+             INSERT INTO receipts_v4 SELECT key_hash, tenant, key, fingerprint, state,
+                 claim_token, lease_until, status, content_type, response, ticket_id,
+                 created_at, completed_at
+             FROM receipts;
+             DROP TABLE receipts;
+             ALTER TABLE receipts_v4 RENAME TO receipts;
+             CREATE INDEX receipts_by_hash ON receipts (key_hash);
+             CREATE INDEX receipts_by_age ON receipts (created_at);
+             PRAGMA user_version = 4;
+             COMMIT;"
+        ),
     )
     .await;
     keeps_its_receipts(desk, first, &db).await;

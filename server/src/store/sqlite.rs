@@ -24,7 +24,7 @@ use std::sync::mpsc;
 use std::thread::JoinHandle;
 
 use rusqlite::functions::FunctionFlags;
-use rusqlite::{params, Connection, OptionalExtension};
+use rusqlite::{params, Connection};
 use tokio::sync::oneshot;
 
 use super::{
@@ -33,9 +33,12 @@ use super::{
 };
 
 /// The schema version this server writes: 2 added `attachments`, 3 keeps `receipts` in a rowid
-/// table, 4 finds a receipt by a hash of its tenant and key (an older database is migrated in
-/// place).
-const SCHEMA_VERSION: i64 = 4;
+/// table, 4 finds a receipt by a hash of its tenant and key, 5 by that hash in two parts
+/// (`keys.rs`): a map in memory for the receipts since the last merge, `receipt_keys` for the
+/// rest (an older database is migrated in place).
+const SCHEMA_VERSION: i64 = 5;
+
+mod keys;
 
 /// What version 2 added.
 const ATTACHMENTS: &str = "
@@ -66,10 +69,11 @@ CREATE TABLE tickets (
 CREATE INDEX tickets_by_tenant ON tickets (tenant, id);
 ";
 
-/// Receipts, in the order they are written: a rowid table, so a new receipt goes at its end
-/// (its row holds the stored answer, a few hundred bytes), and only a small index entry is
-/// written where its key falls. A table ordered by key (version 2, `WITHOUT ROWID`) split its
-/// pages of whole receipts wherever a new key fell.
+/// Version 4's receipts, the table [`RECEIPTS_FROM_V4`] migrates from: in the order they are
+/// written, a rowid table, so a new receipt goes at its end (its row holds the stored answer, a
+/// few hundred bytes), and only a small index entry is written where its key falls. A table
+/// ordered by key (version 2, `WITHOUT ROWID`) split its pages of whole receipts wherever a new
+/// key fell.
 ///
 /// The index holds [`key_hash`], 8 bytes, not (tenant, key) (version 3): a browser's keys
 /// (UUID v4) fall all over the index, so each new receipt dirties a page of it of its own, and
@@ -79,7 +83,7 @@ CREATE INDEX tickets_by_tenant ON tickets (tenant, id);
 /// so two keys that share a hash keep a receipt each. A key has one receipt because every
 /// insert follows a lookup of its tenant and key in the same write transaction
 /// (`BEGIN IMMEDIATE`: one writer at a time, on this connection or any other).
-const RECEIPTS: &str = "
+const RECEIPTS_V4: &str = "
 CREATE TABLE receipts (
     -- key_hash(tenant, key), see sqlite.rs.
     key_hash INTEGER NOT NULL,
@@ -102,6 +106,59 @@ CREATE INDEX receipts_by_hash ON receipts (key_hash);
 CREATE INDEX receipts_by_age ON receipts (created_at);
 ";
 
+/// Version 5: the receipts as in version 4, found by [`key_hash`] through `keys.rs` (a map in
+/// memory for the receipts written since the last merge, `receipt_keys` for the others) instead
+/// of an index of the table, so that a new receipt is appended and writes no index page at a
+/// random place. Rowids are never reused (`AUTOINCREMENT`): every row after
+/// `receipt_keys_upto` is one the map knows or reads.
+const RECEIPTS: &str = "
+CREATE TABLE receipts (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    -- key_hash(tenant, key), see sqlite.rs.
+    key_hash INTEGER NOT NULL,
+    tenant TEXT NOT NULL,
+    key TEXT NOT NULL,
+    fingerprint BLOB NOT NULL,
+    state TEXT NOT NULL CHECK (state IN ('processing', 'done')),
+    -- Who holds the lease while processing; the completion must present it.
+    claim_token INTEGER NOT NULL,
+    lease_until INTEGER NOT NULL,
+    status INTEGER,
+    content_type TEXT,
+    response BLOB,
+    ticket_id INTEGER REFERENCES tickets (id),
+    created_at INTEGER NOT NULL,
+    completed_at INTEGER,
+    CHECK (state = 'processing' OR (status IS NOT NULL AND response IS NOT NULL))
+);
+CREATE INDEX receipts_by_age ON receipts (created_at);
+-- The hashes of the receipts up to `receipt_keys_upto`, merged from time to time (keys.rs).
+CREATE TABLE receipt_keys (
+    key_hash INTEGER NOT NULL,
+    id INTEGER NOT NULL,
+    PRIMARY KEY (key_hash, id)
+) WITHOUT ROWID;
+CREATE TABLE receipt_keys_upto (upto INTEGER NOT NULL);
+INSERT INTO receipt_keys_upto (upto) VALUES (0);
+";
+
+/// Version 4's receipts moved into version 5's tables, in the order they were written, their
+/// hashes merged.
+const RECEIPTS_FROM_V4: &str = "
+ALTER TABLE receipts RENAME TO receipts_v4;
+DROP INDEX receipts_by_hash;
+DROP INDEX receipts_by_age;
+{RECEIPTS}
+INSERT INTO receipts (key_hash, tenant, key, fingerprint, state, claim_token, lease_until,
+        status, content_type, response, ticket_id, created_at, completed_at)
+    SELECT key_hash, tenant, key, fingerprint, state, claim_token, lease_until, status,
+        content_type, response, ticket_id, created_at, completed_at
+    FROM receipts_v4 ORDER BY rowid;
+INSERT INTO receipt_keys (key_hash, id) SELECT key_hash, id FROM receipts ORDER BY key_hash;
+UPDATE receipt_keys_upto SET upto = (SELECT coalesce(max(id), 0) FROM receipts);
+DROP TABLE receipts_v4;
+";
+
 /// The receipts of versions 1 to 3 (the same columns, keyed by (tenant, key)), moved into
 /// version 4's table in the order they were written.
 const RECEIPTS_HASHED: &str = "
@@ -116,7 +173,7 @@ INSERT INTO receipts (key_hash, tenant, key, fingerprint, state, claim_token, le
 DROP TABLE receipts_old;
 ";
 
-/// Where a receipt is found in `receipts_by_hash`: the first 8 bytes of the SHA-256 of the
+/// How a receipt is found (`keys.rs`): the first 8 bytes of the SHA-256 of the
 /// tenant's length (8 bytes, big-endian), the tenant and the key, read as a big-endian `i64`.
 /// Stored, so it must never change. A cryptographic hash, so that no client can pile its keys
 /// onto another's in the index.
@@ -133,8 +190,9 @@ pub(super) fn key_hash(tenant: &str, key: &str) -> i64 {
 }
 
 /// The WAL pages after which a commit copies them back into the database (SQLite's default is
-/// 1,000). Each receipt dirties an index page of its own (see [`RECEIPTS`]), and a page written
-/// many times between two checkpoints is copied once: with 4,000 (16 MB of 4 KiB pages, the
+/// 1,000). A merge of the receipts' hashes dirties many pages of `receipt_keys` at once
+/// (`keys.rs`), and a page written many times between two checkpoints is copied once: with
+/// 4,000 (16 MB of 4 KiB pages, the
 /// WAL file's size from then on) a checkpoint copies back fewer pages per request, and the
 /// writer thread, which runs it, stalls longer when it does.
 const WAL_AUTOCHECKPOINT: u32 = 4_000;
@@ -159,7 +217,40 @@ impl Ran {
 }
 
 /// A job: runs with the connection (`None` when the transaction could not begin).
-type Job = Box<dyn FnOnce(Option<&mut Connection>) -> Ran + Send>;
+type Job = Box<dyn FnOnce(Option<&mut Db>) -> Ran + Send>;
+
+/// The writer's connection, with what finds a receipt written since the last merge
+/// (`keys.rs`).
+struct Db {
+    conn: Connection,
+    recent: keys::Recent,
+}
+
+impl std::ops::Deref for Db {
+    type Target = Connection;
+
+    fn deref(&self) -> &Connection {
+        &self.conn
+    }
+}
+
+impl Db {
+    fn open(conn: Connection, merge_at: usize) -> Result<Db, StoreError> {
+        let recent = keys::Recent::load(&conn, merge_at)?;
+        Ok(Db { conn, recent })
+    }
+
+    /// The rowid of the receipt of `c`'s key, if there is one; `hash` is its [`key_hash`].
+    fn receipt(&self, c: &ClaimRequest, hash: i64) -> Result<Option<i64>, StoreError> {
+        Ok(keys::find(
+            &self.recent,
+            &self.conn,
+            hash,
+            &c.tenant,
+            &c.key,
+        )?)
+    }
+}
 
 enum Message {
     Job(Kind, Job),
@@ -175,7 +266,15 @@ pub(super) struct Writer {
 impl Writer {
     /// Opens (and if needed creates) the database, and starts its writer thread.
     pub(super) fn open(path: &str) -> Result<(Writer, JoinHandle<()>), StoreError> {
-        let conn = open_connection(path)?;
+        Writer::open_merging_at(path, keys::MERGE_AT)
+    }
+
+    /// [`Writer::open`], merging the receipts' hashes every `merge_at` new receipts (`keys.rs`).
+    fn open_merging_at(
+        path: &str,
+        merge_at: usize,
+    ) -> Result<(Writer, JoinHandle<()>), StoreError> {
+        let conn = Db::open(open_connection(path)?, merge_at)?;
         let (tx, rx) = mpsc::channel();
         let thread = std::thread::Builder::new()
             .name("oncekey-store".into())
@@ -212,7 +311,7 @@ impl Writer {
         work: Work<T>,
     ) -> Result<Claimed<T>, StoreError> {
         let (reply, answer) = oneshot::channel::<Result<Claimed<T>, StoreError>>();
-        let job = move |conn: Option<&mut Connection>| -> Ran {
+        let job = move |conn: Option<&mut Db>| -> Ran {
             let Some(conn) = conn else {
                 return Ran::end(
                     false,
@@ -286,11 +385,8 @@ impl Writer {
 
 /// Whether no receipt is stored under the claim's key (not even an expired one); `hash` is its
 /// [`key_hash`].
-fn unclaimed(conn: &Connection, c: &ClaimRequest, hash: i64) -> Result<bool, StoreError> {
-    let found = conn
-        .prepare_cached("SELECT 1 FROM receipts WHERE key_hash = ?1 AND tenant = ?2 AND key = ?3")?
-        .exists(params![hash, c.tenant, c.key])?;
-    Ok(!found)
+fn unclaimed(db: &Db, c: &ClaimRequest, hash: i64) -> Result<bool, StoreError> {
+    Ok(db.receipt(c, hash)?.is_none())
 }
 
 /// Claims the new key `c` and runs `work` under the claim: the work's completion writes the
@@ -299,7 +395,7 @@ fn unclaimed(conn: &Connection, c: &ClaimRequest, hash: i64) -> Result<bool, Sto
 /// held, as when the claim is written before the work. The outer `Err` is a failure to write
 /// the claim itself.
 fn claim_with_work<T>(
-    conn: &mut Connection,
+    conn: &mut Db,
     c: &ClaimRequest,
     hash: i64,
     work: Work<T>,
@@ -324,7 +420,7 @@ fn claim_with_work<T>(
 /// A job's transaction with the claim of a new key not yet written: its completion inserts the
 /// receipt, claim and answer at once, where a claim written first would be updated.
 struct Unwritten<'a> {
-    conn: &'a mut Connection,
+    conn: &'a mut Db,
     claim: &'a ClaimRequest,
     /// The claim's [`key_hash`].
     hash: i64,
@@ -385,6 +481,8 @@ impl Tx for Unwritten<'_> {
                 now,
                 self.hash
             ])?;
+        let id = self.conn.last_insert_rowid();
+        self.conn.recent.written(self.hash, id);
         self.written = true;
         Ok(())
     }
@@ -437,7 +535,7 @@ where
     R: Send + 'static,
     W: FnOnce(Result<T, StoreError>) -> R + Send + 'static,
 {
-    Box::new(move |conn: Option<&mut Connection>| -> Ran {
+    Box::new(move |conn: Option<&mut Db>| -> Ran {
         match conn.map(|conn| f(conn)) {
             Some(Ok(value)) => Ran::end(
                 true,
@@ -498,11 +596,15 @@ fn migrate(conn: &Connection) -> Result<(), StoreError> {
             ))?;
             Ok(())
         }
-        1..=3 => {
+        1..=4 => {
             let attachments = if version == 1 { ATTACHMENTS } else { "" };
-            let receipts = RECEIPTS_HASHED.replace("{RECEIPTS}", RECEIPTS);
+            let hashed = match version {
+                4 => String::new(),
+                _ => RECEIPTS_HASHED.replace("{RECEIPTS}", RECEIPTS_V4),
+            };
+            let receipts = RECEIPTS_FROM_V4.replace("{RECEIPTS}", RECEIPTS);
             conn.execute_batch(&format!(
-                "BEGIN; {attachments} {receipts} PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;"
+                "BEGIN; {attachments} {hashed} {receipts} PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;"
             ))?;
             tracing::info!(
                 from = version,
@@ -523,7 +625,7 @@ fn migrate(conn: &Connection) -> Result<(), StoreError> {
     }
 }
 
-fn writer(mut conn: Connection, rx: mpsc::Receiver<Message>) {
+fn writer(mut conn: Db, rx: mpsc::Receiver<Message>) {
     let mut light: Vec<Job> = Vec::new();
     let mut durable: Vec<Job> = Vec::new();
     let mut stopping = false;
@@ -562,7 +664,7 @@ fn drain(rx: &mpsc::Receiver<Message>, light: &mut Vec<Job>, durable: &mut Vec<J
 }
 
 /// Runs jobs in one transaction and answers them once it has ended.
-fn run_batch(conn: &mut Connection, batch: Vec<Job>, kind: Kind) {
+fn run_batch(conn: &mut Db, batch: Vec<Job>, kind: Kind) {
     if batch.is_empty() {
         return;
     }
@@ -570,10 +672,17 @@ fn run_batch(conn: &mut Connection, batch: Vec<Job>, kind: Kind) {
         Kind::Light => "PRAGMA synchronous = NORMAL",
         Kind::Durable => "PRAGMA synchronous = FULL",
     };
-    if let Err(e) = conn
+    let begun = conn
         .execute_batch(sync)
         .and_then(|()| exec(conn, "BEGIN IMMEDIATE"))
-    {
+        .and_then(|()| {
+            // Under the write lock: another connection's receipts read, a merge if one is due.
+            let Db { conn, recent } = &mut *conn;
+            recent.begin(conn).inspect_err(|_| {
+                let _ = conn.execute_batch("ROLLBACK");
+            })
+        });
+    if let Err(e) = begun {
         tracing::error!("cannot begin a transaction: {e}");
         for job in batch {
             (job(None).finish)(false);
@@ -606,6 +715,8 @@ fn run_batch(conn: &mut Connection, batch: Vec<Job>, kind: Kind) {
             false
         }
     };
+    let Db { conn, recent } = conn;
+    recent.end(conn, committed);
     for finish in finishes {
         finish(committed);
     }
@@ -613,7 +724,7 @@ fn run_batch(conn: &mut Connection, batch: Vec<Job>, kind: Kind) {
 
 /// Runs `f` in a savepoint of its own (inside a job's), keeping its effects only if it
 /// succeeds.
-fn in_savepoint<T>(conn: &mut Connection, f: Work<T>) -> Result<T, StoreError> {
+fn in_savepoint<T>(conn: &mut Db, f: Work<T>) -> Result<T, StoreError> {
     exec(conn, "SAVEPOINT work")?;
     let result = f(conn);
     let end = if result.is_ok() {
@@ -635,13 +746,11 @@ fn exec(conn: &Connection, sql: &str) -> rusqlite::Result<()> {
 // ---------------------------------------------------------------------------------------------
 // The queries. Each runs inside a job, so it sees and leaves a consistent database.
 
-impl Tx for Connection {
-    fn claim(&mut self, c: &ClaimRequest) -> Result<KeyClaim, StoreError> {
-        let hash = key_hash(&c.tenant, &c.key);
-        // A new key (the common case) is not found, then inserted: no other transaction can
-        // write between the two (see RECEIPTS).
-        let insert = |conn: &Connection| -> Result<(), StoreError> {
-            conn.prepare_cached(
+impl Db {
+    /// Writes a receipt row of `c`'s key as claimed, and tells `keys.rs`.
+    fn insert_claim(&mut self, c: &ClaimRequest, hash: i64) -> Result<(), StoreError> {
+        self.conn
+            .prepare_cached(
                 "INSERT INTO receipts (key_hash, tenant, key, fingerprint, state, claim_token,
                      lease_until, created_at)
                  VALUES (?1, ?2, ?3, ?4, 'processing', ?5, ?6, ?7)",
@@ -655,14 +764,36 @@ impl Tx for Connection {
                 c.lease_until,
                 c.now
             ])?;
-            Ok(())
+        let id = self.conn.last_insert_rowid();
+        self.recent.written(hash, id);
+        Ok(())
+    }
+
+    /// Deletes receipt `id` of hash `hash`, with its entry in `receipt_keys`.
+    fn delete_receipt(&self, id: i64, hash: i64) -> Result<(), StoreError> {
+        self.conn
+            .prepare_cached("DELETE FROM receipts WHERE id = ?1")?
+            .execute([id])?;
+        keys::forget(&self.conn, hash, id)?;
+        Ok(())
+    }
+}
+
+impl Tx for Db {
+    fn claim(&mut self, c: &ClaimRequest) -> Result<KeyClaim, StoreError> {
+        let hash = key_hash(&c.tenant, &c.key);
+        // A new key (the common case) is not found, then inserted: no other transaction can
+        // write between the two (see RECEIPTS).
+        let Some(id) = self.receipt(c, hash)? else {
+            self.insert_claim(c, hash)?;
+            return Ok(KeyClaim::Taken { took_over: false });
         };
         let found = self
             .prepare_cached(
                 "SELECT fingerprint, state, lease_until, created_at, status, content_type, response
-                 FROM receipts WHERE key_hash = ?1 AND tenant = ?2 AND key = ?3",
+                 FROM receipts WHERE id = ?1",
             )?
-            .query_row(params![hash, c.tenant, c.key], |r| {
+            .query_row([id], |r| {
                 Ok(Found {
                     fingerprint: r.get(0)?,
                     state: r.get(1)?,
@@ -672,34 +803,19 @@ impl Tx for Connection {
                     content_type: r.get(5)?,
                     response: r.get(6)?,
                 })
-            })
-            .optional()?;
-        let Some(found) = found else {
-            insert(self)?;
-            return Ok(KeyClaim::Taken { took_over: false });
-        };
+            })?;
         match found.decide(c)? {
             Decision::Answer(claim) => Ok(claim),
             Decision::Renew => {
-                self.prepare_cached(
-                    "DELETE FROM receipts WHERE key_hash = ?1 AND tenant = ?2 AND key = ?3",
-                )?
-                .execute(params![hash, c.tenant, c.key])?;
-                insert(self)?;
+                self.delete_receipt(id, hash)?;
+                self.insert_claim(c, hash)?;
                 Ok(KeyClaim::Taken { took_over: false })
             }
             Decision::TakeOver => {
                 self.prepare_cached(
-                    "UPDATE receipts SET claim_token = ?4, lease_until = ?5
-                     WHERE key_hash = ?1 AND tenant = ?2 AND key = ?3",
+                    "UPDATE receipts SET claim_token = ?2, lease_until = ?3 WHERE id = ?1",
                 )?
-                .execute(params![
-                    hash,
-                    c.tenant,
-                    c.key,
-                    c.token,
-                    c.lease_until
-                ])?;
+                .execute(params![id, c.token, c.lease_until])?;
                 Ok(KeyClaim::Taken { took_over: true })
             }
         }
@@ -712,23 +828,23 @@ impl Tx for Connection {
         ticket_id: Option<i64>,
         now: i64,
     ) -> Result<(), StoreError> {
+        let Some(id) = self.receipt(c, key_hash(&c.tenant, &c.key))? else {
+            return Err(StoreError::LostLease);
+        };
         let changed = self
             .prepare_cached(
-                "UPDATE receipts SET state = 'done', status = ?4, content_type = ?5, response = ?6,
-                     ticket_id = ?7, completed_at = ?8
-                 WHERE key_hash = ?9 AND tenant = ?1 AND key = ?2 AND claim_token = ?3
-                     AND state = 'processing'",
+                "UPDATE receipts SET state = 'done', status = ?3, content_type = ?4, response = ?5,
+                     ticket_id = ?6, completed_at = ?7
+                 WHERE id = ?1 AND claim_token = ?2 AND state = 'processing'",
             )?
             .execute(params![
-                c.tenant,
-                c.key,
+                id,
                 c.token,
                 answer.status,
                 answer.content_type,
                 answer.body,
                 ticket_id,
                 now,
-                key_hash(&c.tenant, &c.key)
             ])?;
         if changed == 1 {
             Ok(())
@@ -738,17 +854,18 @@ impl Tx for Connection {
     }
 
     fn release(&mut self, c: &ClaimRequest) -> Result<(), StoreError> {
-        self.prepare_cached(
-            "DELETE FROM receipts
-             WHERE key_hash = ?4 AND tenant = ?1 AND key = ?2 AND claim_token = ?3
-                 AND state = 'processing'",
-        )?
-        .execute(params![
-            c.tenant,
-            c.key,
-            c.token,
-            key_hash(&c.tenant, &c.key)
-        ])?;
+        let hash = key_hash(&c.tenant, &c.key);
+        let Some(id) = self.receipt(c, hash)? else {
+            return Ok(());
+        };
+        let deleted = self
+            .prepare_cached(
+                "DELETE FROM receipts WHERE id = ?1 AND claim_token = ?2 AND state = 'processing'",
+            )?
+            .execute(params![id, c.token])?;
+        if deleted == 1 {
+            keys::forget(&self.conn, hash, id)?;
+        }
         Ok(())
     }
 
@@ -870,8 +987,162 @@ impl Tx for Connection {
     }
 
     fn sweep(&mut self, before: i64) -> Result<usize, StoreError> {
+        // Their entries in `receipt_keys` first, found by the same condition; the map's stale
+        // entries are passed over until the next merge.
+        self.prepare_cached(
+            "DELETE FROM receipt_keys WHERE (key_hash, id) IN
+                 (SELECT key_hash, id FROM receipts WHERE created_at < ?1)",
+        )?
+        .execute([before])?;
         Ok(self
             .prepare_cached("DELETE FROM receipts WHERE created_at < ?1")?
             .execute([before])?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(key: &str, token: i64) -> ClaimRequest {
+        ClaimRequest {
+            tenant: "t".into(),
+            key: key.into(),
+            fingerprint: b"body".to_vec(),
+            token,
+            now: 1_000,
+            lease_until: 1_000_000,
+            expired_before: 0,
+        }
+    }
+
+    /// A request with `key`, as the route makes it: claims the key and, if it is taken,
+    /// completes it with an answer naming the key. What the claim found.
+    async fn send(w: &Writer, key: &str, token: i64) -> KeyClaim {
+        let c = request(key, token);
+        let work: Work<KeyClaim> = Box::new(move |tx| {
+            let claim = tx.claim(&c)?;
+            if let KeyClaim::Taken { .. } = claim {
+                let answer = Stored {
+                    status: 201,
+                    content_type: "text/plain".into(),
+                    body: c.key.clone().into_bytes(),
+                };
+                tx.complete(&c, &answer, None, 2_000)?;
+            }
+            Ok(claim)
+        });
+        w.run(Kind::Durable, work).await.unwrap()
+    }
+
+    fn is_new(claim: &KeyClaim) -> bool {
+        matches!(claim, KeyClaim::Taken { took_over: false })
+    }
+
+    /// The key's own answer, replayed.
+    fn replays(claim: &KeyClaim, key: &str) -> bool {
+        matches!(claim, KeyClaim::Done(s) if s.body == key.as_bytes())
+    }
+
+    /// Rows of a table, read by a connection of the test's own.
+    fn rows(path: &str, table: &str) -> i64 {
+        Connection::open(path)
+            .unwrap()
+            .query_row(&format!("SELECT count(*) FROM {table}"), [], |r| r.get(0))
+            .unwrap()
+    }
+
+    #[tokio::test]
+    async fn receipts_are_found_across_merges_and_after_reopening() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("keys.db").to_str().unwrap().to_owned();
+        let keys: Vec<String> = (0..10).map(|i| format!("k{i}")).collect();
+        let (w, thread) = Writer::open_merging_at(&path, 4).unwrap();
+        for (i, key) in keys.iter().enumerate() {
+            assert!(is_new(&send(&w, key, i as i64).await), "{key}");
+        }
+        // Twice, so the second round runs after more merges than the first.
+        for round in [100, 200] {
+            for (i, key) in keys.iter().enumerate() {
+                let again = send(&w, key, round + i as i64).await;
+                assert!(replays(&again, key), "{key}: {again:?}");
+            }
+        }
+        w.stop();
+        thread.join().unwrap();
+        // Merged: most keys are in the index, the latest only in the table (and the map).
+        let merged = rows(&path, "receipt_keys");
+        assert!((8..10).contains(&merged), "{merged} of 10 merged");
+        assert_eq!(rows(&path, "receipts"), 10, "one receipt per key");
+        let (w, thread) = Writer::open_merging_at(&path, 4).unwrap();
+        for (i, key) in keys.iter().enumerate() {
+            assert!(replays(&send(&w, key, 300 + i as i64).await, key), "{key}");
+        }
+        assert!(is_new(&send(&w, "k-new", 400).await));
+        w.stop();
+        thread.join().unwrap();
+        assert_eq!(rows(&path, "receipts"), 11);
+    }
+
+    #[tokio::test]
+    async fn a_receipt_another_connection_wrote_is_found() {
+        // Two writers on one file (two server processes): each finds what the other wrote,
+        // before a merge (the other's map does not know it) and after.
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("shared.db").to_str().unwrap().to_owned();
+        let (a, ta) = Writer::open_merging_at(&path, 1_000).unwrap();
+        let (b, tb) = Writer::open_merging_at(&path, 2).unwrap();
+        assert!(is_new(&send(&a, "from-a", 1).await));
+        assert!(replays(&send(&b, "from-a", 2).await, "from-a"));
+        assert!(is_new(&send(&b, "from-b", 3).await));
+        assert!(is_new(&send(&b, "from-b-2", 4).await));
+        // b merged its receipts (and a's) into the index: a finds them there.
+        assert!(rows(&path, "receipt_keys") >= 2);
+        assert!(replays(&send(&a, "from-b", 5).await, "from-b"));
+        assert!(replays(&send(&a, "from-a", 6).await, "from-a"));
+        assert!(is_new(&send(&a, "from-a-2", 7).await));
+        assert!(replays(&send(&b, "from-a-2", 8).await, "from-a-2"));
+        for (w, t) in [(a, ta), (b, tb)] {
+            w.stop();
+            t.join().unwrap();
+        }
+        assert_eq!(rows(&path, "receipts"), 4, "one receipt per key");
+    }
+
+    #[tokio::test]
+    async fn released_and_swept_receipts_leave_no_entry_behind() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("swept.db").to_str().unwrap().to_owned();
+        let (w, thread) = Writer::open_merging_at(&path, 2).unwrap();
+        // A claim held (its work not done), merged into the index by the requests after it.
+        let held = request("held", 1);
+        let c = held.clone();
+        let claim = w
+            .run(Kind::Light, Box::new(move |tx| tx.claim(&c)))
+            .await
+            .unwrap();
+        assert!(is_new(&claim));
+        for i in 0..4 {
+            send(&w, &format!("k{i}"), 10 + i).await;
+        }
+        assert_eq!(rows(&path, "receipt_keys"), 4, "held, k0, k1, k2 merged");
+        // Released: its row and its entry go, and the key is new again.
+        let c = held.clone();
+        w.run(Kind::Light, Box::new(move |tx| tx.release(&c)))
+            .await
+            .unwrap();
+        assert_eq!(rows(&path, "receipt_keys"), 3);
+        assert!(is_new(&send(&w, "held", 20).await));
+        // Swept: every receipt and every entry.
+        let swept = w
+            .run(Kind::Light, Box::new(|tx| tx.sweep(i64::MAX)))
+            .await
+            .unwrap();
+        assert_eq!(swept, 5);
+        assert!(is_new(&send(&w, "k0", 30).await), "a swept key is new");
+        w.stop();
+        thread.join().unwrap();
+        assert_eq!(rows(&path, "receipts"), 1);
+        assert!(rows(&path, "receipt_keys") <= 1);
     }
 }
