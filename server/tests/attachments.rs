@@ -665,65 +665,52 @@ async fn a_version_2_sqlite_database_is_migrated_and_keeps_its_receipts() {
     keeps_its_receipts(desk, first, &db).await;
 }
 
-#[tokio::test]
-async fn a_version_3_sqlite_database_is_migrated_and_keeps_its_receipts() {
-    // What a version 3 server left: its receipts found by (tenant, key), with no hash.
-    let (desk, first, db, _dir) = downgraded_sqlite(
-        "migrate-3",
-        &format!(
-            "BEGIN; {RECEIPT_KEYS}
-         CREATE TABLE receipts_v3 (
+/// What a version 3 or 4 server left: its receipts in a rowid table of today's columns but
+/// `id`, found by (tenant, key) (3), or by their hash, stored and indexed (4).
+fn rowid_receipts(version: u32) -> String {
+    let (hash, copied, key, index) = match version {
+        4 => (
+            "key_hash INTEGER NOT NULL,",
+            "key_hash,",
+            "",
+            "CREATE INDEX receipts_by_hash ON receipts (key_hash);",
+        ),
+        _ => ("", "", "PRIMARY KEY (tenant, key),", ""),
+    };
+    format!(
+        "BEGIN; {RECEIPT_KEYS}
+         CREATE TABLE receipts_old ({hash}
              tenant TEXT NOT NULL, key TEXT NOT NULL, fingerprint BLOB NOT NULL,
              state TEXT NOT NULL CHECK (state IN ('processing', 'done')),
              claim_token INTEGER NOT NULL, lease_until INTEGER NOT NULL, status INTEGER,
              content_type TEXT, response BLOB, ticket_id INTEGER REFERENCES tickets (id),
              created_at INTEGER NOT NULL, completed_at INTEGER,
-             PRIMARY KEY (tenant, key),
+             {key}
              CHECK (state = 'processing' OR (status IS NOT NULL AND response IS NOT NULL))
          );
-         INSERT INTO receipts_v3 SELECT tenant, key, fingerprint, state, claim_token,
+         INSERT INTO receipts_old SELECT {copied} tenant, key, fingerprint, state, claim_token,
              lease_until, status, content_type, response, ticket_id, created_at, completed_at
          FROM receipts;
          DROP TABLE receipts;
-         ALTER TABLE receipts_v3 RENAME TO receipts;
+         ALTER TABLE receipts_old RENAME TO receipts;
+         {index}
          CREATE INDEX receipts_by_age ON receipts (created_at);
-         PRAGMA user_version = 3;
+         PRAGMA user_version = {version};
          COMMIT;"
-        ),
     )
-    .await;
+}
+
+#[tokio::test]
+async fn a_version_3_sqlite_database_is_migrated_and_keeps_its_receipts() {
+    // What a version 3 server left: its receipts found by (tenant, key), with no hash.
+    let (desk, first, db, _dir) = downgraded_sqlite("migrate-3", &rowid_receipts(3)).await;
     keeps_its_receipts(desk, first, &db).await;
 }
 
 #[tokio::test]
 async fn a_version_4_sqlite_database_is_migrated_and_keeps_its_receipts() {
     // What a version 4 server left: its receipts found by an index of their hashes.
-    let (desk, first, db, _dir) = downgraded_sqlite(
-        "migrate-4",
-        &format!(
-            "BEGIN; {RECEIPT_KEYS}
-             CREATE TABLE receipts_v4 (
-                 key_hash INTEGER NOT NULL,
-                 tenant TEXT NOT NULL, key TEXT NOT NULL, fingerprint BLOB NOT NULL,
-                 state TEXT NOT NULL CHECK (state IN ('processing', 'done')),
-                 claim_token INTEGER NOT NULL, lease_until INTEGER NOT NULL, status INTEGER,
-                 content_type TEXT, response BLOB, ticket_id INTEGER REFERENCES tickets (id),
-                 created_at INTEGER NOT NULL, completed_at INTEGER,
-                 CHECK (state = 'processing' OR (status IS NOT NULL AND response IS NOT NULL))
-             );
-             INSERT INTO receipts_v4 SELECT key_hash, tenant, key, fingerprint, state,
-                 claim_token, lease_until, status, content_type, response, ticket_id,
-                 created_at, completed_at
-             FROM receipts;
-             DROP TABLE receipts;
-             ALTER TABLE receipts_v4 RENAME TO receipts;
-             CREATE INDEX receipts_by_hash ON receipts (key_hash);
-             CREATE INDEX receipts_by_age ON receipts (created_at);
-             PRAGMA user_version = 4;
-             COMMIT;"
-        ),
-    )
-    .await;
+    let (desk, first, db, _dir) = downgraded_sqlite("migrate-4", &rowid_receipts(4)).await;
     keeps_its_receipts(desk, first, &db).await;
 }
 

@@ -69,48 +69,19 @@ CREATE TABLE tickets (
 CREATE INDEX tickets_by_tenant ON tickets (tenant, id);
 ";
 
-/// Version 4's receipts, the table [`RECEIPTS_FROM_V4`] migrates from: in the order they are
-/// written, a rowid table, so a new receipt goes at its end (its row holds the stored answer, a
-/// few hundred bytes), and only a small index entry is written where its key falls. A table
-/// ordered by key (version 2, `WITHOUT ROWID`) split its pages of whole receipts wherever a new
-/// key fell.
-///
-/// The index holds [`key_hash`], 8 bytes, not (tenant, key) (version 3): a browser's keys
-/// (UUID v4) fall all over the index, so each new receipt dirties a page of it of its own, and
-/// entries a third the size keep the index in a third of the pages (42,000 receipts of UUID
-/// keys: 185 pages, where (tenant, key) took 565), fewer to read, compare and checkpoint. The
-/// hash only finds the rows to look at: every query compares the tenant and the key themselves,
-/// so two keys that share a hash keep a receipt each. A key has one receipt because every
-/// insert follows a lookup of its tenant and key in the same write transaction
-/// (`BEGIN IMMEDIATE`: one writer at a time, on this connection or any other).
-const RECEIPTS_V4: &str = "
-CREATE TABLE receipts (
-    -- key_hash(tenant, key), see sqlite.rs.
-    key_hash INTEGER NOT NULL,
-    tenant TEXT NOT NULL,
-    key TEXT NOT NULL,
-    fingerprint BLOB NOT NULL,
-    state TEXT NOT NULL CHECK (state IN ('processing', 'done')),
-    -- Who holds the lease while processing; the completion must present it.
-    claim_token INTEGER NOT NULL,
-    lease_until INTEGER NOT NULL,
-    status INTEGER,
-    content_type TEXT,
-    response BLOB,
-    ticket_id INTEGER REFERENCES tickets (id),
-    created_at INTEGER NOT NULL,
-    completed_at INTEGER,
-    CHECK (state = 'processing' OR (status IS NOT NULL AND response IS NOT NULL))
-);
-CREATE INDEX receipts_by_hash ON receipts (key_hash);
-CREATE INDEX receipts_by_age ON receipts (created_at);
-";
-
-/// Version 5: the receipts as in version 4, found by [`key_hash`] through `keys.rs` (a map in
-/// memory for the receipts written since the last merge, `receipt_keys` for the others) instead
-/// of an index of the table, so that a new receipt is appended and writes no index page at a
-/// random place. Rowids are never reused (`AUTOINCREMENT`): every row after
-/// `receipt_keys_upto` is one the map knows or reads.
+/// Receipts, in the order they are written: a rowid table, so a new receipt goes at its end
+/// (its row holds the stored answer, a few hundred bytes). A table ordered by key (version 2,
+/// `WITHOUT ROWID`) split its pages of whole receipts wherever a new key fell. Version 3 kept an
+/// index of (tenant, key), version 4 one of [`key_hash`] (8 bytes: a third of the pages); both
+/// had a new key read and dirty a leaf of the index at a random place. Version 5 finds a receipt
+/// by its hash through `keys.rs` (a map in memory for the receipts written since the last
+/// merge, `receipt_keys` behind a Bloom filter for the others), so a new receipt is appended and
+/// reads and writes no page at a random place. Rowids are never reused (`AUTOINCREMENT`): every
+/// row after `receipt_keys_upto` is one the map knows or reads. The hash only finds the rows to
+/// look at: every query compares the tenant and the key themselves, so two keys that share a
+/// hash keep a receipt each. A key has one receipt because every insert follows a lookup of its
+/// tenant and key in the same write transaction (`BEGIN IMMEDIATE`: one writer at a time, on
+/// this connection or any other).
 const RECEIPTS: &str = "
 CREATE TABLE receipts (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -142,34 +113,21 @@ CREATE TABLE receipt_keys_upto (upto INTEGER NOT NULL);
 INSERT INTO receipt_keys_upto (upto) VALUES (0);
 ";
 
-/// Version 4's receipts moved into version 5's tables, in the order they were written, their
-/// hashes merged.
-const RECEIPTS_FROM_V4: &str = "
-ALTER TABLE receipts RENAME TO receipts_v4;
-DROP INDEX receipts_by_hash;
-DROP INDEX receipts_by_age;
+/// An older version's receipts (the same columns; `{KEY_HASH}` their hash, stored by version
+/// 4, computed for versions 1 to 3), moved into this version's tables in the order they were
+/// written, their hashes merged. `{INDEXES}` drops the old table's indexes, whose names this
+/// version's take.
+const RECEIPTS_MOVED: &str = "
+ALTER TABLE receipts RENAME TO receipts_old;
+{INDEXES}
 {RECEIPTS}
 INSERT INTO receipts (key_hash, tenant, key, fingerprint, state, claim_token, lease_until,
         status, content_type, response, ticket_id, created_at, completed_at)
-    SELECT key_hash, tenant, key, fingerprint, state, claim_token, lease_until, status,
+    SELECT {KEY_HASH}, tenant, key, fingerprint, state, claim_token, lease_until, status,
         content_type, response, ticket_id, created_at, completed_at
-    FROM receipts_v4 ORDER BY rowid;
+    FROM receipts_old ORDER BY {ORDER};
 INSERT INTO receipt_keys (key_hash, id) SELECT key_hash, id FROM receipts ORDER BY key_hash;
 UPDATE receipt_keys_upto SET upto = (SELECT coalesce(max(id), 0) FROM receipts);
-DROP TABLE receipts_v4;
-";
-
-/// The receipts of versions 1 to 3 (the same columns, keyed by (tenant, key)), moved into
-/// version 4's table in the order they were written.
-const RECEIPTS_HASHED: &str = "
-ALTER TABLE receipts RENAME TO receipts_old;
-DROP INDEX receipts_by_age;
-{RECEIPTS}
-INSERT INTO receipts (key_hash, tenant, key, fingerprint, state, claim_token, lease_until,
-        status, content_type, response, ticket_id, created_at, completed_at)
-    SELECT oncekey_key_hash(tenant, key), tenant, key, fingerprint, state, claim_token,
-        lease_until, status, content_type, response, ticket_id, created_at, completed_at
-    FROM receipts_old ORDER BY created_at;
 DROP TABLE receipts_old;
 ";
 
@@ -192,9 +150,8 @@ pub(super) fn key_hash(tenant: &str, key: &str) -> i64 {
 /// The WAL pages after which a commit copies them back into the database (SQLite's default is
 /// 1,000). A merge of the receipts' hashes dirties many pages of `receipt_keys` at once
 /// (`keys.rs`), and a page written many times between two checkpoints is copied once: with
-/// 4,000 (16 MB of 4 KiB pages, the
-/// WAL file's size from then on) a checkpoint copies back fewer pages per request, and the
-/// writer thread, which runs it, stalls longer when it does.
+/// 4,000 (16 MB of 4 KiB pages, the WAL file's size from then on) a checkpoint copies back
+/// fewer pages per request, and the writer thread, which runs it, stalls longer when it does.
 const WAL_AUTOCHECKPOINT: u32 = 4_000;
 
 /// Most jobs run in one transaction.
@@ -598,13 +555,27 @@ fn migrate(conn: &Connection) -> Result<(), StoreError> {
         }
         1..=4 => {
             let attachments = if version == 1 { ATTACHMENTS } else { "" };
-            let hashed = match version {
-                4 => String::new(),
-                _ => RECEIPTS_HASHED.replace("{RECEIPTS}", RECEIPTS_V4),
+            // Version 4 wrote the hash and indexed it; versions 1 to 3 kept them by (tenant,
+            // key), version 3 in a rowid table (in the order written), 1 and 2 by key.
+            let (indexes, key_hash, order) = match version {
+                4 => (
+                    "DROP INDEX receipts_by_hash; DROP INDEX receipts_by_age;",
+                    "key_hash",
+                    "rowid",
+                ),
+                _ => (
+                    "DROP INDEX receipts_by_age;",
+                    "oncekey_key_hash(tenant, key)",
+                    "created_at",
+                ),
             };
-            let receipts = RECEIPTS_FROM_V4.replace("{RECEIPTS}", RECEIPTS);
+            let receipts = RECEIPTS_MOVED
+                .replace("{INDEXES}", indexes)
+                .replace("{RECEIPTS}", RECEIPTS)
+                .replace("{KEY_HASH}", key_hash)
+                .replace("{ORDER}", order);
             conn.execute_batch(&format!(
-                "BEGIN; {attachments} {hashed} {receipts} PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;"
+                "BEGIN; {attachments} {receipts} PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;"
             ))?;
             tracing::info!(
                 from = version,
