@@ -272,8 +272,10 @@ impl Filter {
     }
 }
 
+/// Read at the start of every transaction of the writer: through the statement cache.
 fn data_version(conn: &Connection) -> rusqlite::Result<i64> {
-    conn.query_row("PRAGMA data_version", [], |r| r.get(0))
+    conn.prepare_cached("PRAGMA data_version")?
+        .query_row([], |r| r.get(0))
 }
 
 #[cfg(test)]
