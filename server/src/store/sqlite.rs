@@ -102,6 +102,7 @@ CREATE TABLE receipts (
     completed_at INTEGER,
     CHECK (state = 'processing' OR (status IS NOT NULL AND response IS NOT NULL))
 );
+CREATE INDEX receipts_by_age ON receipts (created_at);
 -- The hashes of the receipts up to `receipt_keys_upto`, merged from time to time (keys.rs).
 CREATE TABLE receipt_keys (
     key_hash INTEGER NOT NULL,
@@ -956,32 +957,17 @@ impl Tx for Db {
         })
     }
 
-    /// Receipts are in the order they were written, and each is written at its claim's time or
-    /// shortly after (at its completion, with its claim's time): so in the order of `created_at`
-    /// but for requests under way at once. The sweep reads from the oldest to the first receipt
-    /// not expired and removes the expired ones before it, with no index of their age to keep
-    /// up on every write (measured with the `load` example, that index was about half of what
-    /// the key check cost). An expired receipt written after a younger one (by at most a
-    /// request's time) goes at a later sweep; until then claims treat it as absent, as they do
-    /// every receipt older than its time to live.
     fn sweep(&mut self, before: i64) -> Result<usize, StoreError> {
-        let end: i64 = self
-            .prepare_cached(
-                "SELECT coalesce(
-                     (SELECT id FROM receipts WHERE created_at >= ?1 ORDER BY id LIMIT 1),
-                     (SELECT coalesce(max(id), 0) + 1 FROM receipts))",
-            )?
-            .query_row([before], |r| r.get(0))?;
-        // Their entries in `receipt_keys` first; the map's stale entries are passed over until
-        // the next merge.
+        // Their entries in `receipt_keys` first, found by the same condition; the map's stale
+        // entries are passed over until the next merge.
         self.prepare_cached(
             "DELETE FROM receipt_keys WHERE (key_hash, id) IN
-                 (SELECT key_hash, id FROM receipts WHERE id < ?2 AND created_at < ?1)",
+                 (SELECT key_hash, id FROM receipts WHERE created_at < ?1)",
         )?
-        .execute([before, end])?;
+        .execute([before])?;
         Ok(self
-            .prepare_cached("DELETE FROM receipts WHERE id < ?2 AND created_at < ?1")?
-            .execute([before, end])?)
+            .prepare_cached("DELETE FROM receipts WHERE created_at < ?1")?
+            .execute([before])?)
     }
 }
 
@@ -1092,43 +1078,6 @@ mod tests {
             t.join().unwrap();
         }
         assert_eq!(rows(&path, "receipts"), 4, "one receipt per key");
-    }
-
-    #[tokio::test]
-    async fn the_sweep_removes_expired_receipts_in_the_order_they_were_written() {
-        // A receipt is written at its claim's time or at its completion with that time, so one
-        // written later may be older: "c" (150) after "b" (300). A sweep removes the expired
-        // receipts before the first one not expired; "c" goes once "b" has expired too.
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("sweep.db").to_str().unwrap().to_owned();
-        let (w, thread) = Writer::open_merging_at(&path, 2).unwrap();
-        for (token, (key, now)) in [("a", 100), ("b", 300), ("c", 150), ("d", 400)]
-            .into_iter()
-            .enumerate()
-        {
-            let c = ClaimRequest {
-                now,
-                ..request(key, token as i64)
-            };
-            let claim = w
-                .run(Kind::Light, Box::new(move |tx| tx.claim(&c)))
-                .await
-                .unwrap();
-            assert!(is_new(&claim), "{key}");
-        }
-        let sweep = |before: i64| w.run(Kind::Light, Box::new(move |tx| tx.sweep(before)));
-        assert_eq!(sweep(200).await.unwrap(), 1, "a; c waits behind b");
-        assert_eq!(rows(&path, "receipts"), 3);
-        assert_eq!(sweep(350).await.unwrap(), 2, "b and c");
-        assert_eq!(sweep(350).await.unwrap(), 0, "d is young");
-        assert_eq!(sweep(1_000).await.unwrap(), 1, "d");
-        // The entries of the merged ones went with them: every key is new again.
-        assert_eq!(rows(&path, "receipt_keys"), 0);
-        for (i, key) in ["a", "b", "c", "d"].into_iter().enumerate() {
-            assert!(is_new(&send(&w, key, 10 + i as i64).await), "{key}");
-        }
-        w.stop();
-        thread.join().unwrap();
     }
 
     #[tokio::test]
