@@ -76,7 +76,8 @@ CREATE INDEX tickets_by_tenant ON tickets (tenant, id);
 /// had a new key read and dirty a leaf of the index at a random place. Version 5 finds a receipt
 /// by its hash through `keys.rs` (a map in memory for the receipts written since the last
 /// merge, `receipt_keys` behind a Bloom filter for the others), so a new receipt is appended and
-/// reads and writes no page at a random place. Rowids are never reused (`AUTOINCREMENT`): every
+/// reads and writes no page at a random place. A rowid committed is never given out again
+/// (`AUTOINCREMENT`): every
 /// row after `receipt_keys_upto` is one the map knows or reads. The hash only finds the rows to
 /// look at: every query compares the tenant and the key themselves, so two keys that share a
 /// hash keep a receipt each. A key has one receipt because every insert follows a lookup of its
@@ -260,8 +261,9 @@ impl Writer {
     /// of its own within the same durable transaction: a failing work rolls back alone and the
     /// claim stays, as if committed before it (the lease then runs out, or the caller releases
     /// it). One job, one trip to the writer, one commit and one sync, as for an unkeyed
-    /// request; this writer is the database's only one, so no other transaction can see the
-    /// claim before its work either way.
+    /// request; a write transaction is the database's only one while it is open
+    /// (`BEGIN IMMEDIATE`), so no other transaction can see the claim before its work either
+    /// way.
     pub(super) async fn claim_then<T: Send + 'static>(
         &self,
         c: ClaimRequest,
@@ -740,7 +742,8 @@ impl Db {
         Ok(())
     }
 
-    /// Deletes receipt `id` of hash `hash`, with its entry in `receipt_keys`.
+    /// Deletes receipt `id` of hash `hash`, with its entry in `receipt_keys` (the map's goes at
+    /// the next merge).
     fn delete_receipt(&self, id: i64, hash: i64) -> Result<(), StoreError> {
         self.conn
             .prepare_cached("DELETE FROM receipts WHERE id = ?1")?
@@ -1006,6 +1009,19 @@ mod tests {
         w.run(Kind::Durable, work).await.unwrap()
     }
 
+    /// A database file, in a folder of its own that goes with the first value.
+    fn file() -> (tempfile::TempDir, String) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("receipts.db").to_str().unwrap().to_owned();
+        (dir, path)
+    }
+
+    /// Stops a writer, once its jobs are done.
+    fn stop(w: Writer, thread: JoinHandle<()>) {
+        w.stop();
+        thread.join().unwrap();
+    }
+
     fn is_new(claim: &KeyClaim) -> bool {
         matches!(claim, KeyClaim::Taken { took_over: false })
     }
@@ -1025,8 +1041,7 @@ mod tests {
 
     #[tokio::test]
     async fn receipts_are_found_across_merges_and_after_reopening() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("keys.db").to_str().unwrap().to_owned();
+        let (_dir, path) = file();
         let keys: Vec<String> = (0..10).map(|i| format!("k{i}")).collect();
         let (w, thread) = Writer::open_merging_at(&path, 4).unwrap();
         for (i, key) in keys.iter().enumerate() {
@@ -1039,8 +1054,7 @@ mod tests {
                 assert!(replays(&again, key), "{key}: {again:?}");
             }
         }
-        w.stop();
-        thread.join().unwrap();
+        stop(w, thread);
         // Merged: most keys are in the index, the latest only in the table (and the map).
         let merged = rows(&path, "receipt_keys");
         assert!((8..10).contains(&merged), "{merged} of 10 merged");
@@ -1050,8 +1064,7 @@ mod tests {
             assert!(replays(&send(&w, key, 300 + i as i64).await, key), "{key}");
         }
         assert!(is_new(&send(&w, "k-new", 400).await));
-        w.stop();
-        thread.join().unwrap();
+        stop(w, thread);
         assert_eq!(rows(&path, "receipts"), 11);
     }
 
@@ -1059,8 +1072,7 @@ mod tests {
     async fn a_receipt_another_connection_wrote_is_found() {
         // Two writers on one file (two server processes): each finds what the other wrote,
         // before a merge (the other's map does not know it) and after.
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("shared.db").to_str().unwrap().to_owned();
+        let (_dir, path) = file();
         let (a, ta) = Writer::open_merging_at(&path, 1_000).unwrap();
         let (b, tb) = Writer::open_merging_at(&path, 2).unwrap();
         assert!(is_new(&send(&a, "from-a", 1).await));
@@ -1073,17 +1085,85 @@ mod tests {
         assert!(replays(&send(&a, "from-a", 6).await, "from-a"));
         assert!(is_new(&send(&a, "from-a-2", 7).await));
         assert!(replays(&send(&b, "from-a-2", 8).await, "from-a-2"));
-        for (w, t) in [(a, ta), (b, tb)] {
-            w.stop();
-            t.join().unwrap();
-        }
+        stop(a, ta);
+        stop(b, tb);
         assert_eq!(rows(&path, "receipts"), 4, "one receipt per key");
+    }
+
+    /// The last rowid merged, read by a connection of the test's own.
+    fn merged_upto(path: &str) -> i64 {
+        Connection::open(path)
+            .unwrap()
+            .query_row("SELECT upto FROM receipt_keys_upto", [], |r| r.get(0))
+            .unwrap()
+    }
+
+    /// Claims `key` (its work not done) and releases it, as a request whose work failed.
+    async fn claim_and_release(w: &Writer, key: &str, token: i64) {
+        let c = request(key, token);
+        let claim = w
+            .run(
+                Kind::Light,
+                Box::new(move |tx| {
+                    let claim = tx.claim(&c)?;
+                    tx.release(&c)?;
+                    Ok(claim)
+                }),
+            )
+            .await
+            .unwrap();
+        assert!(is_new(&claim), "{key}");
+    }
+
+    #[tokio::test]
+    async fn a_key_released_again_and_again_makes_a_merge_due_and_the_watermark_never_goes_back() {
+        let (_dir, path) = file();
+        let (w, thread) = Writer::open_merging_at(&path, 1_000).unwrap();
+        assert!(is_new(&send(&w, "kept", 1).await));
+        // Each claim of "k" writes a row, each release deletes it: dead rowids of one hash.
+        for token in 2..9 {
+            claim_and_release(&w, "k", token).await;
+        }
+        assert!(is_new(&send(&w, "k", 9).await));
+        // Far fewer than 1,000 entries, but one hash had more than 4 (after its 6th claim):
+        // merged at the start of the 7th, up to the last rowid given out then (7), not the
+        // last one still there (1, "kept").
+        assert_eq!(merged_upto(&path), 7);
+        assert!(replays(&send(&w, "k", 10).await, "k"));
+        assert!(replays(&send(&w, "kept", 11).await, "kept"));
+        stop(w, thread);
+        assert_eq!(rows(&path, "receipts"), 2);
+    }
+
+    #[tokio::test]
+    async fn a_merge_that_fails_is_tried_again_later_and_the_requests_go_on() {
+        let (_dir, path) = file();
+        let (w, thread) = Writer::open_merging_at(&path, 2).unwrap();
+        // Writes into `receipt_keys` fail for now, as on a full disk.
+        let other = Connection::open(&path).unwrap();
+        other
+            .execute_batch(
+                "CREATE TRIGGER full BEFORE INSERT ON receipt_keys
+                 BEGIN SELECT RAISE(ABORT, 'disk full'); END;",
+            )
+            .unwrap();
+        for (i, key) in ["a", "b", "c", "d"].into_iter().enumerate() {
+            assert!(is_new(&send(&w, key, i as i64).await), "{key}");
+        }
+        assert_eq!(merged_upto(&path), 0, "no merge went through");
+        assert!(replays(&send(&w, "a", 10).await, "a"));
+        other.execute_batch("DROP TRIGGER full").unwrap();
+        assert!(is_new(&send(&w, "e", 11).await));
+        assert_eq!(merged_upto(&path), 4, "merged once it could");
+        for key in ["a", "b", "c", "d", "e"] {
+            assert!(replays(&send(&w, key, 20).await, key), "{key}");
+        }
+        stop(w, thread);
     }
 
     #[tokio::test]
     async fn released_and_swept_receipts_leave_no_entry_behind() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("swept.db").to_str().unwrap().to_owned();
+        let (_dir, path) = file();
         let (w, thread) = Writer::open_merging_at(&path, 2).unwrap();
         // A claim held (its work not done), merged into the index by the requests after it.
         let held = request("held", 1);
@@ -1111,8 +1191,7 @@ mod tests {
             .unwrap();
         assert_eq!(swept, 5);
         assert!(is_new(&send(&w, "k0", 30).await), "a swept key is new");
-        w.stop();
-        thread.join().unwrap();
+        stop(w, thread);
         assert_eq!(rows(&path, "receipts"), 1);
         assert!(rows(&path, "receipt_keys") <= 1);
     }

@@ -22,27 +22,38 @@
 //!
 //! A rowid found either way is only a place to look: the row is read by rowid, tenant and key,
 //! so a stale entry (a receipt rolled back, released or swept since) is passed over, and two
-//! keys that share a hash keep a receipt each. Rowids are never reused (`AUTOINCREMENT`), so
-//! every row after `upto` is one the map knows, or one another connection wrote: the writer
-//! compares `PRAGMA data_version` at the start of every transaction it opens (under the write
-//! lock) and, when another connection has committed, reads the rows after `upto` and the filter
-//! again. Memory: the map holds at most about [`MERGE_AT`] entries (plus those a merge leaves
-//! while its transaction is open), about 32 bytes each; the filter 4 to 8 bytes per receipt
-//! kept (16 bits for twice the receipts it was loaded with, rounded up to a power of two; at
-//! least 128 KiB). Opening the database reads `receipt_keys` once, for the filter.
+//! keys that share a hash keep a receipt each. A rowid given out and committed is never given
+//! out again (`AUTOINCREMENT`; one rolled back is, which is one more reason an entry is only a
+//! place to look), and `upto` is the last one given out when the merge ran, so every row after
+//! `upto` is one the map knows, or one another connection wrote: the writer compares
+//! `PRAGMA data_version` at the start of every transaction it opens (under the write lock) and,
+//! when another connection has committed, reads the rows after `upto` and the filter again.
+//! That is a read of all of `receipt_keys` per transaction while two servers take turns on one
+//! file: it works, slowly; a fleet uses PostgreSQL.
+//!
+//! Memory: the map holds about [`MERGE_AT`] entries at most (more only while commits fail),
+//! about 32 bytes each; the filter 4 to 8 bytes per receipt kept (16 bits for twice the
+//! receipts it was loaded with, rounded up to a power of two; at least 128 KiB). Opening the
+//! database reads `receipt_keys` once, for the filter. A merge writes each page of
+//! `receipt_keys` that gets an entry: a few tens of milliseconds while it is small; with many
+//! receipts nearly all its pages (about 14 MB of log at 860,000 receipts), in the transaction
+//! of the requests waiting then.
 
 use std::collections::HashMap;
 
 use rusqlite::{Connection, OptionalExtension};
 
 /// Receipts found through the map before their hashes are merged into `receipt_keys`: about
-/// 1 MiB of map, and a merge of a few tens of milliseconds every 32,768 new keys.
+/// 1 MiB of map.
 pub(super) const MERGE_AT: usize = 32_768;
+
+/// Earlier rowids of one hash in the map past which a merge is due.
+const MAX_EARLIER: usize = 4;
 
 /// The receipts written after `upto`, by hash; which hashes `receipt_keys` may hold; and the
 /// state of the merge.
 pub(super) struct Recent {
-    /// The last rowid whose hash is in `receipt_keys` (as committed).
+    /// Every receipt up to this rowid has its hash in `receipt_keys` (as committed).
     upto: i64,
     /// Every hash in `receipt_keys` (and perhaps some that were taken out since).
     merged: Filter,
@@ -55,6 +66,8 @@ pub(super) struct Recent {
     version: i64,
     /// A merge written in the open transaction: its `upto`, taken once committed.
     merging: Option<i64>,
+    /// A merge is due before [`MERGE_AT`] entries: a hash has too many ([`Recent::written`]).
+    merge_due: bool,
     /// How many entries make a merge due ([`MERGE_AT`], smaller in tests).
     merge_at: usize,
 }
@@ -70,6 +83,7 @@ impl Recent {
             earlier: Vec::new(),
             version: 0,
             merging: None,
+            merge_due: false,
             merge_at,
         };
         recent.reload(conn)?;
@@ -77,6 +91,10 @@ impl Recent {
     }
 
     fn reload(&mut self, conn: &Connection) -> rusqlite::Result<()> {
+        // First: at open, outside a transaction, each read below sees the database as it is
+        // then, and a commit of another connection in between must show as a change at the
+        // next `begin`.
+        self.version = data_version(conn)?;
         self.upto = conn.query_row("SELECT upto FROM receipt_keys_upto", [], |r| r.get(0))?;
         self.merged = Filter::load(conn)?;
         self.latest.clear();
@@ -88,7 +106,6 @@ impl Recent {
         while let Some(row) = rows.next()? {
             self.written(row.get(0)?, row.get(1)?);
         }
-        self.version = data_version(conn)?;
         Ok(())
     }
 
@@ -99,8 +116,18 @@ impl Recent {
         if data_version(conn)? != self.version {
             self.reload(conn)?;
         }
-        if self.latest.len() + self.earlier.len() >= self.merge_at {
-            self.merge(conn)?;
+        if self.merge_due || self.latest.len() + self.earlier.len() >= self.merge_at {
+            // In a savepoint of its own: a merge that fails (a full disk, say) is rolled back
+            // and tried again at a later transaction, and the requests of this one go on.
+            conn.execute_batch("SAVEPOINT merge")?;
+            match self.merge(conn) {
+                Ok(()) => conn.execute_batch("RELEASE merge")?,
+                Err(e) => {
+                    self.merging = None;
+                    conn.execute_batch("ROLLBACK TO merge; RELEASE merge")?;
+                    tracing::warn!("the receipts' hashes were not merged, this time: {e}");
+                }
+            }
         }
         Ok(())
     }
@@ -110,6 +137,7 @@ impl Recent {
     pub(super) fn end(&mut self, conn: &Connection, committed: bool) {
         if let (Some(upto), true) = (self.merging.take(), committed) {
             self.upto = upto;
+            self.merge_due = false;
             let merged = &mut self.merged;
             let mut keep = |hash: i64, id: i64| {
                 if id <= upto {
@@ -129,9 +157,12 @@ impl Recent {
         }
     }
 
+    /// Merges the hashes of the receipts after `upto`, up to the last rowid given out and
+    /// committed (`sqlite_sequence`, which a deletion does not lower: the watermark never goes
+    /// back, and the next receipt written is after it).
     fn merge(&mut self, conn: &Connection) -> rusqlite::Result<()> {
         let upto: i64 = conn.query_row(
-            "SELECT coalesce(max(rowid), ?1) FROM receipts",
+            "SELECT max(?1, coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'receipts'), 0))",
             [self.upto],
             |r| r.get(0),
         )?;
@@ -147,10 +178,20 @@ impl Recent {
     }
 
     /// A receipt was written with rowid `id` (its transaction may still roll back: the entry is
-    /// then stale, and passed over).
+    /// then stale, and passed over; a rowid rolled back is given out again). A key written
+    /// again and again (claimed, its work failing with a 5xx, released, claimed again) would
+    /// leave a list of dead rowids to look at on each claim: past [`MAX_EARLIER`] for one hash,
+    /// a merge is due, which keeps the live ones only. An entry is never taken out before then:
+    /// the deletion that made it dead may yet be rolled back.
     pub(super) fn written(&mut self, hash: i64, id: i64) {
-        if let Some(before) = self.latest.insert(hash, id) {
-            self.earlier.push((hash, before));
+        match self.latest.insert(hash, id) {
+            Some(before) if before != id => {
+                self.earlier.push((hash, before));
+                if self.earlier.iter().filter(|(h, _)| *h == hash).count() > MAX_EARLIER {
+                    self.merge_due = true;
+                }
+            }
+            _ => {}
         }
     }
 
