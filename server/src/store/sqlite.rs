@@ -77,10 +77,9 @@ CREATE INDEX tickets_by_tenant ON tickets (tenant, id);
 /// by its hash through `keys.rs` (a map in memory for the receipts written since the last
 /// merge, `receipt_keys` behind a Bloom filter for the others), so a new receipt is appended and
 /// reads and writes no page at a random place. A rowid committed is never given out again
-/// (`AUTOINCREMENT`): every
-/// row after `receipt_keys_upto` is one the map knows or reads. The hash only finds the rows to
-/// look at: every query compares the tenant and the key themselves, so two keys that share a
-/// hash keep a receipt each. A key has one receipt because every insert follows a lookup of its
+/// (`AUTOINCREMENT`): every row after `receipt_keys_upto` is one the map knows or reads. The
+/// hash only finds the rows to look at: every query compares the tenant and the key themselves,
+/// so two keys that share a hash keep a receipt each. A key has one receipt because every insert follows a lookup of its
 /// tenant and key in the same write transaction (`BEGIN IMMEDIATE`: one writer at a time, on
 /// this connection or any other).
 const RECEIPTS: &str = "
@@ -1031,12 +1030,17 @@ mod tests {
         matches!(claim, KeyClaim::Done(s) if s.body == key.as_bytes())
     }
 
-    /// Rows of a table, read by a connection of the test's own.
-    fn rows(path: &str, table: &str) -> i64 {
+    /// The one number `sql` reads, by a connection of the test's own.
+    fn read(path: &str, sql: &str) -> i64 {
         Connection::open(path)
             .unwrap()
-            .query_row(&format!("SELECT count(*) FROM {table}"), [], |r| r.get(0))
+            .query_row(sql, [], |r| r.get(0))
             .unwrap()
+    }
+
+    /// Rows of a table.
+    fn rows(path: &str, table: &str) -> i64 {
+        read(path, &format!("SELECT count(*) FROM {table}"))
     }
 
     #[tokio::test]
@@ -1090,12 +1094,9 @@ mod tests {
         assert_eq!(rows(&path, "receipts"), 4, "one receipt per key");
     }
 
-    /// The last rowid merged, read by a connection of the test's own.
+    /// The last rowid merged.
     fn merged_upto(path: &str) -> i64 {
-        Connection::open(path)
-            .unwrap()
-            .query_row("SELECT upto FROM receipt_keys_upto", [], |r| r.get(0))
-            .unwrap()
+        read(path, "SELECT upto FROM receipt_keys_upto")
     }
 
     /// Claims `key` (its work not done) and releases it, as a request whose work failed.
