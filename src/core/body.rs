@@ -529,7 +529,9 @@ impl Parser<'_> {
 /// written out up to 21 digits, small fractions as decimals, the rest in exponent form.
 fn canonical_number(negative: bool, int: &[u8], frac: &[u8], exp: i64) -> String {
     let mut digits: Vec<u8> = int.iter().chain(frac).copied().collect();
-    let mut exp = exp.saturating_sub(frac.len() as i64);
+    // Kept within ±i64::MAX, as the parser keeps a written exponent, so that the canonical
+    // form reads back as itself.
+    let mut exp = exp.saturating_sub(frac.len() as i64).max(-i64::MAX);
     let lead = digits.iter().take_while(|d| **d == b'0').count();
     digits.drain(..lead);
     if digits.is_empty() {
@@ -544,11 +546,13 @@ fn canonical_number(negative: bool, int: &[u8], frac: &[u8], exp: i64) -> String
     let push_digits = |out: &mut String, digits: &[u8]| {
         out.extend(digits.iter().map(|&d| char::from(d)));
     };
-    if (0..=21).contains(&(exp + n)) && exp >= 0 {
+    // Where the decimal point falls, counted from the digits' start (saturated: an exponent
+    // from a body or a record may be anywhere in i64's range).
+    let point = exp.saturating_add(n);
+    if (0..=21).contains(&point) && exp >= 0 {
         push_digits(&mut out, &digits);
         out.push_str(&"0".repeat(exp as usize));
-    } else if exp < 0 && exp + n > -7 {
-        let point = n + exp;
+    } else if exp < 0 && point > -7 {
         if point > 0 {
             let (whole, fraction) = digits.split_at(point as usize);
             push_digits(&mut out, whole);
@@ -681,6 +685,32 @@ mod tests {
             a.unwrap(),
             r#"{"email":"a@b.c","n":[1,{"x":2,"y":1}],"subject":"Printer"}"#
         );
+    }
+
+    #[test]
+    fn exponents_at_the_ends_of_the_range_are_kept_without_overflow() {
+        // A body (or a stored record) may carry any exponent: the parser saturates it to i64's
+        // range, and writing it out again must not overflow (a panic in a debug build).
+        let max = i64::MAX;
+        for (text, canonical) in [
+            (format!("1e{max}"), format!("1e{max}")),
+            (format!("123e{max}"), format!("123e{max}")),
+            ("1e99999999999999999999999".to_owned(), format!("1e{max}")),
+            (format!("-1e-{max}"), format!("-1e-{max}")),
+            (format!("12.5e-{max}"), format!("125e-{max}")),
+            (
+                format!("[0.5e{max}, 5e-99999999999999999999]"),
+                format!("[5e{},5e-{max}]", max - 1),
+            ),
+        ] {
+            let once = canonical_json(&text);
+            assert_eq!(once.as_deref(), Ok(canonical.as_str()), "{text}");
+            // And the canonical form is its own canonical form.
+            assert_eq!(
+                canonical_json(&canonical).as_deref(),
+                Ok(canonical.as_str())
+            );
+        }
     }
 
     #[test]
