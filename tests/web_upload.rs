@@ -447,6 +447,73 @@ async fn the_form_kit_sends_a_form_with_a_file_as_an_upload_with_one_key() {
     form.remove();
 }
 
+/// Whether the kit locks `form`: a field disabled, or the form marked busy.
+fn locked(form: &web_sys::HtmlFormElement) -> bool {
+    let subject = form.query_selector("input[name=subject]").unwrap().unwrap();
+    subject.has_attribute("disabled") || form.has_attribute("aria-busy")
+}
+
+#[test]
+async fn a_kit_detached_before_indexeddb_answers_leaves_the_form_to_the_next_kit() {
+    // React's StrictMode attaches, detaches and attaches again at once. The first kit looked at
+    // IndexedDB and, detached by then, took up the upload it found there anyway: the form stayed
+    // locked, marked unsure, by a kit nobody could reach.
+    let case = Case::new("upload-kit-detached");
+    case.plan(&["fail-before"]);
+    let bytes = file_bytes(20_000, 9);
+    let key = {
+        let s = case.submitter(r#""retry":{"attempts":1}"#);
+        let first =
+            JsFuture::from(s.submit(ticket_form(&bytes, "photo.jpg", "image/jpeg").into(), None))
+                .await
+                .expect("submit resolves");
+        assert_eq!(text(&first, "outcome"), "unsure");
+        text(&first, "key")
+    };
+    // As after closing the tab: the upload in IndexedDB only.
+    session()
+        .remove_item(&format!("oncekey:{}", case.name))
+        .unwrap();
+    let form = form_with_file(&case.name, &case.tenant, &bytes);
+    let options = || {
+        let mut submitter = oncekey::Options::new(&format!("{}/api/tickets", server()));
+        submitter.headers = vec![("X-Tenant".into(), case.tenant.clone())];
+        oncekey::FormOptions {
+            submitter,
+            resume: oncekey::Resume::Manual,
+            ..oncekey::FormOptions::default()
+        }
+    };
+    let first = oncekey::FormKit::attach(&form, options()).expect("attached");
+    first.detach();
+    for _ in 0..100 {
+        assert!(!locked(&form), "a detached kit locked the form");
+        JsFuture::from(sleep(10)).await.unwrap();
+    }
+    assert_eq!(form.get_attribute("data-oncekey-state"), None);
+    // The kit attached next takes the upload up, in less time than the wait above.
+    let second = oncekey::FormKit::attach(&form, options()).expect("attached");
+    for _ in 0..100 {
+        if locked(&form) {
+            break;
+        }
+        JsFuture::from(sleep(10)).await.unwrap();
+    }
+    assert!(locked(&form), "the attached kit took the upload up");
+    assert_eq!(
+        form.get_attribute("data-oncekey-state").as_deref(),
+        Some("unsure")
+    );
+    assert_eq!(
+        case.keys(),
+        vec![key],
+        "nothing sent again before Try again"
+    );
+    second.detach();
+    assert!(!locked(&form));
+    form.remove();
+}
+
 #[test]
 async fn list_pending_names_every_unconfirmed_submission_of_a_storage() {
     let case = Case::new("upload-list");

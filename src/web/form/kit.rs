@@ -81,8 +81,10 @@ pub(super) const DISCARD: &str = "oncekey-discard secondary";
 
 pub(super) struct Wiring {
     /// The form's submits and clicks on the kit's buttons, all in one listener: each closure
-    /// costs the package its own code.
-    pub(super) on_event: Closure<dyn FnMut(Event)>,
+    /// costs the package its own code. `Fn`, not `FnMut`: it is called again while it runs (a
+    /// click that asks for the secrets focuses a field, whose `focusin` comes to this listener
+    /// at once), which wasm-bindgen refuses a `FnMut` with an uncaught error.
+    pub(super) on_event: Closure<dyn Fn(Event)>,
     pub(super) _listener: Listener,
 }
 
@@ -167,8 +169,7 @@ impl Kit {
 
     fn wire(kit: &Rc<Kit>) {
         let k = kit.clone();
-        let on_event =
-            Closure::<dyn FnMut(Event)>::new(move |event: Event| Kit::on_event(&k, &event));
+        let on_event = Closure::<dyn Fn(Event)>::new(move |event: Event| Kit::on_event(&k, &event));
         let k = kit.clone();
         let listener = kit
             .submitter
@@ -181,7 +182,7 @@ impl Kit {
     }
 
     /// The form's submit, click and focusin listeners added or removed (`method`).
-    fn listen(&self, method: &str, f: &Closure<dyn FnMut(Event)>) {
+    fn listen(&self, method: &str, f: &Closure<dyn Fn(Event)>) {
         for kind in ["submit", "click", "focusin"] {
             call2(&self.form, method, &JsValue::from_str(kind), f.as_ref());
         }
@@ -256,8 +257,14 @@ impl Kit {
         drop(self.faces.take());
     }
 
-    /// A submission found in storage: fields back, form locked, then resend (or wait).
+    /// A submission found in storage: fields back, form locked, then resend (or wait). Not by a
+    /// kit detached meanwhile (an upload is found in IndexedDB a moment after the attach, and a
+    /// page, React's StrictMode say, may detach and attach again before that): the form is the
+    /// next kit's.
     fn take_up_pending(kit: &Rc<Kit>, resume: Resume) {
+        if !holds(&kit.wiring) {
+            return;
+        }
         let Some(pending) = kit.submitter.pending() else {
             return;
         };
