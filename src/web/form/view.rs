@@ -299,7 +299,7 @@ type Button<'a> = (&'a str, &'static str);
 pub(super) fn make_controls(
     status: &Element,
     buttons: [Button<'_>; 2],
-    on_click: &Closure<dyn FnMut(Event)>,
+    on_click: &Closure<dyn Fn(Event)>,
 ) -> Option<Element> {
     let actions = make(status, "div")?;
     set_attr(&actions, "class", "oncekey-actions actions");
