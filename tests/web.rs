@@ -141,9 +141,16 @@ export function answer_big_once(chars) {
   };
   return seen;
 }
+// The next fetch gives back `what` (not a promise: a page's broken wrapper of fetch, say)
+// without sending anything; the later ones go on as before.
+export function fetch_gives_back_once(what) {
+  const real = globalThis.fetch;
+  globalThis.fetch = () => { globalThis.fetch = real; return what; };
+}
 "#)]
 extern "C" {
     fn spy_install();
+    fn fetch_gives_back_once(what: JsValue);
     fn spy_plan(tenant: &str, faults: Vec<JsValue>);
     fn spy_seen(tenant: &str) -> js_sys::Array;
     fn sleep(ms: u32) -> Promise;
@@ -527,6 +534,40 @@ async fn an_answer_body_over_the_limit_is_not_taken_in_and_the_status_decides() 
     let next = submit(&s, TICKET).await;
     assert_eq!(text(&next, "outcome"), "succeeded");
     assert_eq!(case.tickets().await, 2.0, "the two sent to the server");
+}
+
+#[test]
+async fn a_fetch_that_gives_back_no_promise_is_a_failed_attempt_retried_with_the_same_key() {
+    // A page's wrapper of fetch that gives back something else than a promise: the attempt
+    // failed (nothing was sent), and the retry goes out with the same key. Before, the
+    // exception left the attempt with its Web Lock where no step would take it again: the
+    // submitter said "sending" for good.
+    for what in [JsValue::UNDEFINED, JsValue::from_str("not a promise")] {
+        let case = Case::new("fetch-no-promise");
+        let s = case.submitter("");
+        fetch_gives_back_once(what);
+        let settled = s.submit(json(TICKET), None);
+        for _ in 0..300 {
+            if !matches!(state(&s).as_str(), "sending" | "waiting") {
+                break;
+            }
+            JsFuture::from(sleep(10)).await.unwrap();
+        }
+        assert_eq!(state(&s), "succeeded");
+        let r = settle(settled).await.expect("submit resolves");
+        assert_eq!(text(&r, "outcome"), "succeeded");
+        assert_eq!(
+            number(&r, "attempts"),
+            2.0,
+            "the failed attempt, then the one sent"
+        );
+        assert_eq!(
+            case.keys(),
+            vec![text(&r, "key")],
+            "sent once, with its key"
+        );
+        assert_eq!(case.tickets().await, 1.0);
+    }
 }
 
 #[test]

@@ -202,10 +202,13 @@ fn step(mut flight: Flight, at: u32, value: JsValue) {
 }
 
 /// Step `next` of flight `n` when `promise` settles, either way (the step tells which by what
-/// it is given).
+/// it is given). What is not a promise after all (`then` threw) is a step that failed, taken
+/// at once: the flight would otherwise wait, with its Web Lock, for a call that never comes.
 fn then(promise: &js_sys::Promise, n: u32, next: u32) {
     let f = bound(n, next);
-    promise.unchecked_ref::<Callee>().then_call(&f, &f);
+    if promise.unchecked_ref::<Callee>().then_call(&f, &f).is_err() {
+        step_of(n * STEPS + next, JsValue::UNDEFINED);
+    }
 }
 
 impl Flight {

@@ -57,9 +57,14 @@ extern "C" {
     #[wasm_bindgen(method, js_name = bind)]
     pub(crate) fn bind_number(this: &Callee, this_arg: &JsValue, n: u32) -> Function;
 
-    /// `promise.then(resolved, rejected)`; what it returns is not needed.
-    #[wasm_bindgen(method, js_name = then)]
-    pub(crate) fn then_call(this: &Callee, resolved: &JsValue, rejected: &JsValue);
+    /// `promise.then(resolved, rejected)`; what it returns is not needed. `Err` when it threw:
+    /// not a promise after all (a page's wrapper of `fetch` may give back anything).
+    #[wasm_bindgen(method, catch, js_name = then)]
+    pub(crate) fn then_call(
+        this: &Callee,
+        resolved: &JsValue,
+        rejected: &JsValue,
+    ) -> Result<(), JsValue>;
 
     /// `navigator.locks`, the Web Locks API.
     type LockManager;
@@ -385,7 +390,7 @@ pub(crate) fn request_lock(key: &Key) -> Option<Lock> {
     let name = "oncekey:".to_owned() + key.as_str();
     let request = LOCKS.with(|l| l.as_ref()?.request(&name, &on_grant).ok())?;
     // Refused before it was granted: the request's promise rejects (it resolves once let go).
-    request
+    let _ = request
         .unchecked_ref::<Callee>()
         .then_call(&JsValue::UNDEFINED, &on_refuse);
     Some(lock)
