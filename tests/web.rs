@@ -147,10 +147,20 @@ export function fetch_gives_back_once(what) {
   const real = globalThis.fetch;
   globalThis.fetch = () => { globalThis.fetch = real; return what; };
 }
+// attemptHeaders that throws an Error whose name is not text (undefined).
+export function with_attempt_headers_throwing(options) {
+  options.attemptHeaders = () => {
+    const e = new Error('no token yet');
+    e.name = undefined;
+    throw e;
+  };
+  return options;
+}
 "#)]
 extern "C" {
     fn spy_install();
     fn fetch_gives_back_once(what: JsValue);
+    fn with_attempt_headers_throwing(options: JsValue) -> JsValue;
     fn spy_plan(tenant: &str, faults: Vec<JsValue>);
     fn spy_seen(tenant: &str) -> js_sys::Array;
     fn sleep(ms: u32) -> Promise;
@@ -568,6 +578,26 @@ async fn a_fetch_that_gives_back_no_promise_is_a_failed_attempt_retried_with_the
         );
         assert_eq!(case.tickets().await, 1.0);
     }
+}
+
+#[test]
+async fn attempt_headers_that_throw_an_error_without_a_name_are_said_and_the_attempt_goes_on() {
+    // The error is described from what it has (its message), not read as if its name were
+    // text: that read threw through the attempt and left the submitter "sending" for good.
+    let case = Case::new("headers-throw");
+    let options = with_attempt_headers_throwing(case.options(""));
+    let s = Submitter::new(case.name.as_str().into(), options).expect("valid options");
+    let settled = s.submit(json(TICKET), None);
+    for _ in 0..300 {
+        if !matches!(state(&s).as_str(), "sending" | "waiting") {
+            break;
+        }
+        JsFuture::from(sleep(10)).await.unwrap();
+    }
+    assert_eq!(state(&s), "succeeded");
+    let r = settle(settled).await.expect("submit resolves");
+    assert_eq!(case.keys(), vec![text(&r, "key")]);
+    assert_eq!(case.tickets().await, 1.0);
 }
 
 #[test]

@@ -102,9 +102,16 @@ impl From<Error> for JsValue {
 /// What a thrown value says, without assuming it is an `Error`: an error's message (after its
 /// name, unless that is a plain `Error`), a string, the value's JSON, or its type.
 pub(crate) fn describe(value: &JsValue) -> String {
-    if let Some(e) = value.dyn_ref::<js_sys::Error>() {
-        let name = String::from(e.name());
-        let message = String::from(e.message());
+    if value.is_instance_of::<js_sys::Error>() {
+        // Read as whatever they are: a page's error may have a name or message that is not
+        // text, or a getter that throws (js-sys's typed getters would throw through us then).
+        let text = |k: &str| {
+            js_sys::Reflect::get(value, &JsValue::from_str(k))
+                .ok()
+                .and_then(|v| v.as_string())
+                .unwrap_or_default()
+        };
+        let (name, message) = (text("name"), text("message"));
         return match name.as_str() {
             "" | "Error" | "OncekeyError" => message,
             _ => name + ": " + &message,
