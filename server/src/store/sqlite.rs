@@ -1094,6 +1094,31 @@ mod tests {
         assert_eq!(rows(&path, "receipts"), 4, "one receipt per key");
     }
 
+    #[tokio::test]
+    async fn a_reload_that_fails_is_done_again_at_the_next_transaction() {
+        // Two writers on one file. b's receipt changes the file under a; a's reload of its
+        // index fails midway (an I/O error): that request fails, and a's next transaction reads
+        // the index again. It took the version as read, found it unchanged next time and, its
+        // map emptied, took b's key for a new one: a second receipt, a second ticket.
+        let (_dir, path) = file();
+        let (a, ta) = Writer::open_merging_at(&path, 1_000).unwrap();
+        let (b, tb) = Writer::open_merging_at(&path, 1_000).unwrap();
+        assert!(is_new(&send(&a, "from-a", 1).await));
+        assert!(is_new(&send(&b, "from-b", 2).await));
+        keys::fault::fail_next_reload(&path);
+        let c = request("from-b", 3);
+        let failed = a.run(Kind::Durable, Box::new(move |tx| tx.claim(&c))).await;
+        assert!(
+            failed.is_err(),
+            "the request whose reload failed: {failed:?}"
+        );
+        assert!(replays(&send(&a, "from-b", 4).await, "from-b"));
+        assert!(replays(&send(&a, "from-a", 5).await, "from-a"));
+        stop(a, ta);
+        stop(b, tb);
+        assert_eq!(rows(&path, "receipts"), 2, "one receipt per key");
+    }
+
     /// The last rowid merged.
     fn merged_upto(path: &str) -> i64 {
         read(path, "SELECT upto FROM receipt_keys_upto")

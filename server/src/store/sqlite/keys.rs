@@ -72,6 +72,40 @@ pub(super) struct Recent {
     merge_at: usize,
 }
 
+/// [`Recent::version`] while the index is not read whole: `PRAGMA data_version` is never
+/// negative, so the next `begin` reads it again.
+const UNREAD: i64 = -1;
+
+/// A read of [`Recent::reload`] that fails, for the tests: armed for one database file.
+#[cfg(test)]
+pub(super) mod fault {
+    use rusqlite::Connection;
+    use std::sync::Mutex;
+
+    static ARMED: Mutex<Vec<std::path::PathBuf>> = Mutex::new(Vec::new());
+
+    /// The next reload of the index of the database at `path` fails midway.
+    pub(in super::super) fn fail_next_reload(path: &str) {
+        let path = std::fs::canonicalize(path).unwrap();
+        ARMED.lock().unwrap().push(path);
+    }
+
+    pub(super) fn reload(conn: &Connection) -> rusqlite::Result<()> {
+        let Some(path) = conn.path().and_then(|p| std::fs::canonicalize(p).ok()) else {
+            return Ok(());
+        };
+        let mut armed = ARMED.lock().unwrap();
+        let Some(at) = armed.iter().position(|p| *p == path) else {
+            return Ok(());
+        };
+        armed.remove(at);
+        Err(rusqlite::Error::SqliteFailure(
+            rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_IOERR),
+            Some("a read that fails (the test's fault)".into()),
+        ))
+    }
+}
+
 impl Recent {
     /// Reads the state of the index from `conn` (at open, and after another connection's
     /// commit).
@@ -91,11 +125,18 @@ impl Recent {
     }
 
     fn reload(&mut self, conn: &Connection) -> rusqlite::Result<()> {
-        // First: at open, outside a transaction, each read below sees the database as it is
-        // then, and a commit of another connection in between must show as a change at the
+        // Until the reload is whole, no version is taken for the one read: a read below that
+        // fails (an I/O error, say) leaves a filter or a map that misses another connection's
+        // receipts, and the next `begin` must read them again, not find the version unchanged
+        // and take a repeat for a new key.
+        self.version = UNREAD;
+        // Read first: at open, outside a transaction, each read below sees the database as it
+        // is then, and a commit of another connection in between must show as a change at the
         // next `begin`.
-        self.version = data_version(conn)?;
+        let version = data_version(conn)?;
         self.upto = conn.query_row("SELECT upto FROM receipt_keys_upto", [], |r| r.get(0))?;
+        #[cfg(test)]
+        fault::reload(conn)?;
         self.merged = Filter::load(conn)?;
         self.latest.clear();
         self.earlier.clear();
@@ -106,6 +147,7 @@ impl Recent {
         while let Some(row) = rows.next()? {
             self.written(row.get(0)?, row.get(1)?);
         }
+        self.version = version;
         Ok(())
     }
 
