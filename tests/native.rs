@@ -291,6 +291,59 @@ async fn a_spent_round_stays_unsure_on_resume_until_try_again() {
 }
 
 #[tokio::test]
+async fn an_unsure_submission_is_set_aside_from_polls_in_memory_and_on_sqlite() {
+    // `resume_due` (and `oncekey work`, which polls it until nothing is found) took an unsure
+    // submission up again at once after each poll: the loop never ended. Set aside for as long
+    // as a lease lasts, as PostgresStore does; try_again takes it at once.
+    let dir = tempfile::tempdir().unwrap();
+    let stores: [Arc<dyn Store>; 2] = [
+        Arc::new(MemoryStore::new()),
+        Arc::new(SqliteStore::open(dir.path().join("pending.db")).unwrap()),
+    ];
+    for store in stores {
+        // Nothing listens on port 9: every attempt fails, and the round ends unsure.
+        let client = Client::builder()
+            .shared_store(store.clone())
+            .retry(RetryPolicy {
+                attempts: 2,
+                ..fast()
+            })
+            .timeout(Duration::from_millis(300))
+            .lease(Duration::from_millis(300))
+            .build()
+            .unwrap();
+        let first = client
+            .submission("u-1")
+            .post("http://127.0.0.1:9/api/tickets")
+            .json(&ticket("unsure"))
+            .unwrap()
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(first.outcome(), Outcome::Unsure);
+        assert!(client.resume_due(10).await.unwrap().is_empty(), "{store:?}");
+        assert!(client.resume_due(10).await.unwrap().is_empty(), "{store:?}");
+        let pending = client.pending().await.unwrap();
+        assert_eq!(pending.len(), 1);
+        assert_eq!(pending[0].lease, None, "free for a claim by name");
+        let again = client.try_again("u-1").await.unwrap();
+        assert_eq!(again.outcome(), Outcome::Unsure);
+        assert_eq!(again.key(), first.key());
+        assert_eq!(again.attempts(), 4);
+        assert!(client.resume_due(10).await.unwrap().is_empty(), "{store:?}");
+        // Once set aside long enough (timeout + lease = 600 ms), a poll takes it up: its round
+        // is spent, so it is reported unsure without being sent.
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        let later = client.resume_due(10).await.unwrap();
+        assert_eq!(later.len(), 1, "{store:?}");
+        let later = later[0].result.as_ref().unwrap();
+        assert_eq!(later.outcome(), Outcome::Unsure);
+        assert_eq!(later.attempts(), 4, "nothing sent");
+        assert!(client.resume_due(10).await.unwrap().is_empty(), "{store:?}");
+    }
+}
+
+#[tokio::test]
 async fn the_same_message_twice_three_times_and_concurrently_makes_one_ticket() {
     let server = Server::start();
     let tenant = tenant("dup");

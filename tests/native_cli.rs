@@ -188,6 +188,64 @@ fn send_resume_list_and_discard_with_exit_codes() {
 }
 
 #[test]
+fn work_ends_when_only_unsure_submissions_are_left() {
+    // `oncekey work` polls for due submissions until none is left but the unsure ones. An
+    // unsure one was due again at once on SQLite: each poll took it up, so the loop never
+    // paused nor ended.
+    let server = Server::start();
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("pending.db");
+    let store = store.to_str().unwrap();
+    let header = format!("X-Tenant: {}", tenant("work"));
+    let url = server.tickets_url();
+    let policy = [
+        "--attempts",
+        "2",
+        "--base",
+        "10ms",
+        "--timeout",
+        "300ms",
+        "--lease",
+        "300ms",
+    ];
+    let mut send = vec!["send", "--store", store, "--name", "w1", "-H", &header];
+    send.extend(["-H", "X-Fault: fail-before", "--json", r#"{"subject":"x"}"#]);
+    send.extend(policy);
+    send.extend(["POST", &url]);
+    let out = oncekey(&send);
+    assert_eq!(out.status.code(), Some(6), "{}", text(&out.stderr));
+    let mut work = vec!["work", "--store", store, "--poll", "20ms"];
+    work.extend(policy);
+    let mut child = Command::new(cli_bin())
+        .args(&work)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let started = std::time::Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break Some(status);
+        }
+        if started.elapsed() > std::time::Duration::from_secs(20) {
+            child.kill().unwrap();
+            break None;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    let stderr = text(&child.wait_with_output().unwrap().stderr);
+    let status = status.unwrap_or_else(|| panic!("still polling after 20 s: {stderr}"));
+    assert_eq!(status.code(), Some(6), "{stderr}");
+    assert!(stderr.contains("w1"), "{stderr}");
+    // Still stored, with its key, for `oncekey resume`.
+    let out = oncekey(&["list", "--store", store]);
+    assert!(
+        text(&out.stdout).starts_with("w1\t"),
+        "{}",
+        text(&out.stdout)
+    );
+}
+
+#[test]
 fn an_unreadable_record_is_moved_aside_and_listed_as_quarantined() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("pending.db");

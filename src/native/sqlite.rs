@@ -42,7 +42,7 @@ use std::time::Duration;
 use rusqlite::{params, Connection, ErrorCode, OptionalExtension, TransactionBehavior};
 
 use super::error::{BoxError, Error, Result};
-use super::store::{Claim, Lease, Listed, Quarantined, Store, StoreAnswer, StoreCall};
+use super::store::{Claim, Due, Lease, Listed, Quarantined, Store, StoreAnswer, StoreCall};
 use crate::core::Timestamp;
 
 /// The schema, one step per version: `MIGRATIONS[i]` takes `user_version` from `i` to `i + 1`.
@@ -61,6 +61,8 @@ const MIGRATIONS: &[&str] = &[
         reason         TEXT NOT NULL,
         quarantined_at INTEGER NOT NULL
     );",
+    // When a submission set aside ([`Store::defer`]) is due for `claim_due` again.
+    "ALTER TABLE oncekey_pending ADD COLUMN due INTEGER;",
 ];
 
 /// A [`Store`] in a SQLite file. See the module docs.
@@ -82,6 +84,7 @@ enum Done {
     Unit,
     List(Vec<Listed>),
     Quarantined(Vec<Quarantined>),
+    Due(Vec<Due>),
 }
 
 /// One call, run on the writer's connection inside the batch's transaction.
@@ -647,8 +650,8 @@ fn job(call: StoreCall) -> (bool, Run) {
                 .map(|n| Done::Bool(n == 1))
             }),
         ),
-        // No deferral here: a released submission is due at once (the default).
-        StoreCall::Release { name, owner, .. } => (
+        // Deferred (`due`): kept out of `claim_due` until then; released, due at once.
+        StoreCall::Release { name, owner, due } => (
             false,
             Box::new(move |conn| {
                 in_savepoint(conn, |conn| {
@@ -657,9 +660,10 @@ fn job(call: StoreCall) -> (bool, Run) {
                     )?
                     .execute(params![name, owner])?;
                     conn.prepare_cached(
-                        "UPDATE oncekey_pending SET lease_owner = NULL, lease_until = NULL WHERE name = ?1 AND lease_owner = ?2",
+                        "UPDATE oncekey_pending SET lease_owner = NULL, lease_until = NULL, due = ?3
+                         WHERE name = ?1 AND lease_owner = ?2",
                     )?
-                    .execute(params![name, owner])?;
+                    .execute(params![name, owner, due.map(millis)])?;
                     Ok(Done::Unit)
                 })
             }),
@@ -682,7 +686,7 @@ fn answered(done: Done) -> std::result::Result<StoreAnswer, BoxError> {
         Done::Claim(c) => Ok(StoreAnswer::Claim(c)),
         Done::Bool(b) => Ok(StoreAnswer::Bool(b)),
         Done::Unit => Ok(StoreAnswer::Unit),
-        Done::List(_) | Done::Quarantined(_) => Err(unexpected()),
+        Done::List(_) | Done::Quarantined(_) | Done::Due(_) => Err(unexpected()),
     }
 }
 
@@ -765,6 +769,49 @@ impl Store for SqliteStore {
         };
         self.call_blocking(call)?;
         Ok(())
+    }
+
+    fn defer(&self, name: &str, owner: &str, due: Timestamp) -> Result<(), BoxError> {
+        let call = StoreCall::Release {
+            name: name.to_owned(),
+            owner: owner.to_owned(),
+            due: Some(due),
+        };
+        self.call_blocking(call)?;
+        Ok(())
+    }
+
+    /// One job: the free submissions that are due, oldest name first, each claimed.
+    fn claim_due(&self, lease: &Lease, now: Timestamp, limit: usize) -> Result<Vec<Due>, BoxError> {
+        let lease = lease.clone();
+        let done = self.call(false, move |conn| {
+            in_savepoint(conn, |conn| {
+                let names = conn
+                    .prepare_cached(
+                        "SELECT name FROM oncekey_pending WHERE record IS NOT NULL
+                         AND (lease_until IS NULL OR lease_until <= ?1)
+                         AND (due IS NULL OR due <= ?1) ORDER BY name LIMIT ?2",
+                    )?
+                    .query_map(
+                        params![millis(now), i64::try_from(limit).unwrap_or(i64::MAX)],
+                        |r| r.get::<_, String>(0),
+                    )?
+                    .collect::<rusqlite::Result<Vec<_>>>()?;
+                let mut due = Vec::with_capacity(names.len());
+                for name in names {
+                    if let Done::Claim(Claim::Taken(Some(record))) =
+                        claim(conn, &name, None, &lease, now)?
+                    {
+                        due.push(Due { name, record });
+                    }
+                }
+                Ok(Done::Due(due))
+            })
+        })?;
+        match done {
+            Done::Due(due) => Ok(due),
+            _ => Err(unexpected()),
+        }
     }
 
     /// The writer thread answers a submission's calls itself: a save once the sync that makes

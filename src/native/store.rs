@@ -332,6 +332,8 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
 struct Row {
     record: Option<String>,
     lease: Option<Lease>,
+    /// Set aside from [`Store::claim_due`] until then ([`Store::defer`]).
+    due: Option<Timestamp>,
 }
 
 /// A store in memory, for tests and for processes that need no restart safety. Clones of one
@@ -360,6 +362,21 @@ fn holds(row: &Row, owner: &str) -> bool {
 }
 
 impl MemoryStore {
+    /// Gives `owner`'s lease on `name` up, kept out of `claim_due` until `due` when set.
+    fn release_until(&self, name: &str, owner: &str, due: Option<Timestamp>) {
+        let mut rows = self.rows();
+        if let Some(row) = rows.get_mut(name) {
+            if holds(row, owner) {
+                if row.record.is_none() {
+                    rows.remove(name);
+                } else {
+                    row.lease = None;
+                    row.due = due;
+                }
+            }
+        }
+    }
+
     fn claim_over(&self, name: &str, dead: Option<&str>, lease: &Lease, now: Timestamp) -> Claim {
         let mut rows = self.rows();
         let row = rows.entry(name.to_owned()).or_default();
@@ -423,17 +440,37 @@ impl Store for MemoryStore {
     }
 
     fn release(&self, name: &str, owner: &str) -> Result<(), BoxError> {
-        let mut rows = self.rows();
-        if let Some(row) = rows.get_mut(name) {
-            if holds(row, owner) {
-                if row.record.is_none() {
-                    rows.remove(name);
-                } else {
-                    row.lease = None;
-                }
-            }
-        }
+        self.release_until(name, owner, None);
         Ok(())
+    }
+
+    fn defer(&self, name: &str, owner: &str, due: Timestamp) -> Result<(), BoxError> {
+        self.release_until(name, owner, Some(due));
+        Ok(())
+    }
+
+    fn claim_due(&self, lease: &Lease, now: Timestamp, limit: usize) -> Result<Vec<Due>, BoxError> {
+        let mut rows = self.rows();
+        let mut free: Vec<(&String, &mut Row)> = rows
+            .iter_mut()
+            .filter(|(_, row)| {
+                row.record.is_some()
+                    && !row.lease.as_ref().is_some_and(|l| l.until > now)
+                    && !row.due.is_some_and(|due| due > now)
+            })
+            .collect();
+        free.sort_by(|a, b| a.0.cmp(b.0));
+        Ok(free
+            .into_iter()
+            .take(limit)
+            .filter_map(|(name, row)| {
+                row.lease = Some(lease.clone());
+                Some(Due {
+                    name: name.clone(),
+                    record: row.record.clone()?,
+                })
+            })
+            .collect())
     }
 
     fn list(&self) -> Result<Vec<Listed>, BoxError> {
