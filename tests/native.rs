@@ -344,6 +344,35 @@ async fn an_unsure_submission_is_set_aside_from_polls_in_memory_and_on_sqlite() 
 }
 
 #[tokio::test]
+async fn discard_is_refused_while_this_client_is_sending_it() {
+    // discard() claimed the lease (its own client's) and removed the record while the attempt
+    // was out: the flight's next save failed as if another client had taken it over, and a new
+    // send of the name drew a new key while the first request could still be carried out.
+    let server = Server::start();
+    let tenant = tenant("discard-sending");
+    let plan = Plan::new();
+    plan.fault("t", 1, "delay=400");
+    let client = Client::builder()
+        .store(MemoryStore::new())
+        .retry(fast())
+        .header_provider(plan.provider())
+        .build()
+        .unwrap();
+    let (settled, refused) = tokio::join!(send(&client, &server, &tenant, "t"), async {
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        client.discard("t").await
+    });
+    let e = refused.expect_err("refused while it is being sent");
+    assert!(e.to_string().contains("is still being sent"), "{e}");
+    let settled = settled.unwrap();
+    assert_eq!(settled.outcome(), Outcome::Succeeded, "{settled}");
+    assert_eq!(plan.attempts("t"), 1);
+    assert_eq!(server.tickets(&tenant).await, 1);
+    // Settled: nothing left to discard.
+    assert!(!client.discard("t").await.unwrap());
+}
+
+#[tokio::test]
 async fn the_same_message_twice_three_times_and_concurrently_makes_one_ticket() {
     let server = Server::start();
     let tenant = tenant("dup");

@@ -75,6 +75,16 @@ impl Flights {
         self.table.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// The key of `name`'s submission while this client sends it or waits to retry it.
+    pub(super) fn sending(&self, name: &str) -> Option<Key> {
+        let table = self.table();
+        let sub = table.get(name)?.sub.as_ref()?;
+        match sub.state() {
+            State::Sending | State::Waiting => sub.pending().map(|r| r.key.clone()),
+            _ => None,
+        }
+    }
+
     /// Runs `f` on the live submission of flight `id` (its driver's handle on it).
     pub(super) fn with<T>(&self, name: &str, id: u64, f: impl FnOnce(&mut Submission) -> T) -> T {
         let mut table = self.table();
