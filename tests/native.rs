@@ -860,7 +860,29 @@ async fn a_client_needs_a_store_and_a_working_policy() {
         e.is_builder() && e.to_string().contains("retry.attempts"),
         "{e}"
     );
-    let c = Client::builder().store(MemoryStore::new()).build().unwrap();
+    // "No timeout" written as Duration::MAX panicked at the first attempt (its deadline
+    // overflowed): refused here, naming the bound.
+    for (timeout, lease) in [
+        (Duration::MAX, Duration::from_secs(30)),
+        (Duration::from_secs(30), Duration::MAX),
+        (Duration::from_secs(86_401), Duration::from_secs(30)),
+    ] {
+        let e = Client::builder()
+            .store(MemoryStore::new())
+            .timeout(timeout)
+            .lease(lease)
+            .build()
+            .unwrap_err();
+        assert!(
+            e.is_builder() && e.to_string().contains("at most 1 day"),
+            "{e}"
+        );
+    }
+    let c = Client::builder()
+        .store(MemoryStore::new())
+        .timeout(Duration::from_secs(86_400))
+        .build()
+        .unwrap();
     let e = c
         .submission("x")
         .post("ftp://example.com/")

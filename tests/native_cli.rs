@@ -127,7 +127,39 @@ fn send_resume_list_and_discard_with_exit_codes() {
     assert_eq!(out.status.code(), Some(0));
     assert!(text(&out.stderr).contains("nothing pending"));
 
-    // Failures are non-zero with a clear message.
+    // Failures are non-zero with a clear message. A duration too long to hold is one (it
+    // overflowed: a panic in a debug build), and so is a timeout over the client's bound.
+    let out = oncekey(&[
+        "send",
+        "--store",
+        store,
+        "--name",
+        "t6",
+        "--timeout",
+        "18446744073709551615m",
+        "POST",
+        &url,
+    ]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("too long a duration"),
+        "{}",
+        text(&out.stderr)
+    );
+    fails_with(
+        &[
+            "send",
+            "--store",
+            store,
+            "--name",
+            "t6",
+            "--timeout",
+            "2d",
+            "POST",
+            &url,
+        ],
+        "at most 1 day",
+    );
     fails_with(
         &[
             "send", "--store", store, "--name", "t4", "--json", "{oops", "POST", &url,

@@ -213,18 +213,21 @@ The answer's body goes to stdout; a one-line summary to stderr.";
         let n: u64 = n
             .parse()
             .map_err(|_| format!("{s:?} is not a duration like 500ms, 30s or 15m"))?;
-        Ok(match unit {
-            "ms" => Duration::from_millis(n),
-            "s" | "" => Duration::from_secs(n),
-            "m" => Duration::from_secs(n * 60),
-            "h" => Duration::from_secs(n * 3600),
-            "d" => Duration::from_secs(n * 86_400),
-            _ => {
-                return Err(format!(
-                    "{s:?} is not a duration like 500ms, 30s, 15m, 24h or 31d"
-                ))
-            }
-        })
+        let seconds = |per: u64| {
+            n.checked_mul(per)
+                .map(Duration::from_secs)
+                .ok_or_else(|| format!("{s:?} is too long a duration"))
+        };
+        match unit {
+            "ms" => Ok(Duration::from_millis(n)),
+            "s" | "" => seconds(1),
+            "m" => seconds(60),
+            "h" => seconds(3600),
+            "d" => seconds(86_400),
+            _ => Err(format!(
+                "{s:?} is not a duration like 500ms, 30s, 15m, 24h or 31d"
+            )),
+        }
     }
 
     fn read_body(arg: &str) -> Result<String, String> {

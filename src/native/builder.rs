@@ -18,6 +18,9 @@ use super::settlement::Settlement;
 use super::store::Store;
 use crate::core::{Encoding, Key, KeyFormat, Record, Request, RetryPolicy, DEFAULT_KEY_HEADER};
 
+/// The longest [`ClientBuilder::timeout`] and [`ClientBuilder::lease`]: 1 day.
+const MAX_TIMEOUT: Duration = Duration::from_secs(86_400);
+
 /// Builds a [`Client`].
 #[must_use]
 pub struct ClientBuilder {
@@ -106,14 +109,15 @@ impl ClientBuilder {
     /// How long one attempt may take, from its first byte sent to its answer's last byte read.
     /// No status by then is a timeout (retried with the same key); a status without its whole
     /// body decides the outcome, and the body is not kept ([`Settlement::body_error`]). 30 s by
-    /// default.
+    /// default; at most 1 day (`build` says so).
     pub fn timeout(mut self, timeout: Duration) -> ClientBuilder {
         self.timeout = timeout;
         self
     }
 
     /// How long a lease outlives the step it covers (an attempt or a wait). A process that dies
-    /// holds its submissions this long at most before another takes them over. 30 s by default.
+    /// holds its submissions this long at most before another takes them over. 30 s by default;
+    /// at most 1 day.
     pub fn lease(mut self, lease: Duration) -> ClientBuilder {
         self.lease = lease;
         self
@@ -201,6 +205,11 @@ impl ClientBuilder {
         if self.timeout.is_zero() || self.lease.is_zero() {
             return Err(Error::builder(
                 "the timeout and the lease must be more than 0",
+            ));
+        }
+        if self.timeout > MAX_TIMEOUT || self.lease > MAX_TIMEOUT {
+            return Err(Error::builder(
+                "the timeout and the lease must be at most 1 day (no attempt waits longer, and a dead process's submissions are taken over within it)",
             ));
         }
         let header = |name: &str| {
