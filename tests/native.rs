@@ -842,6 +842,32 @@ async fn a_corrupt_store_file_and_an_unreadable_record_are_clear_errors() {
     assert_eq!(client.quarantined().await.unwrap().len(), 2);
     assert!(client.pending().await.unwrap().is_empty());
     assert_eq!(server.tickets(&tenant).await, 2, "nothing sent for it");
+
+    // Bytes that are not UTF-8 (a blob): moved aside as they are, not a store error at every
+    // claim of the name (which left it neither resumable, nor discardable, nor moved aside).
+    let raw = rusqlite::Connection::open(&path).unwrap();
+    raw.execute(
+        "INSERT INTO oncekey_pending (name, record) VALUES ('bytes', ?1)",
+        [b"{\"v\":1,\xff\xfe}".to_vec()],
+    )
+    .unwrap();
+    drop(raw);
+    let resumed = client.resume_pending().await.unwrap();
+    let e = resumed[0].result.as_ref().unwrap_err();
+    assert!(e.is_unreadable_record(), "{e}");
+    let moved = client.quarantined().await.unwrap();
+    assert_eq!(moved.len(), 3);
+    assert_eq!(moved[2].name, "bytes");
+    assert!(client.pending().await.unwrap().is_empty());
+    let raw = rusqlite::Connection::open(&path).unwrap();
+    let kept: Vec<u8> = raw
+        .query_row(
+            "SELECT record FROM oncekey_quarantine WHERE name = 'bytes'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(kept, b"{\"v\":1,\xff\xfe}", "kept byte for byte");
 }
 
 #[tokio::test]

@@ -908,11 +908,20 @@ fn claim(
     lease: &Lease,
     now: Timestamp,
 ) -> rusqlite::Result<Done> {
+    // The record as text whatever the column holds (bytes that are not UTF-8 read with
+    // replacement characters): the client then finds it unreadable and moves it aside, as the
+    // store keeps it, rather than every claim of the name failing.
     let row: Option<(Option<String>, Option<String>, Option<i64>)> = conn
         .prepare_cached(
             "SELECT record, lease_owner, lease_until FROM oncekey_pending WHERE name = ?1",
         )?
-        .query_row([name], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+        .query_row([name], |r| {
+            let record = match r.get_ref(0)? {
+                rusqlite::types::ValueRef::Null => None,
+                value => Some(lossy(value)),
+            };
+            Ok((record, r.get(1)?, r.get(2)?))
+        })
         .optional()?;
     let record = match row {
         Some((record, Some(owner), Some(until))) => {
