@@ -954,3 +954,41 @@ fn a_stopped_submission_keeps_its_key_ignores_the_abandoned_answer_and_try_again
     d.drain(&mut s);
     assert_eq!((s.state(), d.sent.len()), (State::Unsure, sent));
 }
+
+#[test]
+fn a_redirect_not_followed_is_unsure_with_the_key_kept_never_refused() {
+    // A POST answered 303 (to the created ticket, say), which the native client does not
+    // follow: it may well have been carried out. It was `refused` ("not carried out"), the
+    // record forgotten, and the caller's next send drew a new key for the same ticket.
+    for status in [301, 302, 303, 307, 308] {
+        let mut d = Driver::default();
+        let mut s = Submission::new("new-ticket", RetryPolicy::default());
+        s.begin(T0, request(TICKET), bytes(1)).unwrap();
+        d.drain(&mut s);
+        let answer = Answer::from_response(status, [("location", "/api/tickets/7")], "", "k");
+        s.handle_answer(T0, d.last_sent().id, &answer, 0);
+        d.drain(&mut s);
+        assert_eq!(s.state(), State::Unsure, "{status}");
+        let settled = d.settled.last().unwrap();
+        assert_eq!(
+            (settled.outcome, settled.gave_up),
+            (Outcome::Unsure, Some(GiveUp::Redirected)),
+            "{status}"
+        );
+        assert_eq!(d.sent.len(), 1, "not retried on its own");
+        assert!(d.stored.is_some(), "the record is kept, with its key");
+        let key = d.last_sent().key.clone();
+        s.try_again(T0 + secs(1)).unwrap();
+        d.drain(&mut s);
+        assert_eq!(d.last_sent().key, key, "Try again: the same key");
+    }
+    // A server that says to retry is retried.
+    let mut d = Driver::default();
+    let mut s = Submission::new("new-ticket", RetryPolicy::default());
+    s.begin(T0, request(TICKET), bytes(1)).unwrap();
+    d.drain(&mut s);
+    let answer = Answer::from_response(307, [("x-should-retry", "true")], "", "k");
+    s.handle_answer(T0, d.last_sent().id, &answer, 0);
+    d.drain(&mut s);
+    assert_eq!(s.state(), State::Waiting);
+}

@@ -317,16 +317,26 @@ async fn a_303_after_a_post_is_the_answer_not_followed() {
         }
     })
     .await;
-    let settled = send(&client(|b| b), &format!("{}/tickets", peer.url)).await;
+    let c = client(|b| b);
+    let settled = send(&c, &format!("{}/tickets", peer.url)).await;
     assert_eq!(settled.status(), Some(303));
     assert_eq!(settled.headers()["location"], "/tickets/1");
     let seen = peer.seen();
     assert_eq!(seen.len(), 1, "no GET, no second POST: {seen:?}");
     assert_eq!(seen[0].method, "POST");
+    // It may have been carried out (POST, then 303 to what it made): unsure, not refused, the
+    // record kept with its key, which "Try again" sends again.
+    assert_eq!(settled.outcome(), Outcome::Unsure);
+    assert_eq!(c.pending().await.unwrap().len(), 1);
+    let again = c.try_again("limits").await.unwrap();
+    assert_eq!(again.outcome(), Outcome::Succeeded);
+    let seen = peer.seen();
+    assert_eq!((seen.len(), &seen[1].key), (2, &seen[0].key));
     for status in [301, 302] {
         let peer = Peer::start(move |_, _| redirect(status, "/elsewhere")).await;
         let settled = send(&client(|b| b), &format!("{}/tickets", peer.url)).await;
         assert_eq!(settled.status(), Some(status));
+        assert_eq!(settled.outcome(), Outcome::Unsure, "{status}");
         assert_eq!(peer.seen().len(), 1, "{status}");
     }
 }

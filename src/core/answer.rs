@@ -21,6 +21,7 @@
 
 use ::core::time::Duration;
 
+use super::retry::GiveUp;
 use super::time::{parse_http_date, Timestamp};
 
 /// The final outcome of a submission, as the caller sees it.
@@ -222,13 +223,17 @@ pub enum Verdict {
         /// The server's `Retry-After`, if it gave one.
         retry_after: Option<RetryAfter>,
     },
-    /// Not definite, but the server said not to retry: the submission is [`Outcome::Unsure`].
-    Stop,
+    /// Not definite, and not to be sent again on its own (why): the submission is
+    /// [`Outcome::Unsure`], its key kept for "Try again".
+    Stop(GiveUp),
 }
 
 /// The answer table of CONTRACT.md section 2.
 pub fn classify(answer: &Answer) -> Verdict {
     let status = answer.status;
+    let retry = Verdict::Retry {
+        retry_after: answer.retry_after,
+    };
     let by_status = match status {
         200..=299 => {
             return Verdict::Definite {
@@ -236,17 +241,24 @@ pub fn classify(answer: &Answer) -> Verdict {
                 replayed: answer.replayed,
             }
         }
+        // A redirect not followed (the native client follows none after a POST; fetch follows
+        // them itself). The table is silent on it. Not `refused`: a POST answered 303, to what
+        // it created, was carried out. Nor sent again on its own: nothing will change by then.
+        // Unsure, the key kept, unless the server says to retry.
+        300..=399 => {
+            return match answer.should_retry {
+                Some(true) => retry,
+                _ => Verdict::Stop(GiveUp::Redirected),
+            }
+        }
         409 | 408 | 425 | 429 | 500..=599 => None,
         422 => Some(Outcome::Conflict),
         400 if answer.names_key => Some(Outcome::Misconfigured),
         _ => Some(Outcome::Refused),
     };
-    let retry = Verdict::Retry {
-        retry_after: answer.retry_after,
-    };
     match (by_status, answer.should_retry) {
         (_, Some(true)) => retry,
-        (None, Some(false)) => Verdict::Stop,
+        (None, Some(false)) => Verdict::Stop(GiveUp::ServerSaidStop),
         (None, None) => retry,
         (Some(outcome), _) => Verdict::Definite {
             outcome,
@@ -285,12 +297,18 @@ mod tests {
             assert_eq!(classify(&Answer::status(s)), RETRY, "{s}");
         }
         assert_eq!(classify(&Answer::status(422)), definite(Outcome::Conflict));
-        for s in [
-            400, 401, 403, 404, 405, 410, 413, 415, 418, 451, 499, 301, 304, 100,
-        ] {
+        for s in [400, 401, 403, 404, 405, 410, 413, 415, 418, 451, 499, 100] {
             assert_eq!(
                 classify(&Answer::status(s)),
                 definite(Outcome::Refused),
+                "{s}"
+            );
+        }
+        // A redirect not followed may have been carried out (POST, then 303): unsure.
+        for s in [300, 301, 302, 303, 304, 307, 308, 399] {
+            assert_eq!(
+                classify(&Answer::status(s)),
+                Verdict::Stop(GiveUp::Redirected),
                 "{s}"
             );
         }
@@ -358,7 +376,11 @@ mod tests {
     fn hints_override_the_status() {
         for name in ["Stripe-Should-Retry", "x-should-retry"] {
             let stop = Answer::from_response(503, [(name, "false")], "", "Idempotency-Key");
-            assert_eq!(classify(&stop), Verdict::Stop, "{name}");
+            assert_eq!(
+                classify(&stop),
+                Verdict::Stop(GiveUp::ServerSaidStop),
+                "{name}"
+            );
             let go = Answer::from_response(400, [(name, "true")], "", "Idempotency-Key");
             assert_eq!(classify(&go), RETRY, "{name}");
             let refused = Answer::from_response(404, [(name, "false")], "", "Idempotency-Key");

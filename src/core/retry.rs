@@ -105,6 +105,9 @@ pub enum GiveUp {
     RetryAfterBeyondCap,
     /// The server said not to retry (`Stripe-Should-Retry: false`).
     ServerSaidStop,
+    /// The server answered with a redirect, which was not followed (the request may have been
+    /// carried out).
+    Redirected,
 }
 
 impl GiveUp {
@@ -115,6 +118,7 @@ impl GiveUp {
             GiveUp::BudgetSpent => "time budget spent",
             GiveUp::RetryAfterBeyondCap => "server asked to wait longer than the cap",
             GiveUp::ServerSaidStop => "server said not to retry",
+            GiveUp::Redirected => "server answered with a redirect, not followed",
         }
     }
 }

@@ -593,7 +593,7 @@ impl Submission {
         match classify(answer) {
             Verdict::Definite { outcome, replayed } => self.settle(outcome, replayed),
             Verdict::Retry { retry_after } => self.schedule(now, retry_after, jitter),
-            Verdict::Stop => self.give_up(GiveUp::ServerSaidStop),
+            Verdict::Stop(why) => self.give_up(why),
         }
     }
 
@@ -613,7 +613,7 @@ impl Submission {
         match classify_failure(failure) {
             Verdict::Retry { retry_after } => self.schedule(now, retry_after, jitter),
             Verdict::Definite { outcome, replayed } => self.settle(outcome, replayed),
-            Verdict::Stop => self.give_up(GiveUp::ServerSaidStop),
+            Verdict::Stop(why) => self.give_up(why),
         }
     }
 
