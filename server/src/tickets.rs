@@ -33,6 +33,12 @@ pub const MAX_FILE_NAME: usize = 255;
 pub const MAX_MEDIA_TYPE: usize = 127;
 /// The longest subject, in characters.
 pub const MAX_SUBJECT: usize = 200;
+/// The longest ticket text (`body`), in characters: what a JSON body may hold
+/// ([`MAX_BODY`]), whichever way it comes (a multipart field may be larger).
+pub const MAX_TEXT: usize = MAX_BODY;
+/// The most text fields (parts without a file) in a multipart body: a ticket has three, and
+/// each one more costs the sorted list of fields a shift of the ones after it.
+pub const MAX_FIELDS: usize = 64;
 /// The longest email address, in characters.
 pub const MAX_EMAIL: usize = 254;
 /// The longest tenant name, in bytes.
@@ -179,6 +185,7 @@ pub(crate) async fn read_multipart(
     let mut parts = multer::Multipart::new(Body::from(bytes.clone()).into_data_stream(), boundary);
     let mut fields = canonical::Fields::new();
     let mut files: Vec<(String, NewAttachment)> = Vec::new();
+    let mut texts = 0;
     loop {
         let part = match parts.next_field().await {
             Ok(Some(part)) => part,
@@ -201,6 +208,10 @@ pub(crate) async fn read_multipart(
             let Ok(text) = String::from_utf8(data.to_vec()) else {
                 return malformed(&name, "is not UTF-8 text".into());
             };
+            texts += 1;
+            if texts > MAX_FIELDS {
+                return malformed("body", format!("at most {MAX_FIELDS} fields are allowed"));
+            }
             fields.append(name, Value::String(text));
             continue;
         };
@@ -338,6 +349,15 @@ fn check(
             errors.push(param(
                 "subject",
                 format!("is {len} characters long; at most {MAX_SUBJECT} are allowed"),
+            ));
+        }
+    }
+    if let Some(body) = &body {
+        let len = body.chars().count();
+        if len > MAX_TEXT {
+            errors.push(param(
+                "body",
+                format!("is {len} characters long; at most {MAX_TEXT} are allowed"),
             ));
         }
     }
