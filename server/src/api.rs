@@ -93,6 +93,20 @@ impl App {
 
     pub(crate) fn count(&self, tenant: &str, f: impl FnOnce(&mut Counters)) {
         let mut all = self.counters.lock().unwrap_or_else(|e| e.into_inner());
+        count_in(&mut all, tenant, f);
+    }
+}
+
+/// The most tenants whose counts are kept (`GET /api/stats`). Any request names its tenant,
+/// so the counts would otherwise grow by one entry for every name a client makes up; beyond
+/// this many, a tenant not counted yet is not counted (its stats say 0).
+pub const MAX_COUNTED_TENANTS: usize = 10_000;
+
+fn count_in(all: &mut HashMap<String, Counters>, tenant: &str, f: impl FnOnce(&mut Counters)) {
+    if let Some(counters) = all.get_mut(tenant) {
+        return f(counters);
+    }
+    if all.len() < MAX_COUNTED_TENANTS {
         f(all.entry(tenant.to_owned()).or_default());
     }
 }
@@ -372,5 +386,27 @@ pub async fn stats(State(app): State<Arc<App>>, headers: HeaderMap) -> Response 
             tracing::error!("stats failed: {e}");
             unavailable("the store is unavailable; retry")
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_are_kept_for_at_most_max_counted_tenants() {
+        let mut all = HashMap::new();
+        for i in 0..MAX_COUNTED_TENANTS + 50 {
+            count_in(&mut all, &format!("made-up-{i}"), |c| c.missing_keys += 1);
+        }
+        assert_eq!(
+            all.len(),
+            MAX_COUNTED_TENANTS,
+            "no entry for a made-up name beyond"
+        );
+        assert!(!all.contains_key(&format!("made-up-{MAX_COUNTED_TENANTS}")));
+        // A tenant counted already goes on being counted.
+        count_in(&mut all, "made-up-0", |c| c.missing_keys += 1);
+        assert_eq!(all["made-up-0"].missing_keys, 2);
     }
 }
