@@ -546,6 +546,22 @@ async fn an_answer_body_over_the_limit_is_not_taken_in_and_the_status_decides() 
     assert_eq!(case.tickets().await, 2.0, "the two sent to the server");
 }
 
+/// Submits the ticket and waits up to 3 s, without awaiting the submit's promise (a driver
+/// stuck on the way would never settle it), for the submitter to have succeeded; its result.
+async fn succeeds_by_itself(s: &Submitter) -> JsValue {
+    let settled = s.submit(json(TICKET), None);
+    for _ in 0..300 {
+        if !matches!(state(s).as_str(), "sending" | "waiting") {
+            break;
+        }
+        JsFuture::from(sleep(10)).await.unwrap();
+    }
+    assert_eq!(state(s), "succeeded");
+    let r = settle(settled).await.expect("submit resolves");
+    assert_eq!(text(&r, "outcome"), "succeeded");
+    r
+}
+
 #[test]
 async fn a_fetch_that_gives_back_no_promise_is_a_failed_attempt_retried_with_the_same_key() {
     // A page's wrapper of fetch that gives back something else than a promise: the attempt
@@ -556,16 +572,7 @@ async fn a_fetch_that_gives_back_no_promise_is_a_failed_attempt_retried_with_the
         let case = Case::new("fetch-no-promise");
         let s = case.submitter("");
         fetch_gives_back_once(what);
-        let settled = s.submit(json(TICKET), None);
-        for _ in 0..300 {
-            if !matches!(state(&s).as_str(), "sending" | "waiting") {
-                break;
-            }
-            JsFuture::from(sleep(10)).await.unwrap();
-        }
-        assert_eq!(state(&s), "succeeded");
-        let r = settle(settled).await.expect("submit resolves");
-        assert_eq!(text(&r, "outcome"), "succeeded");
+        let r = succeeds_by_itself(&s).await;
         assert_eq!(
             number(&r, "attempts"),
             2.0,
@@ -587,15 +594,7 @@ async fn attempt_headers_that_throw_an_error_without_a_name_are_said_and_the_att
     let case = Case::new("headers-throw");
     let options = with_attempt_headers_throwing(case.options(""));
     let s = Submitter::new(case.name.as_str().into(), options).expect("valid options");
-    let settled = s.submit(json(TICKET), None);
-    for _ in 0..300 {
-        if !matches!(state(&s).as_str(), "sending" | "waiting") {
-            break;
-        }
-        JsFuture::from(sleep(10)).await.unwrap();
-    }
-    assert_eq!(state(&s), "succeeded");
-    let r = settle(settled).await.expect("submit resolves");
+    let r = succeeds_by_itself(&s).await;
     assert_eq!(case.keys(), vec![text(&r, "key")]);
     assert_eq!(case.tickets().await, 1.0);
 }

@@ -299,26 +299,26 @@ async fn an_upload_is_stored_in_indexeddb_before_it_is_sent_and_another_file_is_
     assert_one_ticket_with(&case, &bytes, "a.png").await;
 }
 
-#[test]
-async fn a_pending_upload_found_in_indexeddb_by_a_new_submitter_is_finished_with_the_same_key() {
-    let case = Case::new("upload-reopen");
+/// An upload of `bytes` left unsure (its one attempt failed before the server did anything)
+/// and, as after closing the tab, in IndexedDB only: nothing of it in sessionStorage. Its key.
+async fn left_unsure_in_indexeddb(case: &Case, bytes: &js_sys::Uint8Array, file: &str) -> String {
     case.plan(&["fail-before"]);
-    let bytes = file_bytes(120_000, 4);
-    let key = {
-        let s = case.submitter(r#""retry":{"attempts":1}"#);
-        let first = JsFuture::from(s.submit(
-            ticket_form(&bytes, "receipt.jpg", "image/jpeg").into(),
-            None,
-        ))
+    let s = case.submitter(r#""retry":{"attempts":1}"#);
+    let first = JsFuture::from(s.submit(ticket_form(bytes, file, "image/jpeg").into(), None))
         .await
         .expect("submit resolves");
-        assert_eq!(text(&first, "outcome"), "unsure");
-        text(&first, "key")
-    };
-    // As after closing the tab: nothing in sessionStorage, the upload in IndexedDB.
+    assert_eq!(text(&first, "outcome"), "unsure");
     session()
         .remove_item(&format!("oncekey:{}", case.name))
         .unwrap();
+    text(&first, "key")
+}
+
+#[test]
+async fn a_pending_upload_found_in_indexeddb_by_a_new_submitter_is_finished_with_the_same_key() {
+    let case = Case::new("upload-reopen");
+    let bytes = file_bytes(120_000, 4);
+    let key = left_unsure_in_indexeddb(&case, &bytes, "receipt.jpg").await;
     assert!(!case.stored().await.is_null());
     let s = case.submitter(r#""resume":true"#);
     for _ in 0..300 {
@@ -459,21 +459,8 @@ async fn a_kit_detached_before_indexeddb_answers_leaves_the_form_to_the_next_kit
     // IndexedDB and, detached by then, took up the upload it found there anyway: the form stayed
     // locked, marked unsure, by a kit nobody could reach.
     let case = Case::new("upload-kit-detached");
-    case.plan(&["fail-before"]);
     let bytes = file_bytes(20_000, 9);
-    let key = {
-        let s = case.submitter(r#""retry":{"attempts":1}"#);
-        let first =
-            JsFuture::from(s.submit(ticket_form(&bytes, "photo.jpg", "image/jpeg").into(), None))
-                .await
-                .expect("submit resolves");
-        assert_eq!(text(&first, "outcome"), "unsure");
-        text(&first, "key")
-    };
-    // As after closing the tab: the upload in IndexedDB only.
-    session()
-        .remove_item(&format!("oncekey:{}", case.name))
-        .unwrap();
+    let key = left_unsure_in_indexeddb(&case, &bytes, "photo.jpg").await;
     let form = form_with_file(&case.name, &case.tenant, &bytes);
     let options = || {
         let mut submitter = oncekey::Options::new(&format!("{}/api/tickets", server()));
