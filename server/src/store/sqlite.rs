@@ -668,7 +668,16 @@ fn run_batch(conn: &mut Db, batch: Vec<Job>, kind: Kind) {
             finishes.push(job(None).finish);
             continue;
         }
-        let ran = job(Some(&mut *conn));
+        // A job that panics (a bug) fails its own request, rolled back, and the writer goes
+        // on: unwound here, every later request would find the store closed until a restart.
+        let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job(Some(&mut *conn))));
+        let Ok(ran) = ran else {
+            tracing::error!("a store job panicked; its request fails, the others go on");
+            if let Err(e) = exec(conn, "ROLLBACK TO job").and_then(|()| exec(conn, "RELEASE job")) {
+                tracing::error!("cannot end a savepoint: {e}");
+            }
+            continue;
+        };
         let end = if ran.keep {
             exec(conn, "RELEASE job")
         } else {
@@ -1117,6 +1126,25 @@ mod tests {
         stop(a, ta);
         stop(b, tb);
         assert_eq!(rows(&path, "receipts"), 2, "one receipt per key");
+    }
+
+    #[tokio::test]
+    async fn a_job_that_panics_fails_alone_and_the_writer_goes_on() {
+        let (_dir, path) = file();
+        let (w, thread) = Writer::open_merging_at(&path, 1_000).unwrap();
+        assert!(is_new(&send(&w, "before", 1).await));
+        let c = request("half-done", 2);
+        let work: Work<KeyClaim> = Box::new(move |tx| {
+            tx.claim(&c)?;
+            panic!("a bug in a request's work");
+        });
+        let panicked = w.run(Kind::Durable, work).await;
+        assert!(panicked.is_err(), "{panicked:?}");
+        // Served on: the receipt written before the panic was rolled back with its job.
+        assert!(replays(&send(&w, "before", 3).await, "before"));
+        assert!(is_new(&send(&w, "half-done", 4).await));
+        stop(w, thread);
+        assert_eq!(rows(&path, "receipts"), 2);
     }
 
     /// The last rowid merged.
