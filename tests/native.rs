@@ -343,6 +343,36 @@ async fn an_unsure_submission_is_set_aside_from_polls_in_memory_and_on_sqlite() 
     }
 }
 
+#[test]
+fn a_claim_by_name_ends_a_set_aside_time() {
+    // A submission set aside for a day (unsure), then claimed by name ("Try again") by a process
+    // that dies: once its lease has run out, the next poll takes it up, not a day later.
+    use oncekey::{Claim, Lease, Timestamp};
+    let dir = tempfile::tempdir().unwrap();
+    let stores: [Arc<dyn Store>; 2] = [
+        Arc::new(MemoryStore::new()),
+        Arc::new(SqliteStore::open(dir.path().join("pending.db")).unwrap()),
+    ];
+    let t0 = Timestamp::from_millis(1_000_000_000);
+    let at = |s: u64| t0 + Duration::from_secs(s);
+    let lease = |owner: &str, until| Lease {
+        owner: owner.to_owned(),
+        until,
+    };
+    for store in stores {
+        let claimed = store.claim("n", &lease("a", at(10)), t0).unwrap();
+        assert_eq!(claimed, Claim::Taken(None));
+        assert!(store.save("n", "{}", &lease("a", at(10))).unwrap());
+        store.defer("n", "a", at(86_400)).unwrap();
+        let polled = store.claim_due(&lease("w", at(20)), at(1), 10).unwrap();
+        assert!(polled.is_empty(), "{store:?}: set aside");
+        let claimed = store.claim("n", &lease("b", at(5)), at(1)).unwrap();
+        assert_eq!(claimed, Claim::Taken(Some("{}".into())));
+        let polled = store.claim_due(&lease("w", at(20)), at(6), 10).unwrap();
+        assert_eq!(polled.len(), 1, "{store:?}: b's lease ran out");
+    }
+}
+
 #[tokio::test]
 async fn discard_is_refused_while_this_client_is_sending_it() {
     // discard() claimed the lease (its own client's) and removed the record while the attempt
@@ -843,31 +873,60 @@ async fn a_corrupt_store_file_and_an_unreadable_record_are_clear_errors() {
     assert!(client.pending().await.unwrap().is_empty());
     assert_eq!(server.tickets(&tenant).await, 2, "nothing sent for it");
 
-    // Bytes that are not UTF-8 (a blob): moved aside as they are, not a store error at every
-    // claim of the name (which left it neither resumable, nor discardable, nor moved aside).
+    // Bytes that are not UTF-8 (a blob), in the record's structure or inside a string of its
+    // body: moved aside as they are, not a store error at every claim of the name (which left
+    // it neither resumable, nor discardable, nor moved aside), and never read with replacement
+    // characters (a changed body would have been sent under its key).
+    let in_string = Client::builder()
+        .store(MemoryStore::new())
+        .build()
+        .unwrap()
+        .submission("in-string")
+        .post(&server.tickets_url())
+        .header("X-Tenant", &tenant)
+        .json(&ticket("MARKER"))
+        .unwrap()
+        .record()
+        .unwrap()
+        .to_json()
+        .replace("MARKER", "\u{1}")
+        .into_bytes()
+        .into_iter()
+        .map(|b| if b == 1 { 0xff } else { b })
+        .collect::<Vec<u8>>();
+    let blobs = [
+        ("bytes", b"{\"v\":1,\xff\xfe}".to_vec()),
+        ("in-string", in_string),
+    ];
     let raw = rusqlite::Connection::open(&path).unwrap();
-    raw.execute(
-        "INSERT INTO oncekey_pending (name, record) VALUES ('bytes', ?1)",
-        [b"{\"v\":1,\xff\xfe}".to_vec()],
-    )
-    .unwrap();
-    drop(raw);
-    let resumed = client.resume_pending().await.unwrap();
-    let e = resumed[0].result.as_ref().unwrap_err();
-    assert!(e.is_unreadable_record(), "{e}");
-    let moved = client.quarantined().await.unwrap();
-    assert_eq!(moved.len(), 3);
-    assert_eq!(moved[2].name, "bytes");
-    assert!(client.pending().await.unwrap().is_empty());
-    let raw = rusqlite::Connection::open(&path).unwrap();
-    let kept: Vec<u8> = raw
-        .query_row(
-            "SELECT record FROM oncekey_quarantine WHERE name = 'bytes'",
-            [],
-            |r| r.get(0),
+    for (name, blob) in &blobs {
+        raw.execute(
+            "INSERT INTO oncekey_pending (name, record) VALUES (?1, ?2)",
+            rusqlite::params![name, blob],
         )
         .unwrap();
-    assert_eq!(kept, b"{\"v\":1,\xff\xfe}", "kept byte for byte");
+    }
+    drop(raw);
+    let resumed = client.resume_pending().await.unwrap();
+    assert_eq!(resumed.len(), 2);
+    for r in &resumed {
+        let e = r.result.as_ref().unwrap_err();
+        assert!(e.is_unreadable_record(), "{}: {e}", r.name);
+    }
+    assert_eq!(client.quarantined().await.unwrap().len(), 4);
+    assert!(client.pending().await.unwrap().is_empty());
+    assert_eq!(server.tickets(&tenant).await, 2, "nothing sent for them");
+    let raw = rusqlite::Connection::open(&path).unwrap();
+    for (name, blob) in &blobs {
+        let kept: Vec<u8> = raw
+            .query_row(
+                "SELECT record FROM oncekey_quarantine WHERE name = ?1",
+                [name],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(&kept, blob, "{name} kept byte for byte");
+    }
 }
 
 #[tokio::test]

@@ -61,9 +61,12 @@ const MIGRATIONS: &[&str] = &[
         reason         TEXT NOT NULL,
         quarantined_at INTEGER NOT NULL
     );",
-    // When a submission set aside ([`Store::defer`]) is due for `claim_due` again.
-    "ALTER TABLE oncekey_pending ADD COLUMN due INTEGER;",
 ];
+
+/// When a submission set aside ([`Store::defer`]) is due for `claim_due` again: a column added
+/// where it is missing, not a schema version of its own, so that a build from before it still
+/// opens the file (its statements name their columns; it only ignores the set-aside time).
+const DUE_COLUMN: &str = "ALTER TABLE oncekey_pending ADD COLUMN due INTEGER;";
 
 /// A [`Store`] in a SQLite file. See the module docs.
 #[derive(Debug)]
@@ -240,6 +243,17 @@ fn prepare(path: &Path, conn: &mut Connection) -> Result<()> {
     for (i, step) in MIGRATIONS.iter().enumerate().skip(version) {
         tx.execute_batch(step).map_err(|e| err("migrated", e))?;
         tx.pragma_update(None, "user_version", (i + 1) as i64)
+            .map_err(|e| err("migrated", e))?;
+    }
+    let has_due: i64 = tx
+        .query_row(
+            "SELECT count(*) FROM pragma_table_info('oncekey_pending') WHERE name = 'due'",
+            [],
+            |r| r.get(0),
+        )
+        .map_err(|e| err("read", e))?;
+    if has_due == 0 {
+        tx.execute_batch(DUE_COLUMN)
             .map_err(|e| err("migrated", e))?;
     }
     tx.commit().map_err(|e| err("migrated", e))
@@ -900,6 +914,20 @@ fn lossy(value: rusqlite::types::ValueRef<'_>) -> String {
     }
 }
 
+/// A stored record's text: its bytes when they are UTF-8 (text or blob); otherwise nothing
+/// (an empty text, which no record is). Not read with replacement characters: bytes changed
+/// inside a string of the body would still parse, and be sent under its key.
+fn stored_text(value: rusqlite::types::ValueRef<'_>) -> String {
+    match value {
+        rusqlite::types::ValueRef::Text(t) | rusqlite::types::ValueRef::Blob(t) => {
+            std::str::from_utf8(t)
+                .map(str::to_owned)
+                .unwrap_or_default()
+        }
+        other => lossy(other),
+    }
+}
+
 /// A claim, with a lease held by `dead` counted as run out.
 fn claim(
     conn: &Connection,
@@ -908,9 +936,9 @@ fn claim(
     lease: &Lease,
     now: Timestamp,
 ) -> rusqlite::Result<Done> {
-    // The record as text whatever the column holds (bytes that are not UTF-8 read with
-    // replacement characters): the client then finds it unreadable and moves it aside, as the
-    // store keeps it, rather than every claim of the name failing.
+    // The record as text whatever the column holds ([`stored_text`]): the client then finds
+    // one that is not UTF-8 unreadable and moves it aside, as the store keeps it, rather than
+    // every claim of the name failing.
     let row: Option<(Option<String>, Option<String>, Option<i64>)> = conn
         .prepare_cached(
             "SELECT record, lease_owner, lease_until FROM oncekey_pending WHERE name = ?1",
@@ -918,7 +946,7 @@ fn claim(
         .query_row([name], |r| {
             let record = match r.get_ref(0)? {
                 rusqlite::types::ValueRef::Null => None,
-                value => Some(lossy(value)),
+                value => Some(stored_text(value)),
             };
             Ok((record, r.get(1)?, r.get(2)?))
         })
@@ -936,7 +964,7 @@ fn claim(
     };
     conn.prepare_cached(
         "INSERT INTO oncekey_pending (name, record, lease_owner, lease_until) VALUES (?1, NULL, ?2, ?3)
-         ON CONFLICT (name) DO UPDATE SET lease_owner = excluded.lease_owner, lease_until = excluded.lease_until",
+         ON CONFLICT (name) DO UPDATE SET lease_owner = excluded.lease_owner, lease_until = excluded.lease_until, due = NULL",
     )?
     .execute(params![name, lease.owner, millis(lease.until)])?;
     Ok(Done::Claim(Claim::Taken(record)))
@@ -969,6 +997,43 @@ fn millis(t: Timestamp) -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_file_without_the_set_aside_column_gets_it_and_keeps_its_version_and_records() {
+        // As the build before it wrote the file (schema version 2, no `due`): opened, the
+        // column is added, the version stays (so that build still opens it), records stay.
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.db");
+        let store = SqliteStore::open(&path).unwrap();
+        let lease = Lease {
+            owner: "o".into(),
+            until: Timestamp::from_millis(1),
+        };
+        store.claim("n", &lease, Timestamp::from_millis(0)).unwrap();
+        assert!(store.save("n", "{}", &lease).unwrap());
+        drop(store);
+        let conn = Connection::open(&path).unwrap();
+        conn.execute_batch("ALTER TABLE oncekey_pending DROP COLUMN due")
+            .unwrap();
+        drop(conn);
+        let store = SqliteStore::open(&path).unwrap();
+        let due = store
+            .claim_due(&lease, Timestamp::from_millis(2), 10)
+            .unwrap();
+        assert_eq!(due.len(), 1);
+        assert_eq!((due[0].name.as_str(), due[0].record.as_str()), ("n", "{}"));
+        drop(store);
+        let conn = Connection::open(&path).unwrap();
+        let (version, columns): (i64, i64) = conn
+            .query_row(
+                "SELECT (SELECT user_version FROM pragma_user_version),
+                        (SELECT count(*) FROM pragma_table_info('oncekey_pending') WHERE name = 'due')",
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .unwrap();
+        assert_eq!((version, columns), (2, 1));
+    }
 
     #[test]
     fn sqlite_store_has_the_semantics_across_connections() {

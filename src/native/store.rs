@@ -386,6 +386,7 @@ impl MemoryStore {
             }
         }
         row.lease = Some(lease.clone());
+        row.due = None;
         Claim::Taken(row.record.clone())
     }
 }
