@@ -957,10 +957,11 @@ fn a_stopped_submission_keeps_its_key_ignores_the_abandoned_answer_and_try_again
 
 #[test]
 fn a_redirect_not_followed_is_unsure_with_the_key_kept_never_refused() {
-    // A POST answered 303 (to the created ticket, say), which the native client does not
-    // follow: it may well have been carried out. It was `refused` ("not carried out"), the
-    // record forgotten, and the caller's next send drew a new key for the same ticket.
-    for status in [301, 302, 303, 307, 308] {
+    // A POST answered with a redirect the native client does not follow: it may well have
+    // been carried out (a framework's POST-redirect-GET answers 302). It was `refused` ("not
+    // carried out"), the record forgotten, and the caller's next send drew a new key for the
+    // same ticket. (A 303 is the answer itself: succeeded.)
+    for status in [301, 302, 307, 308] {
         let mut d = Driver::default();
         let mut s = Submission::new("new-ticket", RetryPolicy::default());
         s.begin(T0, request(TICKET), bytes(1)).unwrap();
@@ -982,6 +983,15 @@ fn a_redirect_not_followed_is_unsure_with_the_key_kept_never_refused() {
         d.drain(&mut s);
         assert_eq!(d.last_sent().key, key, "Try again: the same key");
     }
+    let mut d = Driver::default();
+    let mut s = Submission::new("new-ticket", RetryPolicy::default());
+    s.begin(T0, request(TICKET), bytes(1)).unwrap();
+    d.drain(&mut s);
+    let answer = Answer::from_response(303, [("location", "/api/tickets/7")], "", "k");
+    s.handle_answer(T0, d.last_sent().id, &answer, 0);
+    d.drain(&mut s);
+    assert_eq!(s.state(), State::Succeeded, "303: see the answer there");
+    assert!(d.stored.is_none(), "settled: the record removed");
     // A server that says to retry is retried.
     let mut d = Driver::default();
     let mut s = Submission::new("new-ticket", RetryPolicy::default());

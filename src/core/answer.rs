@@ -13,7 +13,15 @@
 //! | network error, timeout, lost connection | retry: unknown |
 //! | 422 | [`Outcome::Conflict`]: the server holds this key for another body; never retried |
 //! | 400 naming the idempotency key | [`Outcome::Misconfigured`]: nothing was done; a setup error |
-//! | other 4xx (and 1xx, 3xx that reach us) | [`Outcome::Refused`]: the request was not carried out |
+//! | other 4xx (and a 1xx that reaches us) | [`Outcome::Refused`]: the request was not carried out |
+//!
+//! The contract's table is silent on redirects that reach the classifier (the native client
+//! follows no `303`, `301` or `302` after a `POST`, nor any to another origin; `fetch` follows
+//! them itself). A `303` is the server's answer to the request, given elsewhere (RFC 9110,
+//! 15.4.4: a `POST` answered "see other" was carried out): [`Outcome::Succeeded`]. Any other
+//! 3xx is no answer about the request, which may or may not have been carried out:
+//! [`Outcome::Unsure`] ([`GiveUp::Redirected`]), its key kept, never `refused` (which would let
+//! the corrected resend go under a new key).
 //!
 //! A server hint overrides the status on anything but a 2xx: `Stripe-Should-Retry` or
 //! `x-should-retry: false` stops retries (a retryable status then ends [`Outcome::Unsure`]), `true`
@@ -35,8 +43,9 @@ pub enum Outcome {
     Conflict,
     /// A 400 that names the idempotency key: definite (nothing was done), a setup error.
     Misconfigured,
-    /// Retries stopped (attempts, budget, or the server said stop) before a definite answer.
-    /// The submission stays stored, with its key, for "Try again" or a deliberate discard.
+    /// Retries stopped (attempts, budget, or the server said stop), or a redirect that was not
+    /// followed, before a definite answer. The submission stays stored, with its key, for "Try
+    /// again" or a deliberate discard.
     Unsure,
     /// The key is past its lifetime (less the safety margin, see [`retry`](super::retry)) with no
     /// definite answer: it may or may not have been done, and nothing more is sent with it. The
@@ -235,16 +244,16 @@ pub fn classify(answer: &Answer) -> Verdict {
         retry_after: answer.retry_after,
     };
     let by_status = match status {
-        200..=299 => {
+        // 303: the answer to the request, to be seen elsewhere (see the module docs).
+        200..=299 | 303 => {
             return Verdict::Definite {
                 outcome: Outcome::Succeeded,
                 replayed: answer.replayed,
             }
         }
-        // A redirect not followed (the native client follows none after a POST; fetch follows
-        // them itself). The table is silent on it. Not `refused`: a POST answered 303, to what
-        // it created, was carried out. Nor sent again on its own: nothing will change by then.
-        // Unsure, the key kept, unless the server says to retry.
+        // Another redirect, not followed: no answer about the request (see the module docs).
+        // Not sent again on its own, nothing will have changed; unsure, unless the server
+        // says to retry.
         300..=399 => {
             return match answer.should_retry {
                 Some(true) => retry,
@@ -304,8 +313,10 @@ mod tests {
                 "{s}"
             );
         }
-        // A redirect not followed may have been carried out (POST, then 303): unsure.
-        for s in [300, 301, 302, 303, 304, 307, 308, 399] {
+        // A 303 is the answer, seen elsewhere; another redirect not followed says nothing of
+        // the request: unsure.
+        assert_eq!(classify(&Answer::status(303)), definite(Outcome::Succeeded));
+        for s in [300, 301, 302, 304, 307, 308, 399] {
             assert_eq!(
                 classify(&Answer::status(s)),
                 Verdict::Stop(GiveUp::Redirected),

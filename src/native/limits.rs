@@ -16,9 +16,10 @@
 //!   [`ClientBuilder::http_client`] keeps its policy): `307` and `308`, which keep the method and
 //!   the body, are followed within the same origin, 5 at most, never in a loop. A `303` (or
 //!   `301`, `302`) after a `POST` would be followed as a `GET` of another resource, or sent again:
-//!   it is not followed, and is the answer. The request may have been carried out (POST, then
-//!   `303` to what it made), so the submission is `unsure`, its record and key kept for "Try
-//!   again", never `refused`. A redirect to another origin is not followed, so the
+//!   it is not followed, and is the answer: a `303` is the server's answer to the request,
+//!   `succeeded`; a `301` or `302` says nothing of it (it may have been carried out), so the
+//!   submission is `unsure`, its record and key kept for "Try again", never `refused`. A
+//!   redirect to another origin is not followed, so the
 //!   key (and the body) never go there, unless
 //!   [`ClientBuilder::follow_redirects_across_origins`] says so.
 //!
