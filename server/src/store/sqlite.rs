@@ -494,7 +494,18 @@ where
     W: FnOnce(Result<T, StoreError>) -> R + Send + 'static,
 {
     Box::new(move |conn: Option<&mut Db>| -> Ran {
-        match conn.map(|conn| f(conn)) {
+        // A work that panics (a bug) answers its caller that nothing committed, as a failed
+        // one does: its reply, dropped in the unwinding, would read as the store closed, which
+        // the receipt sweeper takes for the server's shutdown and stops for good.
+        let ran = conn.map(|conn| {
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(conn))).unwrap_or_else(
+                |_| {
+                    tracing::error!("a store job panicked; it is rolled back");
+                    Err(StoreError::NotCommitted)
+                },
+            )
+        });
+        match ran {
             Some(Ok(value)) => Ran::end(
                 true,
                 Box::new(move |committed| {
@@ -1139,7 +1150,10 @@ mod tests {
             panic!("a bug in a request's work");
         });
         let panicked = w.run(Kind::Durable, work).await;
-        assert!(panicked.is_err(), "{panicked:?}");
+        assert!(
+            matches!(panicked, Err(StoreError::NotCommitted)),
+            "answered as not committed, not as the store closed: {panicked:?}"
+        );
         // Served on: the receipt written before the panic was rolled back with its job.
         assert!(replays(&send(&w, "before", 3).await, "before"));
         assert!(is_new(&send(&w, "half-done", 4).await));
