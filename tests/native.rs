@@ -308,8 +308,8 @@ async fn an_unsure_submission_is_set_aside_from_polls_in_memory_and_on_sqlite() 
                 attempts: 2,
                 ..fast()
             })
-            .timeout(Duration::from_millis(300))
-            .lease(Duration::from_millis(300))
+            .timeout(Duration::from_millis(500))
+            .lease(Duration::from_millis(500))
             .build()
             .unwrap();
         let first = client
@@ -331,9 +331,9 @@ async fn an_unsure_submission_is_set_aside_from_polls_in_memory_and_on_sqlite() 
         assert_eq!(again.key(), first.key());
         assert_eq!(again.attempts(), 4);
         assert!(client.resume_due(10).await.unwrap().is_empty(), "{store:?}");
-        // Once set aside long enough (timeout + lease = 600 ms), a poll takes it up: its round
-        // is spent, so it is reported unsure without being sent.
-        tokio::time::sleep(Duration::from_millis(700)).await;
+        // Once set aside long enough (timeout + lease = 1 s), a poll takes it up: its round is
+        // spent, so it is reported unsure without being sent.
+        tokio::time::sleep(Duration::from_millis(1200)).await;
         let later = client.resume_due(10).await.unwrap();
         assert_eq!(later.len(), 1, "{store:?}");
         let later = later[0].result.as_ref().unwrap();
@@ -381,7 +381,7 @@ async fn discard_is_refused_while_this_client_is_sending_it() {
     let server = Server::start();
     let tenant = tenant("discard-sending");
     let plan = Plan::new();
-    plan.fault("t", 1, "delay=400");
+    plan.fault("t", 1, "delay=1000");
     let client = Client::builder()
         .store(MemoryStore::new())
         .retry(fast())
@@ -389,7 +389,7 @@ async fn discard_is_refused_while_this_client_is_sending_it() {
         .build()
         .unwrap();
     let (settled, refused) = tokio::join!(send(&client, &server, &tenant, "t"), async {
-        tokio::time::sleep(Duration::from_millis(150)).await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
         client.discard("t").await
     });
     let e = refused.expect_err("refused while it is being sent");
