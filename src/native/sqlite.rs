@@ -998,19 +998,26 @@ fn millis(t: Timestamp) -> i64 {
 mod tests {
     use super::*;
 
-    #[test]
-    fn a_file_without_the_set_aside_column_gets_it_and_keeps_its_version_and_records() {
-        // As the build before it wrote the file (schema version 2, no `due`): opened, the
-        // column is added, the version stays (so that build still opens it), records stay.
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("s.db");
-        let store = SqliteStore::open(&path).unwrap();
+    /// A new store at `path` holding one record, `{}` under "n", and the lease it was saved
+    /// with (run out at 1 ms).
+    fn one_record(path: &Path) -> (SqliteStore, Lease) {
+        let store = SqliteStore::open(path).unwrap();
         let lease = Lease {
             owner: "o".into(),
             until: Timestamp::from_millis(1),
         };
         store.claim("n", &lease, Timestamp::from_millis(0)).unwrap();
         assert!(store.save("n", "{}", &lease).unwrap());
+        (store, lease)
+    }
+
+    #[test]
+    fn a_file_without_the_set_aside_column_gets_it_and_keeps_its_version_and_records() {
+        // As the build before it wrote the file (schema version 2, no `due`): opened, the
+        // column is added, the version stays (so that build still opens it), records stay.
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.db");
+        let (store, lease) = one_record(&path);
         drop(store);
         let conn = Connection::open(&path).unwrap();
         conn.execute_batch("ALTER TABLE oncekey_pending DROP COLUMN due")
@@ -1076,13 +1083,7 @@ mod tests {
         use std::os::unix::fs::PermissionsExt;
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("s.db");
-        let store = SqliteStore::open(&path).unwrap();
-        let lease = Lease {
-            owner: "o".into(),
-            until: Timestamp::from_millis(1),
-        };
-        store.claim("n", &lease, Timestamp::from_millis(0)).unwrap();
-        assert!(store.save("n", "{}", &lease).unwrap());
+        let (store, _) = one_record(&path);
         for file in ["s.db", "s.db-wal", "s.db-shm"] {
             let mode = std::fs::metadata(dir.path().join(file))
                 .unwrap()
