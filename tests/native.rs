@@ -403,6 +403,42 @@ async fn discard_is_refused_while_this_client_is_sending_it() {
 }
 
 #[tokio::test]
+async fn a_send_started_while_this_client_discards_waits_for_the_discard() {
+    // The discard holds the name: a send of it started meanwhile (the same caller, at once)
+    // waits, then finds nothing stored and goes under a new key. Checked first and claimed
+    // after, the send slipped in between: it took the unsure record up under its old key, and
+    // the discard's removal then took the record from under it.
+    let server = Server::start();
+    let tenant = tenant("discard-then-send");
+    let dir = tempfile::tempdir().unwrap();
+    let plan = Plan::new();
+    plan.fault("t", 1, "fail-before");
+    let client = Client::builder()
+        .store(SqliteStore::open(dir.path().join("pending.db")).unwrap())
+        .retry(RetryPolicy {
+            attempts: 1,
+            ..fast()
+        })
+        .header_provider(plan.provider())
+        .build()
+        .unwrap();
+    let unsure = send(&client, &server, &tenant, "t").await.unwrap();
+    assert_eq!(unsure.outcome(), Outcome::Unsure);
+    plan.clear();
+    let (discarded, sent) = tokio::join!(client.discard("t"), send(&client, &server, &tenant, "t"));
+    assert!(discarded.unwrap(), "the unsure record was there to discard");
+    let sent = sent.unwrap();
+    assert_eq!(sent.outcome(), Outcome::Succeeded, "{sent}");
+    assert_ne!(
+        sent.key(),
+        unsure.key(),
+        "sent as a new submission, after the discard"
+    );
+    assert_eq!(server.tickets(&tenant).await, 1);
+    assert!(client.pending().await.unwrap().is_empty());
+}
+
+#[tokio::test]
 async fn the_same_message_twice_three_times_and_concurrently_makes_one_ticket() {
     let server = Server::start();
     let tenant = tenant("dup");

@@ -26,7 +26,7 @@ use super::flight::{Flights, Job};
 use super::owner::{holder, Holder};
 use super::settlement::{Pending, Resumed, Settlement};
 use super::store::{Claim, Lease, Quarantined, Store, StoreAnswer, StoreCall};
-use crate::core::{Key, KeyFormat, Record, Request, RetryPolicy, StateError, Timestamp};
+use crate::core::{Key, KeyFormat, Record, Request, RetryPolicy, Timestamp};
 
 /// The wall clock, as the core wants it.
 pub(super) fn now() -> Timestamp {
@@ -250,12 +250,12 @@ impl Client {
 
     /// Deliberately drops the stored submission `name` (the next send under it gets a new
     /// key). Refused while this client is sending it or waiting to retry it (its attempt may
-    /// still be carried out: wait for its settlement), and while another client holds its
-    /// lease. Answers whether one was stored.
+    /// still be carried out: wait for its settlement) or starting or settling it, and while
+    /// another client holds its lease; a send of the name started meanwhile waits for the
+    /// discard. Answers whether one was stored.
     pub async fn discard(&self, name: &str) -> Result<bool> {
-        if let Some(key) = self.inner.flights.sending(name) {
-            return Err(Error::request(StateError::StillSending(key).message()).with_name(name));
-        }
+        // Held for the whole call (see `Flights::hold`).
+        let _hold = self.inner.flights.hold(name)?;
         let record = self.claim(name).await?;
         let n = name.to_owned();
         let owner = self.inner.owner.clone();

@@ -75,14 +75,50 @@ impl Flights {
         self.table.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// The key of `name`'s submission while this client sends it or waits to retry it.
-    pub(super) fn sending(&self, name: &str) -> Option<Key> {
-        let table = self.table();
-        let sub = table.get(name)?.sub.as_ref()?;
-        match sub.state() {
-            State::Sending | State::Waiting => sub.pending().map(|r| r.key.clone()),
-            _ => None,
+    /// A flight for `name`, put in `table` (locked by the caller), led by the handle returned.
+    fn start<'a>(&'a self, table: &mut HashMap<String, Flight>, name: &str) -> Lead<'a> {
+        let id = self.next.fetch_add(1, Ordering::Relaxed);
+        let (phase, seen) = watch::channel(Phase::Starting);
+        let wake = Arc::new(Notify::new());
+        table.insert(
+            name.to_owned(),
+            Flight {
+                id,
+                sub: None,
+                wake: wake.clone(),
+                phase: seen,
+            },
+        );
+        Lead {
+            flights: self,
+            name: name.to_owned(),
+            id,
+            wake,
+            phase,
         }
+    }
+
+    /// This client's hold on `name` for a call that must not overlap a flight of it (a
+    /// discard): refused while one is under way, with its key once it has one; while held, a
+    /// send of the name waits (it meets a flight starting), and meets the name again when the
+    /// hold is dropped.
+    pub(super) fn hold(&self, name: &str) -> Result<Lead<'_>> {
+        let mut table = self.table();
+        if let Some(flight) = table.get(name) {
+            let key = flight
+                .sub
+                .as_ref()
+                .and_then(|sub| sub.pending())
+                .map(|r| r.key.clone());
+            return Err(match key {
+                Some(key) => Error::request(StateError::StillSending(key).message()),
+                None => Error::request(
+                    "the submission is being started or settled by this client; wait for its send to return",
+                ),
+            }
+            .with_name(name));
+        }
+        Ok(self.start(&mut table, name))
     }
 
     /// Runs `f` on the live submission of flight `id` (its driver's handle on it).
@@ -207,25 +243,7 @@ impl Client {
         let flights = &self.inner.flights;
         let mut table = flights.table();
         let Some(flight) = table.get_mut(name) else {
-            let id = flights.next.fetch_add(1, Ordering::Relaxed);
-            let (phase, seen) = watch::channel(Phase::Starting);
-            let wake = Arc::new(Notify::new());
-            table.insert(
-                name.to_owned(),
-                Flight {
-                    id,
-                    sub: None,
-                    wake: wake.clone(),
-                    phase: seen,
-                },
-            );
-            return Ok(Meet::Lead(Lead {
-                flights,
-                name: name.to_owned(),
-                id,
-                wake,
-                phase,
-            }));
+            return Ok(Meet::Lead(flights.start(&mut table, name)));
         };
         let phase = flight.phase.clone();
         let Some(sub) = flight.sub.as_mut() else {
