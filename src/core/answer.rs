@@ -240,9 +240,6 @@ pub enum Verdict {
 /// The answer table of CONTRACT.md section 2.
 pub fn classify(answer: &Answer) -> Verdict {
     let status = answer.status;
-    let retry = Verdict::Retry {
-        retry_after: answer.retry_after,
-    };
     let by_status = match status {
         // 303: the answer to the request, to be seen elsewhere (see the module docs).
         200..=299 | 303 => {
@@ -253,17 +250,15 @@ pub fn classify(answer: &Answer) -> Verdict {
         }
         // Another redirect, not followed: no answer about the request (see the module docs).
         // Not sent again on its own, nothing will have changed; unsure, unless the server
-        // says to retry.
-        300..=399 => {
-            return match answer.should_retry {
-                Some(true) => retry,
-                _ => Verdict::Stop(GiveUp::Redirected),
-            }
-        }
+        // says to retry (the hint below).
+        300..=399 if answer.should_retry != Some(true) => return Verdict::Stop(GiveUp::Redirected),
         409 | 408 | 425 | 429 | 500..=599 => None,
         422 => Some(Outcome::Conflict),
         400 if answer.names_key => Some(Outcome::Misconfigured),
         _ => Some(Outcome::Refused),
+    };
+    let retry = Verdict::Retry {
+        retry_after: answer.retry_after,
     };
     match (by_status, answer.should_retry) {
         (_, Some(true)) => retry,
