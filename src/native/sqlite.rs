@@ -705,6 +705,22 @@ fn answered(done: Done) -> std::result::Result<StoreAnswer, BoxError> {
 }
 
 impl SqliteStore {
+    /// [`Store::release`], or [`Store::defer`] until `due` when it is set.
+    fn release_until(
+        &self,
+        name: &str,
+        owner: &str,
+        due: Option<Timestamp>,
+    ) -> Result<(), BoxError> {
+        let call = StoreCall::Release {
+            name: name.to_owned(),
+            owner: owner.to_owned(),
+            due,
+        };
+        self.call_blocking(call)?;
+        Ok(())
+    }
+
     /// Makes `call` on the writer thread and waits for its answer.
     fn call_blocking(&self, call: StoreCall) -> Reply {
         let (durable, run) = job(call);
@@ -776,23 +792,11 @@ impl Store for SqliteStore {
     }
 
     fn release(&self, name: &str, owner: &str) -> Result<(), BoxError> {
-        let call = StoreCall::Release {
-            name: name.to_owned(),
-            owner: owner.to_owned(),
-            due: None,
-        };
-        self.call_blocking(call)?;
-        Ok(())
+        self.release_until(name, owner, None)
     }
 
     fn defer(&self, name: &str, owner: &str, due: Timestamp) -> Result<(), BoxError> {
-        let call = StoreCall::Release {
-            name: name.to_owned(),
-            owner: owner.to_owned(),
-            due: Some(due),
-        };
-        self.call_blocking(call)?;
-        Ok(())
+        self.release_until(name, owner, Some(due))
     }
 
     /// One job: the free submissions that are due, oldest name first, each claimed.
