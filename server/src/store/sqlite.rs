@@ -79,9 +79,9 @@ CREATE INDEX tickets_by_tenant ON tickets (tenant, id);
 /// reads and writes no page at a random place. A rowid committed is never given out again
 /// (`AUTOINCREMENT`): every row after `receipt_keys_upto` is one the map knows or reads. The
 /// hash only finds the rows to look at: every query compares the tenant and the key themselves,
-/// so two keys that share a hash keep a receipt each. A key has one receipt because every insert follows a lookup of its
-/// tenant and key in the same write transaction (`BEGIN IMMEDIATE`: one writer at a time, on
-/// this connection or any other).
+/// so two keys that share a hash keep a receipt each. A key has one receipt because every
+/// insert follows a lookup of its tenant and key in the same write transaction (`BEGIN
+/// IMMEDIATE`: one writer at a time, on this connection or any other).
 const RECEIPTS: &str = "
 CREATE TABLE receipts (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
