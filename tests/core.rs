@@ -961,14 +961,20 @@ fn a_redirect_not_followed_is_unsure_with_the_key_kept_never_refused() {
     // been carried out (a framework's POST-redirect-GET answers 302). It was `refused` ("not
     // carried out"), the record forgotten, and the caller's next send drew a new key for the
     // same ticket. (A 303 is the answer itself: succeeded.)
-    for status in [301, 302, 307, 308] {
+    // A new submission's first attempt answered `status` with `header`.
+    let answered = |status: u16, header: (&str, &str)| {
         let mut d = Driver::default();
         let mut s = Submission::new("new-ticket", RetryPolicy::default());
         s.begin(T0, request(TICKET), bytes(1)).unwrap();
         d.drain(&mut s);
-        let answer = Answer::from_response(status, [("location", "/api/tickets/7")], "", "k");
+        let answer = Answer::from_response(status, [header], "", "k");
         s.handle_answer(T0, d.last_sent().id, &answer, 0);
         d.drain(&mut s);
+        (d, s)
+    };
+    let location = ("location", "/api/tickets/7");
+    for status in [301, 302, 307, 308] {
+        let (mut d, mut s) = answered(status, location);
         assert_eq!(s.state(), State::Unsure, "{status}");
         let settled = d.settled.last().unwrap();
         assert_eq!(
@@ -983,22 +989,10 @@ fn a_redirect_not_followed_is_unsure_with_the_key_kept_never_refused() {
         d.drain(&mut s);
         assert_eq!(d.last_sent().key, key, "Try again: the same key");
     }
-    let mut d = Driver::default();
-    let mut s = Submission::new("new-ticket", RetryPolicy::default());
-    s.begin(T0, request(TICKET), bytes(1)).unwrap();
-    d.drain(&mut s);
-    let answer = Answer::from_response(303, [("location", "/api/tickets/7")], "", "k");
-    s.handle_answer(T0, d.last_sent().id, &answer, 0);
-    d.drain(&mut s);
+    let (d, s) = answered(303, location);
     assert_eq!(s.state(), State::Succeeded, "303: see the answer there");
     assert!(d.stored.is_none(), "settled: the record removed");
     // A server that says to retry is retried.
-    let mut d = Driver::default();
-    let mut s = Submission::new("new-ticket", RetryPolicy::default());
-    s.begin(T0, request(TICKET), bytes(1)).unwrap();
-    d.drain(&mut s);
-    let answer = Answer::from_response(307, [("x-should-retry", "true")], "", "k");
-    s.handle_answer(T0, d.last_sent().id, &answer, 0);
-    d.drain(&mut s);
+    let (_, s) = answered(307, ("x-should-retry", "true"));
     assert_eq!(s.state(), State::Waiting);
 }
