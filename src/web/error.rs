@@ -105,12 +105,7 @@ pub(crate) fn describe(value: &JsValue) -> String {
     if value.is_instance_of::<js_sys::Error>() {
         // Read as whatever they are: a page's error may have a name or message that is not
         // text, or a getter that throws (js-sys's typed getters would throw through us then).
-        let text = |k: &str| {
-            js_sys::Reflect::get(value, &JsValue::from_str(k))
-                .ok()
-                .and_then(|v| v.as_string())
-                .unwrap_or_default()
-        };
+        let text = |k: &str| super::text(value, k).unwrap_or_default();
         let (name, message) = (text("name"), text("message"));
         return match name.as_str() {
             "" | "Error" | "OncekeyError" => message,

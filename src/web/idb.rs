@@ -153,7 +153,7 @@ pub(crate) async fn get(db: &IdbDatabase, name: &str) -> Result<Option<Result<St
 }
 
 fn read(found: &JsValue) -> Result<Stored, Why> {
-    let field = |k: &str| Reflect::get(found, &JsValue::from_str(k)).unwrap_or(JsValue::UNDEFINED);
+    let field = |k: &str| super::get(found, k);
     let record = field("record")
         .as_string()
         .ok_or_else(|| "it has no record text".to_owned())?;

@@ -101,6 +101,17 @@ pub(crate) fn too_long(text: &wasm_bindgen::JsValue) -> Option<u32> {
         .filter(|n| *n > MAX_TEXT_CHARS)
 }
 
+/// `target[name]`; `undefined` when it cannot be read (a getter that throws, say).
+pub(crate) fn get(target: &wasm_bindgen::JsValue, name: &str) -> wasm_bindgen::JsValue {
+    js_sys::Reflect::get(target, &wasm_bindgen::JsValue::from_str(name))
+        .unwrap_or(wasm_bindgen::JsValue::UNDEFINED)
+}
+
+/// `target[name]` as a string, when it is one.
+pub(crate) fn text(target: &wasm_bindgen::JsValue, name: &str) -> Option<String> {
+    get(target, name).as_string()
+}
+
 /// A warning on the console, as `oncekey: ...`.
 pub(crate) fn warn(message: &str) {
     web_sys::console::warn_1(&("oncekey: ".to_owned() + message).into());

@@ -16,6 +16,7 @@ use js_sys::{Array, Function, Object, Reflect};
 use wasm_bindgen::{JsCast, JsValue};
 
 use super::error::{describe, Error};
+use super::get;
 use crate::core::record::{is_sendable_header, is_token};
 use crate::core::text::quoted;
 use crate::core::{key_margin, Encoding, Key, KeyFormat, RetryPolicy, DEFAULT_KEY_HEADER};
@@ -354,10 +355,6 @@ impl Options {
         }
         o.check()
     }
-}
-
-fn get(object: &JsValue, name: &str) -> JsValue {
-    Reflect::get(object, &JsValue::from_str(name)).unwrap_or(JsValue::UNDEFINED)
 }
 
 fn is_plain_object(v: &JsValue) -> bool {

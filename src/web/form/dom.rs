@@ -10,15 +10,8 @@ use js_sys::{Array, Function, Reflect};
 use wasm_bindgen::{JsCast, JsValue};
 use web_sys::Element;
 
-/// `target[name]`.
-pub(super) fn get(target: &JsValue, name: &str) -> JsValue {
-    Reflect::get(target, &JsValue::from_str(name)).unwrap_or(JsValue::UNDEFINED)
-}
-
-/// `target[name]` as a string, when it is one.
-pub(super) fn text(target: &JsValue, name: &str) -> Option<String> {
-    get(target, name).as_string()
-}
+/// `target[name]`, and as a string when it is one (the driver reads the page's objects so too).
+pub(super) use crate::web::{get, text};
 
 /// `target[name] = value`.
 pub(super) fn put(target: &JsValue, name: &str, value: &JsValue) {
