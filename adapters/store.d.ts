@@ -21,10 +21,12 @@ export interface SubmitterSnapshot<Body = unknown> {
   readonly waitingFor: 'retry' | 'online' | null;
   /**
    * The stored body while the outcome is unknown, also after a reload (fill the form from it);
-   * the same object for as long as the submission is pending. Null otherwise.
+   * the same object for as long as the submission is pending. Null otherwise. For a FormData
+   * upload it is what is stored of it: `{ fields, files: [{ field, name, type, size, sha256 }] }`
+   * (fill the form from `fields`; the files are in IndexedDB).
    */
   readonly pending: Body | null;
-  /** The outcome is unknown (sending, waiting, unsure): keep the inputs locked. */
+  /** The outcome is unknown (sending, waiting, unsure, or expired until sent as new or discarded): keep the inputs locked. */
   readonly locked: boolean;
   /** How the last round ended (submit, tryAgain or a resumed submission); null while one is under way. */
   readonly settlement: SubmitResult | null;

@@ -80,6 +80,9 @@ export const SERVER = Object.freeze({
 
 class Entry {
   #name;
+  // The options of the name's first use, which the Submitter is made with; and the latest
+  // render's, whose attemptHeaders it calls.
+  #first;
   #options;
   #pkg;
   #snapshot = IDLE;
@@ -87,10 +90,14 @@ class Entry {
   #started = null;
   #off = null;
   #secrets = null;
+  // Calls of this entry's whose promise has not settled: while none, a round under way was
+  // started by somebody else (a resumed record, the Submitter used directly) and is joined.
+  #calls = 0;
   submitter = null;
 
   constructor(name, options, pkg) {
     this.#name = name;
+    this.#first = options;
     this.#options = options;
     this.#pkg = pkg;
   }
@@ -140,7 +147,7 @@ class Entry {
   #start() {
     return (this.#started ??= ready(this.#pkg.init)
       .then(() => {
-        const options = this.#options ?? {};
+        const options = this.#first ?? {};
         const given = options.attemptHeaders;
         const submitter = new this.#pkg.Submitter(
           this.#name,
@@ -149,11 +156,20 @@ class Entry {
             : options,
         );
         this.submitter = submitter;
-        if (this.#secrets) submitter.setSecrets(this.#secrets);
+        const secrets = this.#secrets;
         this.#secrets = null;
         this.#listen();
         this.#set({ ready: true, storage: submitter.storage });
-        if (submitter.state === 'sending') this.#call((s) => s.tryAgain());
+        // Fields setSecrets could not take are said in the snapshot; the Submitter is made, and
+        // stays this entry's (made twice, it would resume one record twice).
+        if (secrets) {
+          try {
+            submitter.setSecrets(secrets);
+          } catch (e) {
+            this.#set({ error: e });
+          }
+        }
+        this.#join();
       })
       .catch((e) => {
         // init() failed (the .wasm could not be fetched, say) or an option is wrong: said in
@@ -168,6 +184,14 @@ class Entry {
     if (this.submitter && !this.#off && this.#listeners.size > 0) {
       this.#off = this.submitter.onChange((change) => this.#changed(change));
     }
+  }
+
+  // A round this entry did not start (a record resumed at once, or once the connection is back,
+  // or found in IndexedDB a moment after the Submitter was made) is joined when it sends, so that
+  // its settlement reaches the snapshot as a call's does. tryAgain() while sending only waits
+  // for the attempt under way; while waiting it would start a new round, so not then.
+  #join() {
+    if (this.#calls === 0 && this.submitter?.state === 'sending') this.#call((s) => s.tryAgain());
   }
 
   #changed({ state, key, attempts, nextAttemptAt, waitingFor, warning }) {
@@ -189,16 +213,33 @@ class Entry {
       // How the last round ended; none while one is under way.
       settlement: state === 'sending' || state === 'waiting' ? null : was.settlement,
     });
+    // After the listeners: the Submitter is in the middle of telling its change.
+    if (state === 'sending' && this.#calls === 0) queueMicrotask(() => this.#join());
   }
 
   // Runs `f` on the Submitter (once it exists); the settlement or the error goes into the
   // snapshot, and the caller gets the package's own promise.
   #call(f) {
-    const promise = this.submitter ? f(this.submitter) : this.#start().then(() => f(this.submitter));
+    this.#calls += 1;
+    let promise;
+    try {
+      promise = this.submitter ? f(this.submitter) : this.#start().then(() => f(this.submitter));
+    } catch (e) {
+      this.#calls -= 1;
+      throw e;
+    }
     if (this.#snapshot.error) this.#set({ error: null });
     promise.then(
-      (settlement) => this.#set({ settlement, error: null }),
-      (error) => this.#set({ error }),
+      (settlement) => {
+        this.#calls -= 1;
+        this.#set({ settlement, error: null });
+      },
+      (error) => {
+        this.#calls -= 1;
+        this.#set({ error });
+        // Refused (another body is pending, say) while a round of somebody else's is under way.
+        this.#join();
+      },
     );
     return promise;
   }

@@ -233,3 +233,105 @@ test("waitingFor, sendAsNew and a call's { signal } reach the Submitter; a click
   entry.sendAsNew()
   assert.deepEqual(s.calls, [['tryAgain', { signal }], ['tryAgain'], ['sendAsNew']])
 })
+
+test('a resumed submission waiting for the connection at load is joined once it sends, and its settlement is heard', async () => {
+  // Offline at load: the Submitter took the record up and waits for the connection.
+  const Offline = class extends FakeSubmitter {
+    constructor(name, options) {
+      super(name, options)
+      this.state = 'waiting'
+    }
+  }
+  const entry = entryFor(fresh(), { url: '/y', resume: true, found: { subject: 'offline' } }, { init: PKG.init, Submitter: Offline })
+  entry.subscribe(() => {})
+  await tick()
+  const s = made[0]
+  assert.deepEqual(s.calls, [], 'a waiting round is not restarted by the adapter')
+  assert.equal(entry.read().locked, true)
+  // Online again: the Submitter sends with the same key (its attempt, then a retry's).
+  s.state = 'sending'
+  s.emit()
+  s.emit()
+  await tick()
+  assert.deepEqual(s.calls, [['tryAgain']], 'joined once, when it sent')
+  s.settle()
+  await tick()
+  const snap = entry.read()
+  assert.equal(snap.settlement?.outcome, 'succeeded', 'the settlement of the resumed round is in the snapshot')
+  assert.equal(snap.settlement.key, 'k-found')
+  assert.equal(snap.locked, false)
+})
+
+test('a record found a moment after the Submitter was made (IndexedDB) is joined when it sends', async () => {
+  const entry = entryFor(fresh(), { url: '/x', resume: true }, PKG)
+  entry.subscribe(() => {})
+  await tick()
+  const s = made[0]
+  assert.equal(entry.read().state, 'idle')
+  // The upload's record is read from IndexedDB and resent.
+  Object.assign(s, { state: 'sending', key: 'k-idb', body: { fields: { subject: 'x' }, files: [] } })
+  s.emit()
+  await tick()
+  assert.deepEqual(s.calls, [['tryAgain']])
+  s.settle()
+  await tick()
+  assert.equal(entry.read().settlement?.key, 'k-idb')
+})
+
+test("the entry's own submit is not joined again; a round started on the Submitter itself is joined once", async () => {
+  const entry = entryFor(fresh(), { url: '/x' }, PKG)
+  entry.subscribe(() => {})
+  await tick()
+  const s = made[0]
+  const sent = entry.submit({ subject: 'a' })
+  await tick()
+  assert.deepEqual(s.calls, [['submit', { subject: 'a' }]], 'no tryAgain beside its own submit')
+  s.settle()
+  await sent
+  // A round started by the Submitter used directly, then another body refused meanwhile.
+  s.submit({ subject: 'direct' })
+  await tick()
+  assert.deepEqual(s.calls.slice(1), [['submit', { subject: 'direct' }], ['tryAgain']], 'joined')
+  await assert.rejects(entry.submit({ subject: 'other' }), { code: 'pending' })
+  await tick()
+  assert.equal(s.calls.filter((c) => c[0] === 'tryAgain').length, 1, 'joined once')
+  s.settle()
+  await tick()
+  assert.equal(entry.read().settlement?.outcome, 'succeeded')
+})
+
+test('the Submitter is made with the options of the first use, whatever a later render passes before init() is done', async () => {
+  const name = fresh()
+  const entry = entryFor(name, { url: '/first' }, PKG)
+  entry.subscribe(() => {})
+  entry.update({ url: '/second' })
+  entryFor(name, { url: '/third' }, PKG).update({ url: '/third' })
+  await tick()
+  assert.equal(made.length, 1)
+  assert.equal(made[0].options.url, '/first')
+})
+
+test('secrets the Submitter refuses are said in the snapshot, and the entry keeps its one Submitter', async () => {
+  const pkg = {
+    init: PKG.init,
+    Submitter: class extends FakeSubmitter {
+      setSecrets(fields) {
+        if (Array.isArray(fields)) throw Object.assign(new Error('secrets must be an object'), { code: 'option' })
+        super.setSecrets(fields)
+      }
+    },
+  }
+  const entry = entryFor(fresh(), { url: '/x' }, pkg)
+  entry.setSecrets([1])
+  entry.subscribe(() => {})
+  await tick()
+  assert.equal(entry.read().error?.code, 'option')
+  assert.equal(entry.read().ready, true)
+  entry.subscribe(() => {})
+  entry.discard()
+  const sent = entry.submit({ subject: 'a' })
+  await tick()
+  assert.equal(made.length, 1, 'one Submitter for the name')
+  made[0].settle()
+  assert.equal((await sent).outcome, 'succeeded')
+})
