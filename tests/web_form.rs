@@ -773,6 +773,15 @@ async fn wrong_options_are_errors_that_name_the_option() {
     assert!(error(JsValue::from(5))
         .message()
         .contains("must be an object"));
+    // A translation table's missing entry (undefined, as TypeScript's optional keys allow) is the
+    // kit's own text, not an error.
+    let messages = js(r#"{"discard":"Verwerfen"}"#);
+    js_sys::Reflect::set(&messages, &"tryAgain".into(), &JsValue::UNDEFINED).unwrap();
+    let options = js("{}");
+    js_sys::Reflect::set(&options, &"messages".into(), &messages).unwrap();
+    let read = FormOptions::from_js(&options, &form).expect("a message left undefined");
+    assert_eq!(read.messages.get("tryAgain"), Some("Try again"));
+    assert_eq!(read.messages.get("discard"), Some("Verwerfen"));
     form.set_attribute("method", "get").unwrap();
     let e = error(js("{}"));
     assert!(e.message().contains("method=\"post\""), "{}", e.message());

@@ -254,6 +254,10 @@ fn read_messages(value: &JsValue) -> Result<Messages, Error> {
             if Messages::keys().all(|(k, _)| k != key) {
                 return Err(unknown("messages.", &key));
             }
+            // Left out, as a translation table's missing entry is: the kit's own text.
+            if given.is_undefined() {
+                continue;
+            }
             return Err(Error::option(concat(&[
                 "options.messages.",
                 &key,
