@@ -511,7 +511,7 @@ async fn list_pending_names_every_unconfirmed_submission_of_a_storage() {
         .await
         .expect("resolves");
     assert_eq!(text(&first, "outcome"), "unsure");
-    let listed = JsFuture::from(oncekey::js::list_pending("indexeddb".into()))
+    let listed = JsFuture::from(oncekey::js::list_pending(Some("indexeddb".into())))
         .await
         .unwrap();
     let mine: Vec<JsValue> = js_sys::Array::from(&listed)
@@ -535,7 +535,7 @@ async fn list_pending_names_every_unconfirmed_submission_of_a_storage() {
         .await
         .expect("resolves");
     assert_eq!(text(&unsure, "outcome"), "unsure");
-    let session = JsFuture::from(oncekey::js::list_pending(JsValue::UNDEFINED))
+    let session = JsFuture::from(oncekey::js::list_pending(None))
         .await
         .unwrap();
     let session: Vec<JsValue> = js_sys::Array::from(&session).iter().collect();
@@ -547,7 +547,12 @@ async fn list_pending_names_every_unconfirmed_submission_of_a_storage() {
     assert_eq!(listed_json.len(), 1);
     assert_eq!(text(listed_json[0], "key"), text(&unsure, "key"));
     j.discard();
-    let wrong = JsFuture::from(oncekey::js::list_pending("cookies".into()))
+    let wrong = JsFuture::from(oncekey::js::list_pending(Some("cookies".into())))
+        .await
+        .expect_err("refused");
+    assert_eq!(error_code(&wrong), "option");
+    // Not a storage's name at all: refused too, not taken for the default.
+    let wrong = JsFuture::from(oncekey::js::list_pending(Some(5.into())))
         .await
         .expect_err("refused");
     assert_eq!(error_code(&wrong), "option");
@@ -559,7 +564,7 @@ async fn list_pending_names_every_unconfirmed_submission_of_a_storage() {
         }
         JsFuture::from(sleep(10)).await.unwrap();
     }
-    let listed = JsFuture::from(oncekey::js::list_pending("indexeddb".into()))
+    let listed = JsFuture::from(oncekey::js::list_pending(Some("indexeddb".into())))
         .await
         .unwrap();
     assert!(js_sys::Array::from(&listed)
@@ -594,7 +599,7 @@ async fn a_json_submission_kept_in_indexeddb_is_found_by_a_new_submitter_and_fin
         text(&stored, "record").contains(&key),
         "the record holds the key"
     );
-    let listed = JsFuture::from(oncekey::js::list_pending("indexeddb".into()))
+    let listed = JsFuture::from(oncekey::js::list_pending(Some("indexeddb".into())))
         .await
         .unwrap();
     let mine: Vec<JsValue> = js_sys::Array::from(&listed)

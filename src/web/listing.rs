@@ -62,16 +62,20 @@ fn in_web_storage(local: bool) -> Array {
     out
 }
 
-/// Every pending submission of the origin in `storage` (`"session"`, the default, `"local"`
-/// or `"indexeddb"`, where uploads are kept): `{ name, key, startedAt, attempts, size }`.
+/// Every pending submission of the origin in `storage` (`"session"`, the default when left out,
+/// `"local"` or `"indexeddb"`, where uploads are kept): `{ name, key, startedAt, attempts, size }`.
+/// Anything else is refused (`option`).
 #[wasm_bindgen(js_name = listPending, unchecked_return_type = "Promise<PendingEntry[]>")]
 pub fn list_pending(
-    #[wasm_bindgen(unchecked_param_type = "\"session\" | \"local\" | \"indexeddb\" | undefined")]
-    storage: JsValue,
+    #[wasm_bindgen(unchecked_optional_param_type = "\"session\" | \"local\" | \"indexeddb\"")]
+    storage: Option<JsValue>,
 ) -> Promise {
-    let which = storage.as_string();
+    let which = match &storage {
+        None => Some("session".to_owned()),
+        Some(given) => given.as_string(),
+    };
     match which.as_deref() {
-        None | Some("session") => Promise::resolve(&JsValue::from(in_web_storage(false))),
+        Some("session") => Promise::resolve(&JsValue::from(in_web_storage(false))),
         Some("local") => Promise::resolve(&JsValue::from(in_web_storage(true))),
         Some("indexeddb") => future_to_promise(async move {
             let out = Array::new();
@@ -87,7 +91,7 @@ pub fn list_pending(
             }
             Ok(out.into())
         }),
-        Some(_) => Promise::reject(
+        _ => Promise::reject(
             &Error::option(
                 "listPending(storage): storage must be \"session\", \"local\" or \"indexeddb\"",
             )

@@ -1,7 +1,7 @@
 // Compiled with tsc (scripts/test-web.sh): the package's declarations give real types for the
 // options, the results and the events, not `any`. Each @ts-expect-error must be an error.
-import init, { Submitter, attachForm, autoAttach } from '../../pkg/oncekey.js';
-import type { FormKit, FormKitMessages, FormKitOptions, Outcome, SubmitResult, SubmitterChange, SubmitterState } from '../../pkg/oncekey.js';
+import init, { Submitter, attachForm, autoAttach, listPending } from '../../pkg/oncekey.js';
+import type { FormKit, FormKitMessages, FormKitOptions, Outcome, PendingEntry, SubmitResult, SubmitterChange, SubmitterState } from '../../pkg/oncekey.js';
 
 await init();
 const tickets = new Submitter('new-ticket', {
@@ -98,6 +98,13 @@ const kits: FormKit[] = autoAttach({ headers: { 'X-Tenant': 'acme' } });
 void kits;
 const storage: 'session' | 'local' | 'memory' | 'indexeddb' = tickets.storage;
 void storage;
+// The storage is sessionStorage when left out.
+const listed: PendingEntry[] = [...(await listPending()), ...(await listPending('indexeddb'))];
+void listed;
+// @ts-expect-error: not a storage listPending reads
+void listPending('cookies');
+// A translation table's missing entry: the kit's own text.
+attachForm(document.forms[0], { messages: { tryAgain: undefined, discard: 'Verwerfen' } });
 // A JSON body kept in IndexedDB too.
 const kept = new Submitter('kept', { url: '/api/tickets', storage: 'indexeddb' });
 void kept;
