@@ -273,6 +273,8 @@ mod app {
                 key_lifetime: oncekey::core::DEFAULT_KEY_LIFETIME,
                 offline: std::time::Duration::ZERO,
                 offline_since: None,
+                not_before: None,
+                stopped: None,
             };
             store.claim(&name, &dead, now).unwrap();
             store.save(&name, &record.to_json(), &dead).unwrap();

@@ -269,6 +269,8 @@ fn a_record_never_sent_starts_its_budget_when_first_sent() {
         key_lifetime: DEFAULT_KEY_LIFETIME,
         offline: std::time::Duration::ZERO,
         offline_since: None,
+        not_before: None,
+        stopped: None,
     };
     let later = T0 + secs(3600);
     let mut d = Driver::default();
@@ -995,4 +997,113 @@ fn a_redirect_not_followed_is_unsure_with_the_key_kept_never_refused() {
     // A server that says to retry is retried.
     let (_, s) = answered(307, ("x-should-retry", "true"));
     assert_eq!(s.state(), State::Waiting);
+}
+
+#[test]
+fn a_restart_does_not_send_on_its_own_what_the_server_stopped() {
+    // The server said not to retry, or redirected, or asked for a wait beyond the cap: a
+    // restart with automatic resume took the stored record up and sent it again at once (the
+    // round was not spent), and `resume --wait` did so once a second, with no backoff.
+    let stops = [
+        (("x-should-retry", "false"), 503, GiveUp::ServerSaidStop),
+        (("location", "/api/tickets/7"), 302, GiveUp::Redirected),
+        (("retry-after", "3600"), 503, GiveUp::RetryAfterBeyondCap),
+    ];
+    for (header, status, why) in stops {
+        let mut d = Driver::default();
+        let mut s = started(&mut d);
+        let first = d.last_sent().clone();
+        let answer = Answer::from_response(status, [header], "", "Idempotency-Key");
+        s.handle_answer(T0, first.id, &answer, 0);
+        d.drain(&mut s);
+        assert_eq!(d.settled.last().unwrap().gave_up, Some(why), "{why:?}");
+        let stored = d.stored.clone().expect("kept, with its key");
+        assert_eq!(stored.stopped, Some(why), "written down: {why:?}");
+        // Through the stored text, as a store keeps it.
+        let stored = Record::from_json(&stored.to_json()).unwrap();
+        for restart in 1..=3 {
+            let mut d2 = Driver::default();
+            let mut s2 = Submission::new("new-ticket", RetryPolicy::default());
+            s2.restore(T0 + secs(restart), stored.clone(), true)
+                .unwrap();
+            d2.drain(&mut s2);
+            assert!(
+                d2.sent.is_empty(),
+                "{why:?}: restart {restart} sent nothing"
+            );
+            assert_eq!(s2.state(), State::Unsure);
+            let settled = d2.settled.last().expect("settles unsure again, with why");
+            assert_eq!(
+                (settled.outcome, settled.gave_up),
+                (Outcome::Unsure, Some(why))
+            );
+            // Try again is a person's (or caller's) decision: the same key, and the mark is
+            // cleared from the record it writes first.
+            s2.try_again(T0 + secs(10)).unwrap();
+            d2.drain(&mut s2);
+            assert_eq!(d2.sent.len(), 1);
+            assert_eq!(d2.last_sent().key, first.key);
+            assert_eq!(d2.stored.as_ref().unwrap().stopped, None);
+        }
+    }
+}
+
+#[test]
+fn a_restart_during_a_retry_after_waits_until_the_time_the_server_gave() {
+    let mut d = Driver::default();
+    let mut s = started(&mut d);
+    let first = d.last_sent().clone();
+    let busy = Answer::from_response(503, [("Retry-After", "20")], "", "Idempotency-Key");
+    s.handle_answer(T0, first.id, &busy, 0);
+    d.drain(&mut s);
+    let stored = d.stored.clone().unwrap();
+    assert_eq!(
+        stored.not_before,
+        Some(T0 + secs(20)),
+        "written before the wait"
+    );
+    let stored = Record::from_json(&stored.to_json()).unwrap();
+
+    // A crash 5 s in; the restart resumes the same record twice over (two restarts).
+    for _ in 0..2 {
+        let mut d2 = Driver::default();
+        let mut s2 = Submission::new("new-ticket", RetryPolicy::default());
+        s2.restore(T0 + secs(5), stored.clone(), true).unwrap();
+        d2.drain(&mut s2);
+        assert!(d2.sent.is_empty(), "not before the server's time");
+        assert_eq!(s2.state(), State::Waiting);
+        assert_eq!(s2.poll_timeout(), Some(T0 + secs(20)));
+        s2.handle_timeout(T0 + secs(19));
+        d2.drain(&mut s2);
+        assert!(d2.sent.is_empty());
+        s2.handle_timeout(T0 + secs(20));
+        d2.drain(&mut s2);
+        assert_eq!(d2.sent.len(), 1);
+        assert_eq!(
+            (d2.last_sent().key.clone(), d2.last_sent().number),
+            (first.key.clone(), 2)
+        );
+        assert_eq!(
+            d2.stored.as_ref().unwrap().not_before,
+            None,
+            "spent by the attempt"
+        );
+    }
+    // After the time, a restart sends at once.
+    let mut d3 = Driver::default();
+    let mut s3 = Submission::new("new-ticket", RetryPolicy::default());
+    s3.restore(T0 + secs(21), stored.clone(), true).unwrap();
+    d3.drain(&mut s3);
+    assert_eq!(d3.sent.len(), 1);
+    // Restored offline, it waits for the connection, and then still for the server's time.
+    let mut d4 = Driver::default();
+    let mut s4 = Submission::new("new-ticket", RetryPolicy::default());
+    s4.handle_online(T0 + secs(1), false);
+    s4.restore(T0 + secs(1), stored, true).unwrap();
+    d4.drain(&mut s4);
+    assert_eq!(s4.state(), State::Waiting);
+    s4.handle_online(T0 + secs(2), true);
+    d4.drain(&mut s4);
+    assert!(d4.sent.is_empty(), "back online before the server's time");
+    assert_eq!(s4.poll_timeout(), Some(T0 + secs(20)));
 }

@@ -363,3 +363,85 @@ fn an_expired_record_exits_9_and_is_sent_as_new_only_when_asked() {
         "{help}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn what_the_server_said_outlives_a_killed_process() {
+    // A process killed while it waited out a `Retry-After: 3` left a record that `oncekey
+    // resume` took over at once (its holder is dead) and sent at once, early. And a round the
+    // server ended (`x-should-retry: false`) was sent again by every `oncekey resume`, its
+    // round not being spent.
+    let stub = Stub::start(vec![
+        (503, vec![("retry-after", "3")]),
+        (503, vec![("x-should-retry", "false")]),
+    ])
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("pending.db");
+    let store = store.to_str().unwrap();
+    let url = format!("{}/payouts", stub.url);
+    let cli = || tokio::process::Command::new(cli_bin());
+    let mut sender = cli()
+        .args([
+            "send",
+            "--store",
+            store,
+            "--name",
+            "p1",
+            "--json",
+            r#"{"amount":5}"#,
+        ])
+        .args(["--lease", "300ms", "POST", &url])
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let seen = || stub.seen.lock().unwrap().len();
+    while seen() == 0 {
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    let first = std::time::Instant::now();
+    // The 503 read and the wait begun; then the crash.
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    sender.kill().await.unwrap();
+
+    let out = cli()
+        .args(["resume", "--store", store])
+        .output()
+        .await
+        .unwrap();
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(6), "{stderr}");
+    assert_eq!(seen(), 2, "{stderr}");
+    let waited = first.elapsed();
+    assert!(
+        waited >= std::time::Duration::from_millis(2500),
+        "resent {waited:?} after the first attempt, before the server's 3 s"
+    );
+    assert!(stderr.contains("server said not to retry"), "{stderr}");
+
+    // Resumed again (twice): settled unsure again, nothing sent.
+    for _ in 0..2 {
+        let out = cli()
+            .args(["resume", "--store", store])
+            .output()
+            .await
+            .unwrap();
+        assert_eq!(out.status.code(), Some(6), "{}", text(&out.stderr));
+        assert_eq!(seen(), 2, "{}", text(&out.stderr));
+    }
+    // A deliberate new round: the same key, and done.
+    let out = cli()
+        .args(["resume", "--again", "--store", store])
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let keys: Vec<_> = stub
+        .seen
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|h| h["idempotency-key"].clone())
+        .collect();
+    assert_eq!(keys.len(), 3);
+    assert!(keys.iter().all(|k| *k == keys[0]), "{keys:?}");
+}

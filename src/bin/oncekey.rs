@@ -18,7 +18,8 @@ Outcomes and exit codes:
   4  conflict       a 422: the server holds this key for another body. A bug; nothing is retried.
   5  misconfigured  a 400 naming the idempotency key: the setup is wrong; nothing was done.
   6  unsure         no definite answer before the retries stopped. The record is KEPT with its key:
-                    run `oncekey resume` (or the same send again) to go on; never send it under a new name.
+                    run `oncekey resume --again` (or the same send again) for a new round with the
+                    same key; never send it under a new name.
   7  busy           another process holds the lease on this submission and is sending it.
   8  mismatch       another request is pending under this name; resume or discard it first.
   9  expired        the key is past its lifetime (--key-lifetime, less min(10 %, 5 min)) without a
@@ -320,7 +321,7 @@ The answer's body goes to stdout; a one-line summary to stderr.";
             Outcome::Refused => Some("the server refused the request; fix it and send it again"),
             Outcome::Conflict => Some("the server holds this key for another body: a bug, not retried"),
             Outcome::Misconfigured => Some("the server says the idempotency key is missing or malformed: check the setup"),
-            Outcome::Unsure => Some("no definite answer: the record is kept; run `oncekey resume` to go on with the same key"),
+            Outcome::Unsure => Some("no definite answer: the record is kept; run `oncekey resume --again` for a new round with the same key"),
             Outcome::Expired => Some("the key is past its lifetime: it may or may not have been done, and nothing more is sent with it; check with the server, then `oncekey send-as-new` or `oncekey discard`"),
         };
         if let Some(advice) = advice {
@@ -401,6 +402,9 @@ The answer's body goes to stdout; a one-line summary to stderr.";
             }
         } else {
             let mut waited: HashSet<String> = HashSet::new();
+            // Each pass takes up every stored submission again: one settled in an earlier pass
+            // (unsure, kept) settles again without sending, and is not reported twice.
+            let mut reported: HashSet<String> = HashSet::new();
             let mut first = true;
             loop {
                 let resumed = client
@@ -423,6 +427,7 @@ The answer's body goes to stdout; a one-line summary to stderr.";
                             });
                             wake = Some(wake.map_or(left, |w| w.min(left)));
                         }
+                        _ if !reported.insert(r.name.clone()) => {}
                         _ => worst = worst.max(report_result(&r.name, &r.result)),
                     }
                 }

@@ -14,11 +14,15 @@
 //! `encoding: "form"` it is sent form-encoded. `startedAt` and `attempts` count from the first
 //! attempt ever, and the key's lifetime (`keyLifetimeMs`) from `startedAt`; `roundStartedAt` and
 //! `roundAttempts` from the last "Try again", and the time budget counts from there, less the
-//! time spent offline in the round (`offlineMs`, and `offlineSince` while offline).
+//! time spent offline in the round (`offlineMs`, and `offlineSince` while offline). Two fields
+//! are there only when the server said so: `notBefore`, its `Retry-After` for the next attempt
+//! (ms since the epoch), and `stopped`, the reason it ended the round (`"server-said-stop"`,
+//! `"retry-after-beyond-cap"`, `"redirected"`), so that a restart neither sends earlier than
+//! it asked nor sends on its own what it stopped.
 //!
 //! # Version 1, still
 //!
-//! `keyLifetimeMs`, `offlineMs` and `offlineSince` were added to version 1 without a new
+//! `keyLifetimeMs`, `offlineMs`, `offlineSince`, `notBefore` and `stopped` were added to version 1 without a new
 //! version, on purpose. Readers look fields up by name and ignore the ones they do not know, so
 //! both directions work: this build reads a record written before them (its key lifetime is the
 //! default 24 h, [`DEFAULT_KEY_LIFETIME`], and nothing of its round was offline), and an earlier
@@ -44,6 +48,7 @@ use ::core::time::Duration;
 use super::body::write_string;
 use super::body::{self, BodyError, Fields, Value};
 use super::key::Key;
+use super::retry::GiveUp;
 use super::text::{concat, decimal, push_decimal, quoted};
 use super::time::Timestamp;
 
@@ -238,6 +243,13 @@ pub struct Record {
     pub offline: Duration,
     /// Offline since then, when the platform was offline as this was written.
     pub offline_since: Option<Timestamp>,
+    /// The server's `Retry-After` for the next attempt: none is sent before it, across reloads
+    /// and restarts (cleared by the attempt, and by "Try again").
+    pub not_before: Option<Timestamp>,
+    /// The server ended the round ([`GiveUp::by_server`]): a resumed record settles unsure
+    /// again rather than send on its own; "Try again", a person's or caller's decision, sends it
+    /// (and clears this).
+    pub stopped: Option<GiveUp>,
 }
 
 impl Record {
@@ -293,6 +305,8 @@ struct Read {
     key_lifetime: Option<u64>,
     offline: Option<u64>,
     offline_since: Option<u64>,
+    not_before: Option<u64>,
+    stopped: Option<GiveUp>,
 }
 
 impl Read {
@@ -344,6 +358,8 @@ impl Read {
             },
             offline: Duration::from_millis(w.offline.unwrap_or(0)),
             offline_since: w.offline_since.map(Timestamp::from_millis),
+            not_before: w.not_before.map(Timestamp::from_millis),
+            stopped: w.stopped,
         })
     }
 }
@@ -380,6 +396,10 @@ impl Record {
         write_string(&r.method, &mut out);
         out.push_str(",\"name\":");
         write_string(&self.name, &mut out);
+        if let Some(t) = self.not_before {
+            out.push_str(",\"notBefore\":");
+            push_decimal(&mut out, t.as_millis());
+        }
         out.push_str(",\"offlineMs\":");
         push_decimal(&mut out, millis(self.offline));
         if let Some(t) = self.offline_since {
@@ -392,6 +412,11 @@ impl Record {
         push_decimal(&mut out, self.round_started_at.as_millis());
         out.push_str(",\"startedAt\":");
         push_decimal(&mut out, self.started_at.as_millis());
+        if let Some(why) = self.stopped {
+            out.push_str(",\"stopped\":\"");
+            out.push_str(why.code());
+            out.push('"');
+        }
         out.push_str(",\"url\":");
         write_string(&r.url, &mut out);
         out.push_str(",\"v\":");
@@ -474,14 +499,14 @@ impl Record {
         // are named in the errors.
         const U32: u64 = u32::MAX as u64;
         let v = whole(&m, "v", U32)?;
-        let mut texts: [Option<String>; 5] = Default::default();
+        let mut texts: [Option<String>; 6] = Default::default();
         for (slot, field) in texts
             .iter_mut()
-            .zip(["name", "key", "method", "url", "body"])
+            .zip(["name", "key", "method", "url", "body", "stopped"])
         {
             *slot = string(&m, field)?;
         }
-        let mut wholes = [None; 7];
+        let mut wholes = [None; 8];
         let limits = [
             ("startedAt", u64::MAX),
             ("attempts", U32),
@@ -490,13 +515,17 @@ impl Record {
             ("keyLifetimeMs", u64::MAX),
             ("offlineMs", u64::MAX),
             ("offlineSince", u64::MAX),
+            ("notBefore", u64::MAX),
         ];
         for (slot, (field, max)) in wholes.iter_mut().zip(limits) {
             *slot = whole(&m, field, max)?;
         }
-        let [name, key, method, url, body] = texts;
-        let [started_at, attempts, round_started_at, round_attempts, key_lifetime, offline, offline_since] =
+        let [name, key, method, url, body, stopped] = texts;
+        let [started_at, attempts, round_started_at, round_attempts, key_lifetime, offline, offline_since, not_before] =
             wholes;
+        // A reason this build does not know (a later one's) still means the server ended the
+        // round: not sent on its own.
+        let stopped = stopped.map(|c| GiveUp::from_code(&c).unwrap_or(GiveUp::ServerSaidStop));
         Read {
             v: v.map(|v| v as u32),
             name,
@@ -513,6 +542,8 @@ impl Record {
             key_lifetime,
             offline,
             offline_since,
+            not_before,
+            stopped,
         }
         .check()
     }
@@ -542,6 +573,8 @@ mod tests {
             key_lifetime: DEFAULT_KEY_LIFETIME,
             offline: Duration::ZERO,
             offline_since: None,
+            not_before: None,
+            stopped: None,
         }
     }
 

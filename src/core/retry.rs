@@ -111,6 +111,42 @@ pub enum GiveUp {
 }
 
 impl GiveUp {
+    /// Every reason, in the order of the enum.
+    const ALL: [GiveUp; 5] = [
+        GiveUp::AttemptsSpent,
+        GiveUp::BudgetSpent,
+        GiveUp::RetryAfterBeyondCap,
+        GiveUp::ServerSaidStop,
+        GiveUp::Redirected,
+    ];
+
+    /// The server ended the round (it said not to retry, asked for a longer wait than the cap,
+    /// or redirected): unlike a spent round, nothing in the record shows it, so it is stored
+    /// ([`Record::stopped`](super::record::Record::stopped)) and a restart does not send it on
+    /// its own.
+    pub fn by_server(self) -> bool {
+        matches!(
+            self,
+            GiveUp::RetryAfterBeyondCap | GiveUp::ServerSaidStop | GiveUp::Redirected
+        )
+    }
+
+    /// The reason as the stored record writes it.
+    pub fn code(self) -> &'static str {
+        match self {
+            GiveUp::AttemptsSpent => "attempts-spent",
+            GiveUp::BudgetSpent => "budget-spent",
+            GiveUp::RetryAfterBeyondCap => "retry-after-beyond-cap",
+            GiveUp::ServerSaidStop => "server-said-stop",
+            GiveUp::Redirected => "redirected",
+        }
+    }
+
+    /// The reason [`GiveUp::code`] wrote, or `None`.
+    pub fn from_code(code: &str) -> Option<GiveUp> {
+        GiveUp::ALL.into_iter().find(|g| g.code() == code)
+    }
+
     /// A short phrase for people.
     pub fn as_str(self) -> &'static str {
         match self {

@@ -336,8 +336,6 @@ struct Pending {
     record: Record,
     in_flight: Option<AttemptId>,
     wake_at: Option<Timestamp>,
-    /// The server's `Retry-After` floor for the next attempt: still honoured when back online.
-    not_before: Option<Timestamp>,
     last_status: Option<u16>,
 }
 
@@ -347,7 +345,6 @@ impl Pending {
             record,
             in_flight: None,
             wake_at: None,
-            not_before: None,
             last_status: None,
         }
     }
@@ -508,6 +505,8 @@ impl Submission {
             key_lifetime: self.policy.key_lifetime,
             offline: Duration::ZERO,
             offline_since: None,
+            not_before: None,
+            stopped: None,
         };
         self.pending = Some(Pending::new(record));
         self.send_next(now);
@@ -515,7 +514,9 @@ impl Submission {
 
     /// Takes up a record found in storage at start-up. The submission is [`State::Unsure`], or,
     /// with `resume`, sends its next attempt at once (unless its round's attempts or budget are
-    /// already spent: then it settles [`Outcome::Unsure`] with the reason). A record whose key is
+    /// already spent, or the server ended the round ([`Record::stopped`]): then it settles
+    /// [`Outcome::Unsure`] with the reason; and not before a `Retry-After` the server gave
+    /// ([`Record::not_before`]): it waits until then). A record whose key is
     /// past its lifetime settles [`Outcome::Expired`] either way, unsent. Call
     /// [`Submission::handle_online`] first when the platform is offline.
     pub fn restore(
@@ -557,7 +558,9 @@ impl Submission {
             _ => {}
         }
         let expired = record.is_expired(now);
-        let spent = if record.round_attempts >= self.policy.attempts {
+        let spent = if let Some(why) = record.stopped {
+            Some(why)
+        } else if record.round_attempts >= self.policy.attempts {
             Some(GiveUp::AttemptsSpent)
         } else if now > record.budget_start(now) + self.policy.budget {
             Some(GiveUp::BudgetSpent)
@@ -570,7 +573,18 @@ impl Submission {
             return Ok(());
         }
         match (resume, spent) {
-            (true, None) => self.send_next(now),
+            // The server's Retry-After, given before the restart, still holds.
+            (true, None) => match self.pending.as_mut().and_then(|p| {
+                let t = p.record.not_before.filter(|t| *t > now && self.online)?;
+                p.wake_at = Some(t);
+                Some(t)
+            }) {
+                Some(_) => {
+                    self.state = State::Waiting;
+                    self.changed();
+                }
+                None => self.send_next(now),
+            },
             // Asked to resume, but its round was spent before the restart: it settles unsure
             // at once, so a caller waiting on it hears why.
             (true, Some(why)) => self.give_up(why),
@@ -664,7 +678,7 @@ impl Submission {
         if p.record.is_expired(now) {
             return self.expire();
         }
-        match p.not_before.filter(|t| *t > now) {
+        match p.record.not_before.filter(|t| *t > now) {
             Some(t) => {
                 p.wake_at = Some(t);
                 self.actions.push_back(Action::Persist(p.record.clone()));
@@ -701,7 +715,6 @@ impl Submission {
         let Some(p) = &mut self.pending else { return };
         p.in_flight = None;
         p.wake_at = None;
-        p.not_before = None;
         self.state = State::Unsure;
         self.changed();
     }
@@ -785,7 +798,8 @@ impl Submission {
             p.record.round_attempts = 0;
             p.record.offline = Duration::ZERO;
             p.record.offline_since = (!self.online).then_some(now);
-            p.not_before = None;
+            p.record.not_before = None;
+            p.record.stopped = None;
         }
         self.send_next(now);
     }
@@ -810,7 +824,7 @@ impl Submission {
             p.record.round_started_at = now;
             p.record.offline = Duration::ZERO;
         }
-        p.not_before = None;
+        p.record.not_before = None;
         self.next_id += 1;
         let id = AttemptId(self.next_id);
         p.record.attempts = p.record.attempts.saturating_add(1);
@@ -843,7 +857,11 @@ impl Submission {
             Next::At(at) if at > r.key_deadline() => self.expire(),
             Next::At(at) => {
                 p.wake_at = Some(at);
-                p.not_before = retry_after.map(|h| h.not_before(now));
+                p.record.not_before = retry_after.map(|h| h.not_before(now));
+                if p.record.not_before.is_some() {
+                    // The server's wait outlives this process: a restart honours it too.
+                    self.actions.push_back(Action::Persist(p.record.clone()));
+                }
                 self.state = State::Waiting;
                 self.changed();
             }
@@ -852,7 +870,12 @@ impl Submission {
     }
 
     fn give_up(&mut self, why: GiveUp) {
-        let Some(p) = &self.pending else { return };
+        let Some(p) = &mut self.pending else { return };
+        if why.by_server() && p.record.stopped != Some(why) {
+            // Written down, so that a restart does not send on its own what the server stopped.
+            p.record.stopped = Some(why);
+            self.actions.push_back(Action::Persist(p.record.clone()));
+        }
         let settled = Settled {
             outcome: Outcome::Unsure,
             status: p.last_status,

@@ -453,6 +453,8 @@ impl SubmissionBuilder {
             key_lifetime: self.client.inner.policy.key_lifetime,
             offline: Duration::ZERO,
             offline_since: None,
+            not_before: None,
+            stopped: None,
         })
     }
 

@@ -406,6 +406,8 @@ pub fn sent_once(url: &str, tenant: &str, name: &str, key: Key, at: Timestamp) -
         key_lifetime: oncekey::core::DEFAULT_KEY_LIFETIME,
         offline: Duration::ZERO,
         offline_since: None,
+        not_before: None,
+        stopped: None,
     }
 }
 
