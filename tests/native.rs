@@ -112,6 +112,34 @@ async fn retry_after_on_a_503_is_honoured() {
 }
 
 #[tokio::test]
+async fn a_status_of_no_http_class_is_retried_with_the_same_key_not_refused() {
+    // An intermediary's 999 was a definite refusal: the record was forgotten, and the caller's
+    // next send of the same payout drew a new key.
+    let stub = Stub::start(vec![(999, vec![]), (999, vec![("retry-after-ms", "30")])]).await;
+    let plan = Plan::new();
+    let client = client(&plan);
+    let s = client
+        .submission("odd")
+        .post(&format!("{}/x", stub.url))
+        .json(&ticket("odd"))
+        .unwrap()
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(s.outcome(), Outcome::Succeeded);
+    assert_eq!(s.attempts(), 3);
+    let keys: Vec<_> = stub
+        .seen
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|h| h["idempotency-key"].clone())
+        .collect();
+    assert_eq!(keys.len(), 3);
+    assert!(keys.iter().all(|k| *k == keys[0]), "{keys:?}");
+}
+
+#[tokio::test]
 async fn a_422_is_a_conflict_and_is_not_retried() {
     let server = Server::start();
     let tenant = tenant("422");

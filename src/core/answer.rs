@@ -136,7 +136,7 @@ impl RetryAfter {
 pub struct Answer {
     /// The status code.
     pub status: u16,
-    /// `retry-after-ms`, or else `Retry-After`.
+    /// `retry-after-ms` or `Retry-After`, the later of two delays.
     pub retry_after: Option<RetryAfter>,
     /// `Stripe-Should-Retry` or `x-should-retry`, when `true` or `false`.
     pub should_retry: Option<bool>,
@@ -169,10 +169,11 @@ impl Answer {
         let mut retry_after_ms = None;
         for (name, value) in headers {
             let value = value.trim();
+            // A malformed value is ignored, not taken for "none": an earlier good one stands.
             if name.eq_ignore_ascii_case("retry-after") {
-                retry_after = RetryAfter::parse(value);
+                retry_after = RetryAfter::parse(value).or(retry_after);
             } else if name.eq_ignore_ascii_case("retry-after-ms") {
-                retry_after_ms = RetryAfter::parse_ms(value);
+                retry_after_ms = RetryAfter::parse_ms(value).or(retry_after_ms);
             } else if name.eq_ignore_ascii_case("stripe-should-retry")
                 || name.eq_ignore_ascii_case("x-should-retry")
             {
@@ -187,7 +188,16 @@ impl Answer {
                 answer.replayed |= value.eq_ignore_ascii_case("replayed");
             }
         }
-        answer.retry_after = retry_after_ms.or(retry_after);
+        // Both: never earlier than either says. Two delays, the longer (`retry-after-ms` is the
+        // precise one, `Retry-After` its whole seconds rounded up); a date, which cannot be
+        // compared here without the time, is the standard header's and stands.
+        answer.retry_after = match (retry_after_ms, retry_after) {
+            (Some(RetryAfter::Delay(ms)), Some(RetryAfter::Delay(secs))) => {
+                Some(RetryAfter::Delay(ms.max(secs)))
+            }
+            (ms, None) => ms,
+            (_, given) => given,
+        };
         if status == 400 {
             let body = body.to_ascii_lowercase();
             let header = key_header.to_ascii_lowercase();
@@ -252,7 +262,9 @@ pub fn classify(answer: &Answer) -> Verdict {
         // Not sent again on its own, nothing will have changed; unsure, unless the server
         // says to retry (the hint below).
         300..=399 if answer.should_retry != Some(true) => return Verdict::Stop(GiveUp::Redirected),
-        409 | 408 | 425 | 429 | 500..=599 => None,
+        // A status of no HTTP class (an intermediary's 999, a 0) says nothing of the request:
+        // as a 5xx (RFC 9110 section 15), not a refusal that would free the name for a new key.
+        409 | 408 | 425 | 429 | 500.. | 0..=99 => None,
         422 => Some(Outcome::Conflict),
         400 if answer.names_key => Some(Outcome::Misconfigured),
         _ => Some(Outcome::Refused),
@@ -297,7 +309,22 @@ mod tests {
                 "{s}"
             );
         }
-        for s in [409, 408, 425, 429, 500, 502, 503, 504, 599] {
+        for s in [
+            409,
+            408,
+            425,
+            429,
+            500,
+            502,
+            503,
+            504,
+            599,
+            600,
+            999,
+            u16::MAX,
+            0,
+            99,
+        ] {
             assert_eq!(classify(&Answer::status(s)), RETRY, "{s}");
         }
         assert_eq!(classify(&Answer::status(422)), definite(Outcome::Conflict));
@@ -426,7 +453,7 @@ mod tests {
         assert_eq!(past.not_before(now), now);
         let ms = Answer::from_response(
             429,
-            [("retry-after-ms", "1500.2"), ("Retry-After", "9")],
+            [("retry-after-ms", "1500.2"), ("Retry-After", "1")],
             "",
             "k",
         );
@@ -434,6 +461,15 @@ mod tests {
             ms.retry_after,
             Some(RetryAfter::Delay(Duration::from_millis(1501)))
         );
+        // The two disagree: never earlier than either. A malformed repeat leaves a good one.
+        for headers in [
+            [("retry-after-ms", "1500"), ("Retry-After", "9")],
+            [("Retry-After", "9"), ("retry-after", "soon")],
+        ] {
+            let a = Answer::from_response(503, headers, "", "k");
+            let want = RetryAfter::Delay(Duration::from_secs(9));
+            assert_eq!(a.retry_after, Some(want), "{headers:?}");
+        }
         for bad in ["-1", "1.5", "soon", "", "Sun, 06 Nov 1994"] {
             let a = Answer::from_response(503, [("Retry-After", bad)], "", "k");
             assert_eq!(a.retry_after, None, "{bad:?}");
