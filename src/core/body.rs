@@ -694,8 +694,10 @@ fn percent_decode(s: &str) -> Result<String, BodyError> {
         match b[i] {
             b'+' => out.push(b' '),
             b'%' => {
+                // Two hex digits, nothing else: from_str_radix alone would take "+1" for 1.
                 let hex = b
                     .get(i + 1..i + 3)
+                    .filter(|h| h.iter().all(u8::is_ascii_hexdigit))
                     .and_then(|h| ::core::str::from_utf8(h).ok());
                 match hex.and_then(|h| u8::from_str_radix(h, 16).ok()) {
                     Some(v) => {
@@ -925,6 +927,11 @@ mod tests {
             r#"{"a":"€","b":"","c":"100%"}"#
         );
         assert_eq!(form_decode("a=%FF"), Err(BodyError::NotUtf8));
+        // A sign is no hex digit: "%+1" is a kept '%', a space and a 1, as browsers read it.
+        assert_eq!(
+            form_decode("a=%+1&b=%-1").unwrap(),
+            r#"{"a":"% 1","b":"%-1"}"#
+        );
         assert_eq!(
             form_encode(r#"{"a":{"b":1}}"#),
             Err(BodyError::NotFlat { field: "a".into() })
