@@ -329,6 +329,48 @@ fn same_body_joins_other_body_is_refused() {
         s.begin(T0, other_url, bytes(4)),
         Err(BeginError::PendingMismatch { differs: "url", .. })
     ));
+    // The same body for another tenant is another submission: refused, not joined (it was
+    // joined, and only the first tenant's request was ever sent). Its form encoding too.
+    let tenant = |t: &str| request(TICKET).header("X-Tenant", t).unwrap();
+    let mut d2 = Driver::default();
+    let mut s2 = Submission::new("payout", RetryPolicy::default());
+    s2.begin(
+        T0,
+        tenant("acme").header("X-Region", "eu").unwrap(),
+        bytes(6),
+    )
+    .unwrap();
+    d2.drain(&mut s2);
+    for (other, differs) in [
+        (
+            tenant("globex").header("X-Region", "eu").unwrap(),
+            "headers",
+        ),
+        (tenant("acme"), "headers"),
+        (
+            Request::new("POST", "/api/tickets", TICKET, Encoding::Form)
+                .unwrap()
+                .header("X-Tenant", "acme")
+                .unwrap()
+                .header("X-Region", "eu")
+                .unwrap(),
+            "encoding",
+        ),
+    ] {
+        match s2.begin(T0, other, bytes(7)) {
+            Err(BeginError::PendingMismatch { differs: d, .. }) => assert_eq!(d, differs),
+            other => panic!("{differs}: {other:?}"),
+        }
+    }
+    // Names in another case and order: the same request, joined.
+    let same = request(TICKET)
+        .header("x-region", "eu")
+        .unwrap()
+        .header("x-tenant", "acme")
+        .unwrap();
+    assert_eq!(s2.begin(T0, same, bytes(8)).unwrap(), Begun::Joined);
+    d2.drain(&mut s2);
+    assert_eq!(d2.sent.len(), 1);
 
     // Unsure, the same body again counts as Try again.
     s.handle_answer(

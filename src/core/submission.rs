@@ -222,12 +222,13 @@ pub enum BeginError {
         /// The expired key.
         key: Key,
     },
-    /// Another submission is pending under this name, with another body, method, URL or given
-    /// key. Resume it ("Try again") or discard it first.
+    /// Another submission is pending under this name, with another body, method, URL, stored
+    /// headers, encoding or given key. Resume it ("Try again") or discard it first.
     PendingMismatch {
         /// The pending key.
         key: Key,
-        /// What differs: `"body"`, `"method"`, `"url"` or `"key"` (a given key that is not the
+        /// What differs: `"body"`, `"method"`, `"url"`, `"headers"` (the stored ones, names in
+        /// any case and order aside), `"encoding"` or `"key"` (a given key that is not the
         /// pending one).
         differs: &'static str,
     },
@@ -350,6 +351,17 @@ impl Pending {
     }
 }
 
+/// The same stored headers: each (name in any case, value) as many times in both, in any
+/// order. Headers are few; no sort (it would cost the browser package its sort code).
+fn same_headers(a: &[(String, String)], b: &[(String, String)]) -> bool {
+    let count = |list: &[(String, String)], (name, value): &(String, String)| {
+        list.iter()
+            .filter(|(n, v)| n.eq_ignore_ascii_case(name) && v == value)
+            .count()
+    };
+    a.len() == b.len() && a.iter().all(|h| count(a, h) == count(b, h))
+}
+
 impl Submission {
     /// A submission named `name` (the form's or caller's handle), idle.
     pub fn new(name: &str, policy: RetryPolicy) -> Submission {
@@ -448,6 +460,11 @@ impl Submission {
             Some("method")
         } else if p.record.request.url != request.url {
             Some("url")
+        } else if !same_headers(&p.record.request.headers, &request.headers) {
+            // Another tenant's or account's request, say: another submission.
+            Some("headers")
+        } else if p.record.request.encoding != request.encoding {
+            Some("encoding")
         } else if matches!(&key, NewKey::Given(k) if *k != p.record.key) {
             // A caller's derived key names one submission: another one is another.
             Some("key")

@@ -461,7 +461,8 @@ impl SubmissionBuilder {
     /// Stores the submission and sends it until a definite answer or until its retries stop.
     /// A second send of the same name and body while one is under way in this client joins it;
     /// while one is pending in the store it goes on with the pending key ("Try again"); with
-    /// another body it is refused ([`Error::is_pending_mismatch`]) and nothing is sent.
+    /// another body, method, URL, headers (names in any case and order aside) or encoding it
+    /// is refused ([`Error::is_pending_mismatch`]) and nothing is sent.
     pub async fn send(mut self) -> Result<Settlement> {
         let (request, key, url) = self.request_value().map_err(|e| e.with_name(&self.name))?;
         let url = Some(url);
