@@ -6,8 +6,12 @@
 //! another host, is waited for ([`Error::is_busy`](crate::Error::is_busy) says which).
 //!
 //! A pid reused by an unrelated process only makes the holder look alive: the client then waits
-//! for the lease, as it would without the check. Hosts are told apart by their host name, so
-//! clients sharing a store from several containers must not share one.
+//! for the lease, as it would without the check. "This host" is the host name and, on Linux, the
+//! pid namespace (`/proc/self/ns/pid`): two containers with one host name (host networking) see
+//! each other's pids as missing, and would take over each other's live leases if the name alone
+//! told them apart. A container restarted in a new namespace therefore waits for its old lease
+//! (the safe side). A process is alive while `kill(pid, 0)` finds it, even one of another user
+//! hidden from `/proc` (`hidepid=2`).
 
 use std::sync::OnceLock;
 
@@ -46,9 +50,27 @@ pub(crate) fn host() -> &'static str {
     })
 }
 
-/// A new owner id for this process: `host:pid:random`.
+/// Where this process runs, as owner ids say it: the host name, and on Linux `/` and the pid
+/// namespace's inode (`myhost/4026531836`).
+pub(crate) fn place() -> &'static str {
+    static PLACE: OnceLock<String> = OnceLock::new();
+    PLACE.get_or_init(|| {
+        // "pid:[4026531836]"
+        let ns = std::fs::read_link("/proc/self/ns/pid").ok().and_then(|link| {
+            let link = link.to_string_lossy().into_owned();
+            let digits: String = link.chars().filter(char::is_ascii_digit).collect();
+            (!digits.is_empty()).then_some(digits)
+        });
+        match ns {
+            Some(ns) => format!("{}/{ns}", host()),
+            None => host().to_owned(),
+        }
+    })
+}
+
+/// A new owner id for this process: `place:pid:random` (see [`place`]).
 pub(crate) fn new_id(random: u32) -> String {
-    format!("{}:{}:{random:08x}", host(), std::process::id())
+    format!("{}:{}:{random:08x}", place(), std::process::id())
 }
 
 /// Who `owner` is, from this process's point of view.
@@ -60,7 +82,7 @@ pub(crate) fn holder(owner: &str) -> Holder {
     let Ok(pid) = pid.parse::<u32>() else {
         return Holder::Unknown;
     };
-    if host != self::host() {
+    if host != place() {
         return Holder::Elsewhere {
             host: host.to_owned(),
             pid,
@@ -73,13 +95,22 @@ pub(crate) fn holder(owner: &str) -> Holder {
     }
 }
 
-/// Whether no process has the id `pid` (a zombie still has one until it is reaped).
+/// Whether no process has the id `pid` (a zombie still has one until it is reaped): signal 0
+/// finds no such process. One that exists but is another user's answers "not permitted".
 #[cfg(target_os = "linux")]
 fn is_gone(pid: u32) -> bool {
-    !std::path::Path::new(&format!("/proc/{pid}")).exists()
+    let Ok(pid) = libc::pid_t::try_from(pid) else {
+        return false;
+    };
+    if pid <= 0 {
+        return false;
+    }
+    // SAFETY: kill with signal 0 sends nothing; it only checks that the process exists.
+    let found = unsafe { libc::kill(pid, 0) } == 0;
+    !found && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
 }
 
-/// Without `/proc` a holder is never known to be dead: its lease is waited for.
+/// Elsewhere a holder is never known to be dead: its lease is waited for.
 #[cfg(not(target_os = "linux"))]
 fn is_gone(_pid: u32) -> bool {
     false
@@ -97,9 +128,16 @@ mod tests {
         let mut child = std::process::Command::new("true").spawn().unwrap();
         let pid = child.id();
         child.wait().unwrap();
-        let dead = format!("{}:{pid}:0000abcd", host());
+        let dead = format!("{}:{pid}:0000abcd", place());
         if cfg!(target_os = "linux") {
             assert_eq!(holder(&dead), Holder::DeadHere(pid));
+            // The same host name in another pid namespace (a container with host networking):
+            // its pids are not ours to look up, so it is elsewhere, and waited for.
+            let other = format!("{}/1:{pid}:0000abcd", host());
+            assert!(matches!(holder(&other), Holder::Elsewhere { .. }), "{other}");
+            assert!(place().starts_with(&format!("{}/", host())), "{}", place());
+            // Init (pid 1) is alive, though not ours to signal.
+            assert_eq!(holder(&format!("{}:1:0000abcd", place())), Holder::LiveHere(1));
         }
         assert_eq!(
             holder("db-7.example:42:0000abcd"),
