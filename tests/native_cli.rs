@@ -445,3 +445,43 @@ async fn what_the_server_said_outlives_a_killed_process() {
     assert_eq!(keys.len(), 3);
     assert!(keys.iter().all(|k| *k == keys[0]), "{keys:?}");
 }
+
+#[test]
+fn store_addresses_and_work_batches_are_checked() {
+    // libpq's key=value address was taken for a SQLite file name: a fleet's processes each
+    // made a store of their own in their working directory, with no message.
+    let dir = tempfile::tempdir().unwrap();
+    for address in [
+        "host=127.0.0.1 port=1 dbname=nowhere user=app connect_timeout=1",
+        "POSTGRES://app@127.0.0.1:1/nowhere",
+    ] {
+        let out = Command::new(cli_bin())
+            .current_dir(dir.path())
+            .args(["list", "--store", address])
+            .output()
+            .unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(1),
+            "{address}: {}",
+            text(&out.stderr)
+        );
+        let made: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+        assert!(made.is_empty(), "{address}: a file was made: {made:?}");
+    }
+    // A batch of 0 took nothing and polled for ever; over 64, leases ran out in the queue.
+    let store = dir.path().join("p.db");
+    let store = store.to_str().unwrap();
+    for batch in ["0", "65"] {
+        let out = oncekey(&["work", "--store", store, "--batch", batch]);
+        assert_eq!(out.status.code(), Some(2), "{batch}: {}", text(&out.stderr));
+        assert!(
+            text(&out.stderr).contains("--batch"),
+            "{}",
+            text(&out.stderr)
+        );
+    }
+    // --again never waits: asking for both is a usage error, not a silent --again.
+    let out = oncekey(&["resume", "--store", store, "--again", "--wait"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+}

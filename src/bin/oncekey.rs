@@ -159,8 +159,9 @@ The answer's body goes to stdout; a one-line summary to stderr.";
         /// Wait for submissions another live client holds (a process on another host, or a
         /// live one on this host) until it finishes them or its lease runs out, then take
         /// them over, instead of exiting 7 (busy). A holder on this host whose process is gone
-        /// is taken over at once, with or without --wait.
-        #[arg(long)]
+        /// is taken over at once, with or without --wait. Not with --again, which never
+        /// waits.
+        #[arg(long, conflicts_with = "again")]
         wait: bool,
     }
 
@@ -168,9 +169,10 @@ The answer's body goes to stdout; a one-line summary to stderr.";
     struct Work {
         #[command(flatten)]
         options: Options,
-        /// How many due submissions to take at a time.
-        #[arg(long, default_value_t = 64)]
-        batch: usize,
+        /// How many due submissions to take at a time, 1 to 64: all of them are sent at once (a
+        /// larger batch would leave some waiting while their leases ran out).
+        #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u16).range(1..=64))]
+        batch: u16,
         /// The pause after a poll that found nothing due.
         #[arg(long, default_value = "200ms", value_parser = duration)]
         poll: Duration,
@@ -241,9 +243,30 @@ The answer's body goes to stdout; a one-line summary to stderr.";
         }
     }
 
+    /// A PostgreSQL address: a `postgres://` or `postgresql://` URL (the scheme in any case),
+    /// or libpq's `key=value` form that starts with one of its keywords (`host=db dbname=x`).
+    /// Anything else is a SQLite file (a fleet's address taken for a file name would quietly
+    /// make each host a store of its own).
+    fn is_postgres(s: &str) -> bool {
+        let lower = s.to_ascii_lowercase();
+        const KEYWORDS: [&str; 8] = [
+            "host=",
+            "hostaddr=",
+            "port=",
+            "dbname=",
+            "user=",
+            "password=",
+            "sslmode=",
+            "service=",
+        ];
+        lower.starts_with("postgres://")
+            || lower.starts_with("postgresql://")
+            || KEYWORDS.iter().any(|k| lower.trim_start().starts_with(k))
+    }
+
     fn open_store(arg: &StoreArg) -> Result<Arc<dyn Store>, String> {
         let s = arg.store.as_str();
-        if s.starts_with("postgres://") || s.starts_with("postgresql://") {
+        if is_postgres(s) {
             #[cfg(feature = "postgres")]
             return oncekey::PostgresStore::connect(s)
                 .map(|p| Arc::new(p) as Arc<dyn Store>)
@@ -449,7 +472,7 @@ The answer's body goes to stdout; a one-line summary to stderr.";
         // them.
         let mut unsure: HashSet<String> = HashSet::new();
         loop {
-            let resumed = client.resume_due(args.batch).await.map_err(failed)?;
+            let resumed = client.resume_due(args.batch.into()).await.map_err(failed)?;
             let found = !resumed.is_empty();
             for r in resumed {
                 let c = report_result(&r.name, &r.result);
