@@ -133,6 +133,36 @@ if_native! {
     }
 }
 
+if_native! {
+    /// A form's pairs in the order written, as `Fields`: sorted once (stable), a name given
+    /// more than once an array of its values in that order (see [`Fields::append`]).
+    fn form_fields(mut pairs: Vec<(String, Value)>) -> Fields {
+        pairs.sort_by(|a, b| a.0.cmp(&b.0));
+        let mut out: Vec<(String, Value)> = Vec::with_capacity(pairs.len());
+        for (name, value) in pairs {
+            match out.last_mut() {
+                Some((last, Value::Array(items))) if *last == name => items.push(value),
+                Some((last, slot)) if *last == name => {
+                    let first = ::core::mem::replace(slot, Value::Null);
+                    *slot = Value::Array(vec![first, value]);
+                }
+                _ => out.push((name, value)),
+            }
+        }
+        Fields(out)
+    }
+}
+
+if_wasm! {
+    fn form_fields(pairs: Vec<(String, Value)>) -> Fields {
+        let mut out = Fields::new();
+        for (name, value) in pairs {
+            out.append(name, value);
+        }
+        out
+    }
+}
+
 if_wasm! {
     /// An object's members as read: each inserted in place.
     type Members = Fields;
@@ -662,13 +692,12 @@ pub fn form_encode(json: &str) -> Result<String, BodyError> {
 /// Decodes an `application/x-www-form-urlencoded` body into the canonical JSON text of a flat
 /// object of strings; a name given more than once becomes an array in the order given.
 pub fn form_decode(form: &str) -> Result<String, BodyError> {
-    let mut map = Fields::new();
+    let mut pairs = Vec::new();
     for part in form.split('&').filter(|p| !p.is_empty()) {
         let (name, value) = part.split_once('=').unwrap_or((part, ""));
-        let name = percent_decode(name)?;
-        map.append(name, Value::String(percent_decode(value)?));
+        pairs.push((percent_decode(name)?, Value::String(percent_decode(value)?)));
     }
-    Ok(Value::Object(map).to_canonical())
+    Ok(Value::Object(form_fields(pairs)).to_canonical())
 }
 
 fn percent_encode(s: &str, out: &mut String) {
@@ -927,6 +956,11 @@ mod tests {
             r#"{"a":"€","b":"","c":"100%"}"#
         );
         assert_eq!(form_decode("a=%FF"), Err(BodyError::NotUtf8));
+        // Names in descending order, repeated far apart: each name's values in the order given.
+        assert_eq!(
+            form_decode("c=1&b=2&a=3&c=4&b=5&c=6").unwrap(),
+            r#"{"a":"3","b":["2","5"],"c":["1","4","6"]}"#
+        );
         // A sign is no hex digit: "%+1" is a kept '%', a space and a 1, as browsers read it.
         assert_eq!(
             form_decode("a=%+1&b=%-1").unwrap(),
