@@ -345,6 +345,8 @@ fn check(
         let len = subject.chars().count();
         if subject.trim().is_empty() {
             errors.push(param("subject", "must not be empty"));
+        } else if let Some(c) = control(subject, false) {
+            errors.push(param("subject", c));
         } else if len > MAX_SUBJECT {
             errors.push(param(
                 "subject",
@@ -354,7 +356,9 @@ fn check(
     }
     if let Some(body) = &body {
         let len = body.chars().count();
-        if len > MAX_TEXT {
+        if let Some(c) = control(body, true) {
+            errors.push(param("body", c));
+        } else if len > MAX_TEXT {
             errors.push(param(
                 "body",
                 format!("is {len} characters long; at most {MAX_TEXT} are allowed"),
@@ -394,6 +398,19 @@ fn check(
         fingerprint,
         ticket,
     }
+}
+
+/// Why `text` cannot be stored, if it holds a control character (a line break or tab allowed
+/// in a multi-line text): a NUL, which PostgreSQL's text refuses, would fail every retry of the
+/// request as a store error (`503`) rather than be answered as the bad input it is.
+fn control(text: &str, lines: bool) -> Option<String> {
+    let c = text
+        .chars()
+        .find(|c| c.is_control() && !(lines && matches!(c, '\n' | '\r' | '\t')))?;
+    Some(format!(
+        "contains a control character (U+{:04X})",
+        u32::from(c)
+    ))
 }
 
 /// A plain check: one `@`, something before it, a dotted domain after it, no white space.

@@ -204,7 +204,17 @@ async fn invalid_fields_are_400s_that_name_each_field() {
         "hello",
     );
     assert_eq!(send(text).await.invalid_names(), ["Content-Type"]);
-    assert_eq!(desk.stat("tickets").await, 1);
+    // A NUL (which PostgreSQL's text refuses: a 503 on every retry) or another control
+    // character is bad input, named; a multi-line body with a tab is not.
+    let nul = r#"{"subject":"a\u0000b","body":"x","email":"ada@example.com"}"#;
+    let answer = refused(&desk, "k11", nul).await;
+    assert_eq!(answer.invalid_names(), ["subject"]);
+    assert!(answer.json()["detail"].as_str().unwrap().contains("U+0000"));
+    let bell = r#"{"subject":"s","body":"ring \u0007","email":"ada@example.com"}"#;
+    assert_eq!(refused(&desk, "k12", bell).await.invalid_names(), ["body"]);
+    let lines = r#"{"subject":"s","body":"line 1\r\nline 2\tend","email":"ada@example.com"}"#;
+    assert_eq!(send(desk.post(Some("k13"), lines)).await.status, 201);
+    assert_eq!(desk.stat("tickets").await, 2);
 }
 
 #[tokio::test]
