@@ -289,6 +289,16 @@ pub async fn start(config: Config) -> Result<Server, StartError> {
     if config.lease.is_zero() {
         return Err(StartError::Config("--lease must be positive".into()));
     }
+    if config.receipt_ttl < config.lease {
+        // A claim older than the TTL counts as expired: one still held (its request at work)
+        // would be taken over, and a TTL of 0 would make every repeat a new ticket.
+        return Err(StartError::Config(format!(
+            "--receipt-ttl ({}) must be at least --lease ({}): a key is kept at least as long \
+             as a claim on it holds",
+            humantime::format_duration(config.receipt_ttl),
+            humantime::format_duration(config.lease)
+        )));
+    }
     let limits = limits(&config)?;
     let db = store::describe(&config.db);
     let (store, writer) =

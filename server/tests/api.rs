@@ -488,6 +488,7 @@ async fn without_the_key_check_every_request_makes_a_ticket() {
 async fn receipts_expire_after_their_ttl() {
     let config = Config {
         receipt_ttl: Duration::from_millis(200),
+        lease: Duration::from_millis(100),
         sweep_every: Duration::from_millis(20),
         ..Config::default()
     };

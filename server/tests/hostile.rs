@@ -1186,4 +1186,17 @@ fn limits_that_cannot_work_stop_the_server_at_start() {
         text.contains("--header-read-timeout must be positive"),
         "{text}"
     );
+    // Receipts kept for less than a claim holds: a claim at work would be taken over (and a
+    // TTL of 0 makes every repeat a new ticket).
+    for receipt_ttl in [Duration::ZERO, Duration::from_secs(5)] {
+        let text = refused(Config {
+            receipt_ttl,
+            lease: Duration::from_secs(10),
+            ..Config::default()
+        });
+        assert!(
+            text.contains("--receipt-ttl") && text.contains("--lease (10s)"),
+            "{text}"
+        );
+    }
 }
