@@ -54,6 +54,7 @@ if_wasm! {
     #[cfg(feature = "js")]
     pub mod js {
         pub use crate::web::js::JsSubmitter as Submitter;
+        pub use crate::web::auto_attach;
         pub use crate::web::listing::list_pending;
     }
 }

@@ -1014,3 +1014,105 @@ async fn an_expired_form_found_after_a_reload_asks_for_its_secrets_before_sendin
     assert_eq!(case.count("tickets").await, 1.0);
     form.remove();
 }
+
+#[test]
+async fn a_form_has_one_kit_and_each_submit_one_key() {
+    // attachForm, then autoAttach (or a second attachForm, as a module run again does): two
+    // kits each sent the submit, under two keys, and one's record replaced the other's.
+    let case = Case::new("twice");
+    let form = case.form("");
+    let kit = case.attach(&form, 8);
+    let again = FormKit::attach(&form, case.options(8)).expect_err("a second kit");
+    assert_eq!(
+        again.code(),
+        oncekey::ErrorCode::State,
+        "{}",
+        again.message()
+    );
+    form.set_attribute("data-oncekey", &case.name).unwrap();
+    let kits = oncekey::js::auto_attach(None).unwrap();
+    assert_eq!(kits.length(), 0, "autoAttach leaves an attached form alone");
+    fill_ticket(&form, "Once");
+    case.plan(&["delay=200"]);
+    form.request_submit().unwrap();
+    settled(&form, "succeeded").await;
+    assert_eq!(case.keys().len(), 1, "one attempt, one key");
+    assert_eq!(case.count("tickets").await, 1.0);
+    // Detached, the form takes a kit again.
+    kit.detach();
+    let _kit = case.attach(&form, 8);
+    form.remove();
+}
+
+#[test]
+async fn a_secret_field_added_after_attach_never_reaches_session_storage() {
+    let case = Case::new("late-secret");
+    let form = case.form("");
+    let _kit = case.attach(&form, 8);
+    let late = document().create_element("input").unwrap();
+    late.set_attribute("type", "password").unwrap();
+    late.set_attribute("name", "password").unwrap();
+    form.append_child(&late).unwrap();
+    fill_ticket(&form, "Late password");
+    fill(&form, "password", "hunter2-added-late");
+    case.plan(&["delay=500"]);
+    form.request_submit().unwrap();
+    JsFuture::from(sleep(100)).await.unwrap();
+    let stored = case.stored().expect("stored before the answer");
+    assert!(stored.contains("Late password"), "{stored}");
+    assert!(
+        !stored.contains("hunter2"),
+        "the password is stored: {stored}"
+    );
+    settled(&form, "succeeded").await;
+    assert_eq!(case.count("tickets").await, 1.0);
+    form.remove();
+}
+
+#[test]
+async fn fields_in_a_fieldset_are_locked_one_by_one_so_a_secret_asked_for_can_be_filled() {
+    // The fieldset itself was disabled with the rest: every control in it was unusable
+    // whatever its own state, the secret field the kit opened after a reload included.
+    let secrets = r#"<fieldset>
+      <label>Password <input type="password" name="password"></label>
+      <label>Card <input name="card" autocomplete="cc-number"></label>
+      <label>PIN <input name="pin" data-oncekey-secret></label></fieldset>"#;
+    let case = Case::new("fieldset");
+    let key = leave_unsure(&case, secrets).await;
+    let form = case.form(secrets);
+    let _kit = case.attach(&form, 8);
+    let usable = |name: &str| {
+        let el: Element = field(&form, name).unchecked_into();
+        !el.matches(":disabled").unwrap()
+    };
+    assert!(
+        usable("password") && usable("pin"),
+        "the secrets can be filled"
+    );
+    assert!(!usable("subject"), "the rest stays locked");
+    assert!(!disabled(&form, "fieldset"), "the fieldset is left alone");
+    fill(&form, "password", "hunter2-very-secret");
+    fill(&form, "card", "4242424242424242");
+    fill(&form, "pin", "9876");
+    form.request_submit().unwrap();
+    settled(&form, "succeeded").await;
+    assert_eq!(case.keys(), [key.clone(), key], "resent with the same key");
+    form.remove();
+}
+
+#[test]
+async fn a_control_named_action_does_not_hide_the_form_s_url() {
+    // form.action is the control then, not the URL: attachForm refused the form.
+    let case = Case::new("action-field");
+    let form = case.form(r#"<input type="hidden" name="action" value="new_ticket">"#);
+    let mut options = case.options(8);
+    let url = options.submitter.url.clone();
+    options.submitter.url = String::new();
+    form.set_attribute("action", &url).unwrap();
+    let _kit = FormKit::attach(&form, options).expect("attached");
+    fill_ticket(&form, "Hidden action field");
+    form.request_submit().unwrap();
+    settled(&form, "succeeded").await;
+    assert_eq!(case.count("tickets").await, 1.0);
+    form.remove();
+}

@@ -83,6 +83,8 @@ static ALLOCATOR: alloc::Allocator = alloc::Allocator::new();
 pub use driver::{AbortHandle, Listener, Pending, Settlement, Settling, Submitter, Update};
 pub use error::{Error, ErrorCode};
 pub use form::{FormKit, FormLock, FormOptions, Messages, Resume, SuccessMessage, SuccessText};
+#[cfg(feature = "js")]
+pub use form::auto_attach;
 pub use options::{AttemptHeaders, Credentials, Options, StorageKind};
 
 /// The longest text taken into the module from JavaScript, in characters as JavaScript counts a

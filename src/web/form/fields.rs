@@ -83,6 +83,8 @@ pub(crate) fn read_fields(form: &HtmlFormElement, secret_names: &[String]) -> Re
         secrets: Fields::new(),
         files: false,
     };
+    // A secret field the page added after the kit was attached is a secret too: never stored.
+    let added = secret_field_names(form);
     // Its [name, value] pairs, by Array.from (leaner than the iterator protocol in wasm).
     for entry in Array::from(&data).iter() {
         let pair: Array = entry.unchecked_into();
@@ -95,7 +97,7 @@ pub(crate) fn read_fields(form: &HtmlFormElement, secret_names: &[String]) -> Re
             read.files |= size > 0.0 || !file.is_empty();
             continue;
         };
-        let target = if secret_names.contains(&name) {
+        let target = if secret_names.contains(&name) || added.contains(&name) {
             &mut read.secrets
         } else {
             &mut read.body

@@ -113,6 +113,7 @@ const KIT_OPTIONS: [&str; 5] = [
 
 /// Wires `form` to a submitter: locks it while the outcome is unknown, restores it after a
 /// reload, says what is happening, offers "Try again". URL and method default to the form's.
+/// A form has one kit at a time: attaching a second throws (`state`) until the first is detached.
 #[wasm_bindgen(js_name = attachForm, unchecked_return_type = "FormKit")]
 pub fn attach_form(
     #[wasm_bindgen(unchecked_param_type = "HTMLFormElement")] form: JsValue,
@@ -127,14 +128,20 @@ pub fn attach_form(
     Ok(FormKit::attach(&form, read_options(&form, &options)?)?.face())
 }
 
-/// `attachForm` for every `<form data-oncekey="NAME">` on the page, with the same options.
+/// `attachForm` for every `<form data-oncekey="NAME">` on the page that has no kit yet, with the
+/// same options.
 #[wasm_bindgen(js_name = autoAttach, unchecked_return_type = "FormKit[]")]
 pub fn auto_attach(options: Option<FormKitOptions>) -> Result<Array, Error> {
     let document = get(&js_sys::global(), "document");
     if !document.is_object() {
         return Err(Error::option("autoAttach needs a page (window.document)"));
     }
-    let forms = call_str(&document, "querySelectorAll", "form[data-oncekey]");
+    // Not a form attached already (by attachForm, or an earlier autoAttach).
+    let forms = call_str(
+        &document,
+        "querySelectorAll",
+        "form[data-oncekey]:not([data-oncekey-state])",
+    );
     if !forms.is_object() {
         return Err(Error::option("autoAttach cannot search the page"));
     }

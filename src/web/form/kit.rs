@@ -90,9 +90,21 @@ pub(super) struct Wiring {
 
 impl Kit {
     pub(super) fn attach(form: &HtmlFormElement, o: FormOptions) -> Result<Rc<Kit>, Error> {
+        // Two kits on one form would each send its submit, under a key of its own.
+        if attr(form, "data-oncekey-state").is_some() {
+            return Err(Error::new(
+                ErrorCode::State,
+                "the form has a form kit already (it carries data-oncekey-state): detach that one first",
+            ));
+        }
         let mut options = o.submitter;
         if options.url.is_empty() {
-            options.url = text(form, "action").unwrap_or_default();
+            // The attribute when a control named "action" hides the property (a common hidden
+            // field); a form without one posts to its page, as the property says.
+            options.url = text(form, "action")
+                .or_else(|| attr(form, "action"))
+                .or_else(|| text(&get(&js_sys::global(), "location"), "href"))
+                .unwrap_or_default();
         }
         options.method = match o.method {
             Some(method) => method,

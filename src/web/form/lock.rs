@@ -9,7 +9,7 @@ use crate::prelude::*;
 use wasm_bindgen::JsValue;
 use web_sys::{Element, HtmlFormElement};
 
-use super::dom::{call, controls, get, put, remove_attr, set_attr};
+use super::dom::{call, controls, get, is_tag, put, remove_attr, set_attr};
 use super::fields::is_submit_button;
 
 /// A form locked while its submission's outcome is unknown; unlocked when dropped.
@@ -58,7 +58,11 @@ impl FormLock {
     fn scan(&mut self, skip: Option<&Element>) {
         set_attr(&self.form, "aria-busy", "true");
         for el in controls(&self.form) {
-            if skip.is_some_and(|s| call(s, "contains", &el).is_truthy()) {
+            // A fieldset's controls are listed on their own; disabling the fieldset would
+            // disable all of them whatever their own state, the kit's buttons and a secret field
+            // opened for the person included.
+            if skip.is_some_and(|s| call(s, "contains", &el).is_truthy()) || is_tag(&el, "fieldset")
+            {
                 continue;
             }
             if self.submit_enabled && is_submit_button(&el) {

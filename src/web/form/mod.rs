@@ -45,6 +45,8 @@ mod fields;
 mod first_paint;
 #[cfg(feature = "js")]
 mod js;
+#[cfg(feature = "js")]
+pub use js::auto_attach;
 mod kit;
 mod lock;
 mod messages;
