@@ -1116,3 +1116,30 @@ async fn a_control_named_action_does_not_hide_the_form_s_url() {
     assert_eq!(case.count("tickets").await, 1.0);
     form.remove();
 }
+
+#[test]
+async fn a_round_started_through_the_kit_s_submitter_unlocks_the_form_when_it_settles() {
+    // The form locked on 'sending' but the kit heard only its own rounds' settlements: a Try
+    // again made by the page through kit.submitter left the form locked for good.
+    let case = Case::new("by-page");
+    let form = case.form("");
+    let kit = case.attach(&form, 1);
+    fill_ticket(&form, "Tried again by the page");
+    case.plan(&["offline"]);
+    form.request_submit().unwrap();
+    settled(&form, "unsure").await;
+    let key = case.keys()[0].clone();
+    drop(kit.submitter().try_again());
+    settled(&form, "succeeded").await;
+    assert_eq!(busy(&form), None);
+    assert!(!disabled(&form, "[name=subject]") && !disabled(&form, "button[type=submit]"));
+    assert!(button(&form, "Try again").is_none() && button(&form, "Discard").is_none());
+    assert!(
+        status_text(&form).starts_with("Created #"),
+        "{}",
+        status_text(&form)
+    );
+    assert_eq!(case.keys(), [key.clone(), key]);
+    assert_eq!(case.count("tickets").await, 1.0);
+    form.remove();
+}

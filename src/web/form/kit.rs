@@ -444,6 +444,19 @@ impl Kit {
         let state = update.state;
         match state {
             State::Sending => {
+                if !kit.in_flight.get() {
+                    // A round the kit did not start (its submitter called by the page): joined,
+                    // so that its settlement unlocks the form and is shown. After this change is
+                    // told, and only if still nobody of the kit's awaits it: a round the kit
+                    // starts itself is sending before the kit marks it.
+                    let kit = kit.clone();
+                    wasm_bindgen_futures::spawn_local(async move {
+                        let ours = kit.in_flight.get() || !holds(&kit.wiring);
+                        if !ours && kit.submitter.state() == State::Sending {
+                            Kit::settle_later(&kit, Box::pin(kit.submitter.try_again()));
+                        }
+                    });
+                }
                 kit.hold(false);
                 let m = &kit.messages;
                 if update.attempts > 1 {
