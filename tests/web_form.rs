@@ -1143,3 +1143,29 @@ async fn a_round_started_through_the_kit_s_submitter_unlocks_the_form_when_it_se
     assert_eq!(case.count("tickets").await, 1.0);
     form.remove();
 }
+
+#[test]
+async fn the_button_that_submitted_the_form_is_sent_with_its_name_and_value() {
+    // As a form posted by the browser: "Publish" and "Save draft" are one form's two buttons,
+    // and the server tells them apart by the button's name and value. The kit dropped both.
+    let case = Case::new("intent");
+    let form = case.form(
+        r#"<button type="submit" name="intent" value="draft">Save draft</button>
+           <button type="submit" name="intent" value="publish">Publish</button>"#,
+    );
+    let _kit = case.attach(&form, 8);
+    fill_ticket(&form, "Two buttons");
+    case.plan(&["delay=300"]);
+    button(&form, "Publish").expect("Publish").click();
+    JsFuture::from(sleep(100)).await.unwrap();
+    let stored = case.stored().expect("stored before the answer");
+    assert!(stored.contains(r#"\"intent\":\"publish\""#), "{stored}");
+    assert!(!stored.contains("draft"), "{stored}");
+    settled(&form, "succeeded").await;
+    // Enter in a field: the form's first submit button is the submitter, as the browser says.
+    fill_ticket(&form, "By Enter");
+    form.request_submit().unwrap();
+    settled(&form, "succeeded").await;
+    assert_eq!(case.count("tickets").await, 2.0);
+    form.remove();
+}

@@ -677,3 +677,57 @@ async fn an_upload_s_signal_aborts_its_wait_and_try_again_finishes_it_with_the_s
     assert!(all_equal(&case.keys()), "{:?}", case.keys());
     assert_one_ticket_with(&case, &bytes, "held.png").await;
 }
+
+#[test]
+async fn an_upload_keeps_a_secret_field_added_after_attach_out_of_indexeddb() {
+    let case = Case::new("upload-late-secret");
+    case.plan(&["delay=400"]);
+    let bytes = file_bytes(10_000, 3);
+    let form = form_with_file(&case.name, &case.tenant, &bytes);
+    let mut submitter = oncekey::Options::new(&format!("{}/api/tickets", server()));
+    submitter.headers = vec![("X-Tenant".into(), case.tenant.clone())];
+    let _kit = oncekey::FormKit::attach(
+        &form,
+        oncekey::FormOptions {
+            submitter,
+            ..oncekey::FormOptions::default()
+        },
+    )
+    .expect("attached");
+    let late = web_sys::window()
+        .unwrap()
+        .document()
+        .unwrap()
+        .create_element("input")
+        .unwrap();
+    late.set_attribute("type", "password").unwrap();
+    late.set_attribute("name", "password").unwrap();
+    late.set_attribute("value", "hunter2-added-late").unwrap();
+    form.append_child(&late).unwrap();
+    form.request_submit().unwrap();
+    let mut stored = JsValue::NULL;
+    for _ in 0..100 {
+        stored = case.stored().await;
+        if !stored.is_null() {
+            break;
+        }
+        JsFuture::from(sleep(5)).await.unwrap();
+    }
+    let text: String = js_sys::JSON::stringify(&stored).unwrap().into();
+    assert!(text.contains("Printer on fire"), "{text}");
+    assert!(
+        !text.contains("hunter2"),
+        "the password is in IndexedDB: {text}"
+    );
+    for _ in 0..300 {
+        if form.get_attribute("data-oncekey-outcome").as_deref() == Some("succeeded") {
+            break;
+        }
+        JsFuture::from(sleep(10)).await.unwrap();
+    }
+    assert_eq!(
+        form.get_attribute("data-oncekey-outcome").as_deref(),
+        Some("succeeded")
+    );
+    form.remove();
+}

@@ -74,10 +74,30 @@ pub(crate) struct Read {
     pub files: bool,
 }
 
-/// Reads the form's fields as the browser would submit them (the files only noted: an upload
-/// reads them itself); a message for the person when the form cannot be read.
-pub(crate) fn read_fields(form: &HtmlFormElement, secret_names: &[String]) -> Result<Read, String> {
-    let data = FormData::new_with_form(form).map_err(|e| super::view::describe(&e))?;
+/// The form's data as the browser submits it: with the name and value of the button that
+/// submitted it (`submitter`, the submit event's), as `new FormData(form, submitter)` has it
+/// (web-sys does not bind that constructor); without, when there is none or it is not one of the
+/// form's submit buttons.
+pub(crate) fn form_data(form: &HtmlFormElement, submitter: &JsValue) -> Result<FormData, JsValue> {
+    if submitter.is_object() {
+        let args = Array::of2(form, submitter);
+        let made = js_sys::Reflect::construct(&get(&js_sys::global(), "FormData").into(), &args);
+        if let Ok(data) = made {
+            return Ok(data.unchecked_into());
+        }
+    }
+    FormData::new_with_form(form)
+}
+
+/// Reads the form's fields as the browser would submit them, the button that submitted it
+/// included (the files only noted: an upload reads them itself); a message for the person when
+/// the form cannot be read.
+pub(crate) fn read_fields(
+    form: &HtmlFormElement,
+    secret_names: &[String],
+    submitter: &JsValue,
+) -> Result<Read, String> {
+    let data = form_data(form, submitter).map_err(|e| super::view::describe(&e))?;
     let mut read = Read {
         body: Fields::new(),
         secrets: Fields::new(),

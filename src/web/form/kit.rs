@@ -174,7 +174,7 @@ impl Kit {
         }
         // A submit held before the module loaded: pressed now, as the person meant.
         if first_paint::take_held(form) {
-            Kit::on_submit(&kit);
+            Kit::on_submit(&kit, &JsValue::UNDEFINED);
         }
         Ok(kit)
     }
@@ -206,7 +206,7 @@ impl Kit {
         match text(event, "type").as_deref() {
             Some("submit") => {
                 run(event, "preventDefault");
-                return Kit::on_submit(kit);
+                return Kit::on_submit(kit, &get(event, "submitter"));
             }
             // The person is about to fill the form: the key of its submit is drawn ahead, with
             // its Web Lock, out of the submit's way (`spare.rs`).
@@ -305,9 +305,10 @@ impl Kit {
         }
     }
 
-    fn on_submit(kit: &Rc<Kit>) {
+    /// A submit, by `submitter` (the button, when the event names one).
+    fn on_submit(kit: &Rc<Kit>, submitter: &JsValue) {
         if kit.asking_secrets.replace(false) {
-            match read_fields(&kit.form, &kit.secret_names) {
+            match read_fields(&kit.form, &kit.secret_names, &JsValue::UNDEFINED) {
                 Ok(read) => {
                     if let Err(e) = kit.submitter.set_secrets(read.secrets) {
                         return kit.say(e.message());
@@ -329,11 +330,11 @@ impl Kit {
             // Double submit: the attempt under way answers for both. Expired: only "Send as a
             // new ticket" sends it again, deliberately.
             State::Sending | State::Waiting | State::Expired => {}
-            _ => Kit::begin(kit),
+            _ => Kit::begin(kit, submitter),
         }
     }
 
-    fn begin(kit: &Rc<Kit>) {
+    fn begin(kit: &Rc<Kit>, submitter: &JsValue) {
         if kit.in_flight.get() {
             return;
         }
@@ -342,21 +343,23 @@ impl Kit {
         }
         remove_attr(&kit.form, "data-oncekey-outcome");
         // Read before locking: disabled fields are not submitted.
-        let read = match read_fields(&kit.form, &kit.secret_names) {
+        let read = match read_fields(&kit.form, &kit.secret_names, submitter) {
             Ok(read) => read,
             Err(message) => return kit.say(&message),
         };
+        // Every secret field read, one added after the attach included.
+        let secret_names: Vec<String> = read.secrets.iter().map(|(n, _)| n.to_owned()).collect();
         if let Err(e) = kit.submitter.set_secrets(read.secrets) {
             return kit.say(e.message());
         }
         if read.files {
             // An upload: fields and files as the browser reads them, less the secrets (sent
             // from memory, never stored).
-            let data = match web_sys::FormData::new_with_form(&kit.form) {
+            let data = match super::fields::form_data(&kit.form, submitter) {
                 Ok(data) => data,
                 Err(e) => return kit.say(&super::view::describe(&e)),
             };
-            for name in &kit.secret_names {
+            for name in &secret_names {
                 data.delete(name);
             }
             kit.hold(false);
