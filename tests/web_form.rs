@@ -1169,3 +1169,36 @@ async fn the_button_that_submitted_the_form_is_sent_with_its_name_and_value() {
     assert_eq!(case.count("tickets").await, 2.0);
     form.remove();
 }
+
+#[test]
+async fn asked_for_the_secrets_after_a_reload_a_person_can_discard_or_try_again_with_them() {
+    // The kit asked for the secrets with no button: a person who could not give them again
+    // had a locked form until the key expired (a day).
+    let case = Case::new("ask-discard");
+    leave_unsure(&case, SECRETS).await;
+    let form = case.form(SECRETS);
+    let _kit = case.attach(&form, 8);
+    assert!(!disabled(&form, "[name=password]"), "asked for");
+    button(&form, "Discard")
+        .expect("Discard, while asked")
+        .click();
+    assert_eq!(case.stored(), None, "the record is gone");
+    assert!(!disabled(&form, "[name=subject]") && busy(&form).is_none());
+    form.remove();
+
+    // Try again while asked: sent with the secrets filled, with the same key.
+    let case = Case::new("ask-again");
+    let key = leave_unsure(&case, SECRETS).await;
+    let form = case.form(SECRETS);
+    let _kit = case.attach(&form, 8);
+    fill(&form, "password", "hunter2-very-secret");
+    fill(&form, "card", "4242424242424242");
+    fill(&form, "pin", "9876");
+    button(&form, "Try again")
+        .expect("Try again, while asked")
+        .click();
+    settled(&form, "succeeded").await;
+    assert_eq!(case.keys(), [key.clone(), key]);
+    assert_eq!(case.count("tickets").await, 1.0);
+    form.remove();
+}

@@ -218,6 +218,10 @@ impl Kit {
             return kit.on_click(event);
         }
         match attr(&target, "class").as_deref() {
+            // The secrets a reload lost are asked for: read with them, as the Send button does.
+            Some(TRY_AGAIN | SEND_AS_NEW) if kit.asking_secrets.get() => {
+                Kit::on_submit(kit, &JsValue::UNDEFINED)
+            }
             Some(TRY_AGAIN) => Kit::resend(kit),
             Some(SEND_AS_NEW) => Kit::send_as_new(kit),
             Some(DISCARD) => kit.discard(),

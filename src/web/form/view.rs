@@ -135,6 +135,9 @@ impl Kit {
     pub(super) fn ask_for_secrets(&self) {
         self.asking_secrets.set(true);
         self.hold(true);
+        // A way out for a person who cannot give them again: Discard. Beside it Try again (or
+        // Send as a new ticket), which sends with what was filled, as the form's Send does.
+        self.offer(self.submitter.state() == State::Expired);
         let mut labels: Vec<String> = Vec::new();
         let mut first = None;
         for name in &self.secret_names {
