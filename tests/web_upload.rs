@@ -731,3 +731,57 @@ async fn an_upload_keeps_a_secret_field_added_after_attach_out_of_indexeddb() {
     );
     form.remove();
 }
+
+#[test]
+async fn an_expired_upload_found_in_indexeddb_puts_its_fields_back_for_send_as_new() {
+    // Taken up from IndexedDB, an expired upload showed "Send as a new ticket" over the form as
+    // the page had it: the fields that button sends were not put back.
+    let case = Case::new("upload-expired-kit");
+    let bytes = file_bytes(8_000, 11);
+    case.plan(&["fail-before"]);
+    let s = case.submitter(r#""retry":{"attempts":1},"keyLifetimeMs":600"#);
+    let first =
+        JsFuture::from(s.submit(ticket_form(&bytes, "scan.jpg", "image/jpeg").into(), None))
+            .await
+            .expect("submit resolves");
+    assert_eq!(text(&first, "outcome"), "unsure");
+    drop(s);
+    session()
+        .remove_item(&format!("oncekey:{}", case.name))
+        .unwrap();
+    JsFuture::from(sleep(700)).await.unwrap();
+    let form = form_with_file(&case.name, &case.tenant, &bytes);
+    let subject: web_sys::HtmlInputElement = form
+        .query_selector("input[name=subject]")
+        .unwrap()
+        .unwrap()
+        .unchecked_into();
+    subject.set_value("");
+    let mut submitter = oncekey::Options::new(&format!("{}/api/tickets", server()));
+    submitter.headers = vec![("X-Tenant".into(), case.tenant.clone())];
+    let _kit = oncekey::FormKit::attach(
+        &form,
+        oncekey::FormOptions {
+            submitter,
+            ..oncekey::FormOptions::default()
+        },
+    )
+    .expect("attached");
+    for _ in 0..300 {
+        if form.get_attribute("data-oncekey-state").as_deref() == Some("expired") {
+            break;
+        }
+        JsFuture::from(sleep(10)).await.unwrap();
+    }
+    assert_eq!(
+        form.get_attribute("data-oncekey-state").as_deref(),
+        Some("expired")
+    );
+    assert_eq!(
+        subject.value(),
+        "Printer on fire",
+        "the stored fields are back"
+    );
+    assert_eq!(case.keys().len(), 1, "nothing sent with the expired key");
+    form.remove();
+}

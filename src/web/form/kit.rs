@@ -166,7 +166,10 @@ impl Kit {
                 if let Some(kit) = weak.upgrade() {
                     // Only what came from IndexedDB: an unsure submission of this page's own
                     // is the person's to try again.
-                    if taken_up && kit.submitter.state() == State::Unsure && !kit.in_flight.get() {
+                    // An expired one too: its fields are what "Send as a new ticket" sends.
+                    let state = kit.submitter.state();
+                    let found = matches!(state, State::Unsure | State::Expired);
+                    if taken_up && found && !kit.in_flight.get() {
                         Kit::take_up_pending(&kit, resume);
                     }
                 }
