@@ -785,3 +785,93 @@ async fn an_expired_upload_found_in_indexeddb_puts_its_fields_back_for_send_as_n
     assert_eq!(case.keys().len(), 1, "nothing sent with the expired key");
     form.remove();
 }
+
+#[test]
+async fn a_submit_held_before_the_module_loaded_sends_the_upload_found_in_indexeddb_with_its_key() {
+    // The tab closed on an unsure upload; reopened, the person pressed Send before the module
+    // had loaded (the first-paint snippet held it). The kit pressed it at once, before
+    // IndexedDB had answered: another body for the name, refused, and the form stayed locked
+    // with no button; or, the same, a second key whose record replaced the first's.
+    let case = Case::new("upload-held");
+    let bytes = file_bytes(30_000, 12);
+    let key = left_unsure_in_indexeddb(&case, &bytes, "photo.jpg").await;
+    let form = form_with_file(&case.name, &case.tenant, &bytes);
+    form.set_attribute("data-oncekey-held", "").unwrap();
+    let mut submitter = oncekey::Options::new(&format!("{}/api/tickets", server()));
+    submitter.headers = vec![("X-Tenant".into(), case.tenant.clone())];
+    let _kit = oncekey::FormKit::attach(
+        &form,
+        oncekey::FormOptions {
+            submitter,
+            ..oncekey::FormOptions::default()
+        },
+    )
+    .expect("attached");
+    for _ in 0..300 {
+        if form.get_attribute("data-oncekey-outcome").as_deref() == Some("succeeded") {
+            break;
+        }
+        JsFuture::from(sleep(10)).await.unwrap();
+    }
+    assert_eq!(
+        form.get_attribute("data-oncekey-outcome").as_deref(),
+        Some("succeeded")
+    );
+    let keys = case.keys();
+    assert!(
+        keys.len() >= 2 && keys.iter().all(|k| *k == key),
+        "{keys:?} vs {key}"
+    );
+    assert_one_ticket_with(&case, &bytes, "photo.jpg").await;
+    form.remove();
+}
+
+#[test]
+async fn a_submit_refused_for_an_upload_found_in_indexeddb_offers_try_again_and_discard() {
+    // Sent at once after the attach, before IndexedDB had answered, with another file: refused
+    // as another body once the stored upload was taken up, and the form stayed locked with the
+    // refusal's text and no button, until the key expired.
+    let case = Case::new("upload-refused-pending");
+    let bytes = file_bytes(30_000, 13);
+    let key = left_unsure_in_indexeddb(&case, &bytes, "photo.jpg").await;
+    let other = file_bytes(30_000, 14);
+    let form = form_with_file(&case.name, &case.tenant, &other);
+    let mut submitter = oncekey::Options::new(&format!("{}/api/tickets", server()));
+    submitter.headers = vec![("X-Tenant".into(), case.tenant.clone())];
+    let _kit = oncekey::FormKit::attach(
+        &form,
+        oncekey::FormOptions {
+            submitter,
+            resume: oncekey::Resume::Manual,
+            ..oncekey::FormOptions::default()
+        },
+    )
+    .expect("attached");
+    form.request_submit().unwrap();
+    let try_again = || {
+        form.query_selector("button.oncekey-try-again")
+            .unwrap()
+            .map(|b| b.unchecked_into::<web_sys::HtmlElement>())
+    };
+    for _ in 0..300 {
+        if try_again().is_some() {
+            break;
+        }
+        JsFuture::from(sleep(10)).await.unwrap();
+    }
+    try_again().expect("Try again offered").click();
+    for _ in 0..300 {
+        if form.get_attribute("data-oncekey-outcome").as_deref() == Some("succeeded") {
+            break;
+        }
+        JsFuture::from(sleep(10)).await.unwrap();
+    }
+    assert_eq!(
+        form.get_attribute("data-oncekey-outcome").as_deref(),
+        Some("succeeded")
+    );
+    let keys = case.keys();
+    assert!(keys.iter().all(|k| *k == key), "{keys:?} vs {key}");
+    assert_one_ticket_with(&case, &bytes, "photo.jpg").await;
+    form.remove();
+}

@@ -175,9 +175,20 @@ impl Kit {
                 }
             });
         }
-        // A submit held before the module loaded: pressed now, as the person meant.
+        // A submit held before the module loaded: pressed as the person meant, once IndexedDB
+        // was looked at. A submission stored there (an upload, or `storage: 'indexeddb'`) is
+        // found a moment after the attach, and is the one to send, with its key: pressed at
+        // once, the held submit began another under a new key, or was refused as another body
+        // with the form left locked and no button.
         if first_paint::take_held(form) {
-            Kit::on_submit(&kit, &JsValue::UNDEFINED);
+            let weak = Rc::downgrade(&kit);
+            kit.submitter.when_loaded(move |_| {
+                if let Some(kit) = weak.upgrade() {
+                    if holds(&kit.wiring) {
+                        Kit::on_submit(&kit, &JsValue::UNDEFINED);
+                    }
+                }
+            });
         }
         Ok(kit)
     }
@@ -435,9 +446,13 @@ impl Kit {
                 Err(e) if e.code() == ErrorCode::Discarded => kit.discarded(),
                 Err(e) => {
                     // Refused at once (nothing was sent): the form is the person's again,
-                    // unless another submission is pending.
-                    if !kit.submitter.state().is_pending() {
+                    // unless another submission is pending (one found in IndexedDB a moment
+                    // after the attach, say): locked then, with what can be done about it.
+                    let state = kit.submitter.state();
+                    if !state.is_pending() {
                         kit.unlock();
+                    } else if matches!(state, State::Unsure | State::Expired) {
+                        kit.offer(state == State::Expired);
                     }
                     kit.say(e.message());
                 }
