@@ -48,6 +48,18 @@ export function log_locks() {
   locks.request = (name, cb) => { log.push({ name, asked: Date.now() }); return real(name, cb); };
   return { log, restore: () => { delete locks.request; } };
 }
+// How many 'online' listeners the global has now, counted from the first call on (every
+// submitter adds one, and removes it when it is freed).
+export function online_listeners() {
+  if (!globalThis.__onlineCount) {
+    globalThis.__onlineCount = { n: 0 };
+    const add = globalThis.addEventListener.bind(globalThis);
+    const remove = globalThis.removeEventListener.bind(globalThis);
+    globalThis.addEventListener = (t, f, o) => { if (t === 'online') globalThis.__onlineCount.n++; return add(t, f, o); };
+    globalThis.removeEventListener = (t, f, o) => { if (t === 'online') globalThis.__onlineCount.n--; return remove(t, f, o); };
+  }
+  return globalThis.__onlineCount.n;
+}
 // The page's uncaught errors from now on (a listener's exception is one), as a list to read.
 export function catch_page_errors() {
   const seen = [];
@@ -57,6 +69,7 @@ export function catch_page_errors() {
 "#)]
 extern "C" {
     fn sleep(ms: u32) -> js_sys::Promise;
+    fn online_listeners() -> i32;
     fn catch_page_errors() -> js_sys::Array;
     fn log_locks() -> JsValue;
     fn set_offline();
@@ -1200,5 +1213,25 @@ async fn asked_for_the_secrets_after_a_reload_a_person_can_discard_or_try_again_
     settled(&form, "succeeded").await;
     assert_eq!(case.keys(), [key.clone(), key]);
     assert_eq!(case.count("tickets").await, 1.0);
+    form.remove();
+}
+
+#[test]
+async fn a_detached_kit_is_freed_with_its_submitter_and_its_listeners() {
+    // The kit's change listener held the kit, and the kit its submitter: a cycle, let go only
+    // at the submitter's next change, which a detached kit's idle submitter never had. Each
+    // attach and detach kept a submitter, its window listeners and its IndexedDB connection.
+    let case = Case::new("freed");
+    let form = case.form("");
+    let before = online_listeners();
+    for _ in 0..3 {
+        let kit = case.attach(&form, 8);
+        JsFuture::from(sleep(20)).await.unwrap();
+        assert_eq!(online_listeners(), before + 1, "the submitter listens");
+        kit.detach();
+        drop(kit);
+        JsFuture::from(sleep(20)).await.unwrap();
+        assert_eq!(online_listeners(), before, "freed: its listener removed");
+    }
     form.remove();
 }

@@ -263,6 +263,12 @@ impl Drop for Listener {
     fn drop(&mut self) {
         if let Some(entry) = self.entry.take() {
             entry.live.set(false);
+            // What the listener holds is let go now, not when the entry is swept at the next
+            // change, which an idle submitter may never have: a form kit's listener holds the
+            // kit, which holds the submitter (a cycle). Not while it runs: swept then.
+            if let Ok(mut listener) = entry.listener.try_borrow_mut() {
+                *listener = Box::new(|_: &Update| {});
+            }
         }
     }
 }
