@@ -56,11 +56,13 @@ pub(crate) fn place() -> &'static str {
     static PLACE: OnceLock<String> = OnceLock::new();
     PLACE.get_or_init(|| {
         // "pid:[4026531836]"
-        let ns = std::fs::read_link("/proc/self/ns/pid").ok().and_then(|link| {
-            let link = link.to_string_lossy().into_owned();
-            let digits: String = link.chars().filter(char::is_ascii_digit).collect();
-            (!digits.is_empty()).then_some(digits)
-        });
+        let ns = std::fs::read_link("/proc/self/ns/pid")
+            .ok()
+            .and_then(|link| {
+                let link = link.to_string_lossy().into_owned();
+                let digits: String = link.chars().filter(char::is_ascii_digit).collect();
+                (!digits.is_empty()).then_some(digits)
+            });
         match ns {
             Some(ns) => format!("{}/{ns}", host()),
             None => host().to_owned(),
@@ -134,10 +136,16 @@ mod tests {
             // The same host name in another pid namespace (a container with host networking):
             // its pids are not ours to look up, so it is elsewhere, and waited for.
             let other = format!("{}/1:{pid}:0000abcd", host());
-            assert!(matches!(holder(&other), Holder::Elsewhere { .. }), "{other}");
+            assert!(
+                matches!(holder(&other), Holder::Elsewhere { .. }),
+                "{other}"
+            );
             assert!(place().starts_with(&format!("{}/", host())), "{}", place());
             // Init (pid 1) is alive, though not ours to signal.
-            assert_eq!(holder(&format!("{}:1:0000abcd", place())), Holder::LiveHere(1));
+            assert_eq!(
+                holder(&format!("{}:1:0000abcd", place())),
+                Holder::LiveHere(1)
+            );
         }
         assert_eq!(
             holder("db-7.example:42:0000abcd"),

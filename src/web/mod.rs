@@ -82,9 +82,9 @@ static ALLOCATOR: alloc::Allocator = alloc::Allocator::new();
 
 pub use driver::{AbortHandle, Listener, Pending, Settlement, Settling, Submitter, Update};
 pub use error::{Error, ErrorCode};
-pub use form::{FormKit, FormLock, FormOptions, Messages, Resume, SuccessMessage, SuccessText};
 #[cfg(feature = "js")]
 pub use form::auto_attach;
+pub use form::{FormKit, FormLock, FormOptions, Messages, Resume, SuccessMessage, SuccessText};
 pub use options::{AttemptHeaders, Credentials, Options, StorageKind};
 
 /// The longest text taken into the module from JavaScript, in characters as JavaScript counts a
