@@ -1235,3 +1235,61 @@ async fn a_detached_kit_is_freed_with_its_submitter_and_its_listeners() {
     }
     form.remove();
 }
+
+#[test]
+async fn after_a_reload_the_fields_are_as_they_were_sent_and_hidden_fields_as_the_page_has_them() {
+    // Only the names in the stored body were set: a checkbox the person had unchecked came
+    // back checked (the page's default), a multiple select emptied came back with its default;
+    // and a hidden field got the old page's value (a stale CSRF token for the next submit).
+    let extra = |token: &str| {
+        format!(
+            r#"<input type="checkbox" name="urgent" value="yes" checked>
+               <select name="floors" multiple><option value="1" selected>1</option><option value="2">2</option></select>
+               <input type="hidden" name="csrf" value="{token}">"#
+        )
+    };
+    let case = Case::new("restore-all");
+    let form = case.form(&extra("old-token"));
+    let kit = case.attach(&form, 1);
+    fill_ticket(&form, "Low priority");
+    field(&form, "urgent").set_checked(false);
+    let floors: web_sys::HtmlSelectElement = form
+        .query_selector("[name=floors]")
+        .unwrap()
+        .unwrap()
+        .unchecked_into();
+    floors
+        .options()
+        .get_with_index(0)
+        .unwrap()
+        .unchecked_into::<web_sys::HtmlOptionElement>()
+        .set_selected(false);
+    case.plan(&["offline"]);
+    form.request_submit().unwrap();
+    settled(&form, "unsure").await;
+    let stored = case.stored().expect("stored");
+    assert!(
+        stored.contains("old-token") && !stored.contains("urgent"),
+        "{stored}"
+    );
+    kit.detach();
+    form.remove();
+
+    // The reload: the page renders its defaults and a fresh token.
+    let form = case.form(&extra("new-token"));
+    let _kit = case.attach(&form, 8);
+    assert_eq!(field(&form, "subject").value(), "Low priority");
+    assert!(!field(&form, "urgent").checked(), "unchecked, as sent");
+    let floors: web_sys::HtmlSelectElement = form
+        .query_selector("[name=floors]")
+        .unwrap()
+        .unwrap()
+        .unchecked_into();
+    assert_eq!(
+        floors.selected_options().length(),
+        0,
+        "nothing chosen, as sent"
+    );
+    assert_eq!(field(&form, "csrf").value(), "new-token", "the page's own");
+    form.remove();
+}

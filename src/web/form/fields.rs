@@ -128,8 +128,25 @@ pub(crate) fn read_fields(
 }
 
 /// Puts a stored body back into the fields it came from: checkboxes and radios checked by value,
-/// options selected by value, other fields filled in order.
+/// options selected by value, other fields filled in order. A checkbox, radio or multiple select
+/// whose name the body does not have was sent unchecked (or with nothing chosen): so it is
+/// shown, whatever the page's defaults say. Hidden fields keep what the page gave them now (a
+/// fresh CSRF token, say): the stored body is sent as it was anyway.
 pub(crate) fn restore_fields(form: &HtmlFormElement, fields: &Fields) {
+    for el in controls(form) {
+        let name = attr(&el, "name").unwrap_or_default();
+        if name.is_empty() || fields.get(&name).is_some() || get(&el, "disabled").is_truthy() {
+            continue;
+        }
+        let kind = lower(&el, "type");
+        if is_tag(&el, "input") && (kind == "checkbox" || kind == "radio") {
+            put(&el, "checked", &JsValue::FALSE);
+        } else if is_tag(&el, "select") && has_attr(&el, "multiple") {
+            for option in items(&get(&el, "options")) {
+                put(&option, "selected", &JsValue::FALSE);
+            }
+        }
+    }
     for (name, value) in fields.iter() {
         let values: Vec<&str> = match value {
             Value::Array(items) => items.iter().filter_map(Value::as_str).collect(),
@@ -147,7 +164,10 @@ pub(crate) fn restore_fields(form: &HtmlFormElement, fields: &Fields) {
                 let checked = text(&el, "value").is_some_and(|v| values.contains(&&*v));
                 put(&el, "checked", &JsValue::from_bool(checked));
             } else if (is_tag(&el, "input")
-                && !matches!(kind.as_str(), "file" | "submit" | "button" | "image"))
+                && !matches!(
+                    kind.as_str(),
+                    "file" | "submit" | "button" | "image" | "hidden"
+                ))
                 || is_tag(&el, "textarea")
             {
                 if let Some(v) = next.next() {
