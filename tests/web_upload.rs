@@ -875,3 +875,50 @@ async fn a_submit_refused_for_an_upload_found_in_indexeddb_offers_try_again_and_
     assert_one_ticket_with(&case, &bytes, "photo.jpg").await;
     form.remove();
 }
+
+#[test]
+async fn a_json_submission_found_in_indexeddb_is_removed_from_there_once_settled() {
+    // A page with storage 'indexeddb' left a JSON submission unsure; another page of the origin,
+    // with the default storage, took it up from IndexedDB and settled it, but removed it from
+    // its own sessionStorage only: every later load resent it (and after a day offered it as
+    // expired), and Discard did not remove it.
+    let case = Case::new("idb-json-elsewhere");
+    case.plan(&["fail-before"]);
+    let x = case.submitter(r#""retry":{"attempts":1},"storage":"indexeddb""#);
+    let body = JSON::parse(r#"{"subject":"Printer","body":"x","email":"a@b.co"}"#).unwrap();
+    let first = JsFuture::from(x.submit(body, None))
+        .await
+        .expect("resolves");
+    assert_eq!(text(&first, "outcome"), "unsure");
+    drop(x);
+    assert!(!case.stored().await.is_null(), "kept in IndexedDB");
+    let y = case.submitter(r#""resume":true"#);
+    for _ in 0..300 {
+        if y.state().as_string().as_deref() == Some("succeeded") {
+            break;
+        }
+        JsFuture::from(sleep(10)).await.unwrap();
+    }
+    assert_eq!(y.state().as_string().as_deref(), Some("succeeded"));
+    drop(y);
+    for _ in 0..100 {
+        if case.stored().await.is_null() {
+            break;
+        }
+        JsFuture::from(sleep(10)).await.unwrap();
+    }
+    assert!(
+        case.stored().await.is_null(),
+        "removed from IndexedDB once settled"
+    );
+    let z = case.submitter(r#""resume":true"#);
+    JsFuture::from(sleep(200)).await.unwrap();
+    assert_eq!(
+        z.state().as_string().as_deref(),
+        Some("idle"),
+        "nothing found again"
+    );
+    let keys = case.keys();
+    assert_eq!(keys.len(), 2, "{keys:?}");
+    assert!(all_equal(&keys), "{keys:?}");
+}

@@ -69,6 +69,9 @@ pub(crate) struct Uploads {
     pub(crate) blocked: bool,
     /// An upload stored in IndexedDB was taken up at start-up.
     taken_up: bool,
+    /// The pending submission is a JSON body found in IndexedDB (written under `storage:
+    /// 'indexeddb'` by another page of the origin): kept there, and removed from there.
+    json_in_idb: bool,
 }
 
 fn db(d: &Driver) -> Option<IdbDatabase> {
@@ -104,6 +107,7 @@ pub(crate) fn start(d: &Rc<Driver>) {
                         match d.take_up(&stored.record) {
                             Ok(true) => {
                                 let mut u = d.uploads.borrow_mut();
+                                u.json_in_idb = payload.is_none();
                                 u.payload = payload;
                                 u.taken_up = true;
                             }
@@ -161,11 +165,11 @@ pub(crate) fn started(d: &Driver) {
 /// looked at, and blocks the driver until it has committed. `false` when the record is not
 /// IndexedDB's to keep (the driver writes it to its web storage as usual).
 pub(crate) fn persist(d: &Rc<Driver>, record: String) -> bool {
-    let (payload, ready) = {
+    let (payload, ready, json_in_idb) = {
         let u = d.uploads.borrow();
-        (u.payload.clone(), u.ready.clone())
+        (u.payload.clone(), u.ready.clone(), u.json_in_idb)
     };
-    if payload.is_none() && d.options.storage != StorageKind::IndexedDb {
+    if payload.is_none() && d.options.storage != StorageKind::IndexedDb && !json_in_idb {
         return false;
     }
     d.uploads.borrow_mut().blocked = true;
@@ -218,8 +222,13 @@ pub(crate) fn persist(d: &Rc<Driver>, record: String) -> bool {
 /// `Forget`: the upload's record and files (or the record kept by `storage: 'indexeddb'`) are
 /// removed.
 pub(crate) fn forget(d: &Driver) {
-    let had = d.uploads.borrow_mut().payload.take().is_some();
-    let kept = had || d.options.storage == StorageKind::IndexedDb;
+    let (had, json_in_idb) = {
+        let mut u = d.uploads.borrow_mut();
+        let json = ::core::mem::replace(&mut u.json_in_idb, false);
+        (u.payload.take().is_some(), json)
+    };
+    // A JSON body found there: settled here, it was resent on every load ever after.
+    let kept = had || json_in_idb || d.options.storage == StorageKind::IndexedDb;
     if let (true, Some(db)) = (kept, db(d)) {
         let name = d.name.clone();
         spawn_local(async move {
