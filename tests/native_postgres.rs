@@ -100,7 +100,8 @@ async fn the_outbox_commits_or_rolls_back_with_the_callers_transaction() {
     .unwrap();
     assert!(enqueue_error.is_pending_mismatch(), "{enqueue_error}");
     assert!(
-        enqueue_error.to_string().contains("payout-2"),
+        enqueue_error.to_string().contains("payout-2")
+            && enqueue_error.to_string().contains("already pending"),
         "{enqueue_error}"
     );
     assert_eq!(rows(&url, "SELECT count(*) FROM withdrawals"), 1);

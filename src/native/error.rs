@@ -66,6 +66,19 @@ impl Error {
         Error::new(Kind::Request, message)
     }
 
+    /// An outbox's enqueue of a name already pending (enqueued, or being sent).
+    #[cfg(feature = "postgres")]
+    pub(crate) fn already_pending(name: &str) -> Error {
+        let mut e = Error::new(
+            Kind::PendingMismatch,
+            format!(
+                "submission {name:?} is already pending (enqueued, or being sent); nothing was enqueued. Let it finish, or discard it, before enqueuing another under its name"
+            ),
+        );
+        e.inner.name = Some(name.to_owned());
+        e
+    }
+
     pub(crate) fn pending_mismatch(name: &str, key: Option<Key>, differs: &str) -> Error {
         let shown = key.as_ref().map(|k| k.short().to_owned());
         let mut e = Error::new(

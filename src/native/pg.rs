@@ -241,7 +241,7 @@ impl PostgresStore {
         ) {
             Ok(_) => Ok(()),
             Err(e) if e.code() == Some(&postgres::error::SqlState::UNIQUE_VIOLATION) => {
-                Err(Error::pending_mismatch(&record.name, None, "name").with_source(e))
+                Err(Error::already_pending(&record.name).with_source(e))
             }
             Err(e) => Err(Error::store(
                 format!("the submission {:?} could not be enqueued", record.name),
