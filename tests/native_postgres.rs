@@ -350,3 +350,45 @@ async fn an_unsure_submission_is_set_aside_from_polls_but_try_again_takes_it_at_
     assert_eq!(later.outcome(), Outcome::Unsure);
     assert_eq!(later.attempts(), 4, "nothing sent");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_application_role_that_may_not_create_uses_a_database_already_migrated() {
+    // The schema is created by its owner (a deploy's migration step); the application connects
+    // with a role that may read and write the tables but not create in the schema, as
+    // PostgreSQL 15's public schema has it. Every connect ran CREATE TABLE IF NOT EXISTS,
+    // which PostgreSQL refuses such a role even when the table exists.
+    let Some(url) = pg_database("an_application_role_that_may_not_create") else {
+        return;
+    };
+    let role = format!("oncekey_app_{}", std::process::id());
+    pg_blocking(|| {
+        drop(PostgresStore::connect(&url).expect("migrated by the owner"));
+        let mut db = postgres::Client::connect(&url, postgres::NoTls).expect("connect");
+        db.batch_execute(&format!(
+            "CREATE ROLE {role} LOGIN;
+             REVOKE CREATE ON SCHEMA public FROM PUBLIC;
+             GRANT USAGE ON SCHEMA public TO {role};
+             GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO {role};
+             GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA public TO {role};"
+        ))
+        .expect("the application role");
+    });
+    let app_url = url.replacen("://postgres@", &format!("://{role}@"), 1);
+    assert_ne!(app_url, url);
+    let store = pg_blocking(|| PostgresStore::connect(&app_url))
+        .unwrap_or_else(|e| panic!("the application role connects: {e}"));
+    let server = Server::start();
+    let tenant = tenant("app-role");
+    let client = Client::builder().store(store).build().expect("client");
+    let settled = client
+        .submission("payout-app")
+        .post(&server.tickets_url())
+        .header("X-Tenant", &tenant)
+        .json(&ticket("through the application role"))
+        .unwrap()
+        .send()
+        .await
+        .expect("sent");
+    assert_eq!(settled.outcome(), Outcome::Succeeded);
+    assert_eq!(server.tickets(&tenant).await, 1);
+}

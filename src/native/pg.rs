@@ -370,6 +370,25 @@ impl From<postgres::Error> for Refused {
 }
 
 fn migrate(conn: &mut postgres::Client) -> std::result::Result<(), Refused> {
+    // A database already at this version needs no DDL: an application role may not be allowed
+    // to create in its schema (PostgreSQL 15's public schema by default), and CREATE TABLE IF
+    // NOT EXISTS asks for that right even when the table is there.
+    let found = conn.query_one(
+        "SELECT to_regclass('oncekey_store_schema') IS NOT NULL",
+        &[],
+    )?;
+    if found.try_get::<_, bool>(0)? {
+        let version = conn
+            .query_opt("SELECT version FROM oncekey_store_schema", &[])?
+            .map(|row| row.try_get::<_, i32>(0))
+            .transpose()?;
+        let version = version.map(|v| usize::try_from(v).unwrap_or(usize::MAX));
+        match version {
+            Some(v) if v == MIGRATIONS.len() => return Ok(()),
+            Some(v) if v > MIGRATIONS.len() => return Err(Refused::Newer(v)),
+            _ => {}
+        }
+    }
     let mut tx = conn.transaction()?;
     tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])?;
     tx.batch_execute("CREATE TABLE IF NOT EXISTS oncekey_store_schema (version INTEGER NOT NULL)")?;
