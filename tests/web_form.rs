@@ -633,6 +633,11 @@ async fn a_refusal_marks_the_invalid_field_and_moves_the_focus_to_it() {
     let case = Case::new("refused");
     let form = case.form("");
     let _kit = case.attach(&form, 8);
+    // The page's own description of the field (a hint) stays while the note is shown, and is
+    // there again after: it was overwritten, then removed.
+    field(&form, "email")
+        .set_attribute("aria-describedby", "email-hint")
+        .unwrap();
     fill_ticket(&form, "Bad email");
     fill(&form, "email", "not-an-email");
     form.request_submit().unwrap();
@@ -644,7 +649,10 @@ async fn a_refusal_marks_the_invalid_field_and_moves_the_focus_to_it() {
         .unwrap()
         .expect("a note");
     assert!(note.text_content().unwrap().contains("email"));
-    assert_eq!(email.get_attribute("aria-describedby"), Some(note.id()));
+    assert_eq!(
+        email.get_attribute("aria-describedby"),
+        Some(format!("email-hint {}", note.id()))
+    );
     assert_eq!(focused(), Some(email.clone().unchecked_into()));
     assert!(status_text(&form).starts_with("Not accepted: "));
     assert!(!email.disabled() && field(&form, "subject").value() == "Bad email");
@@ -655,6 +663,10 @@ async fn a_refusal_marks_the_invalid_field_and_moves_the_focus_to_it() {
         .query_selector(".oncekey-field-error")
         .unwrap()
         .is_none());
+    assert_eq!(
+        email.get_attribute("aria-describedby").as_deref(),
+        Some("email-hint")
+    );
     let keys = case.keys();
     assert_ne!(
         keys[0], keys[1],

@@ -10,7 +10,7 @@ use crate::prelude::*;
 use wasm_bindgen::JsValue;
 use web_sys::{Element, HtmlFormElement};
 
-use super::dom::{call, has_attr, make, remove_attr, run, select_all, set_attr, set_text};
+use super::dom::{attr, call, has_attr, make, remove_attr, run, select_all, set_attr, set_text};
 use super::fields::named_controls;
 use super::messages::{fill_with, Message, Messages};
 use super::Settlement;
@@ -78,12 +78,22 @@ pub(crate) fn problem_text(s: &Settlement, m: &Messages) -> String {
     }
 }
 
+thread_local! {
+    /// The field notes made so far in this page: each note's id is unique in it.
+    static NOTES: ::core::cell::Cell<u32> = const { ::core::cell::Cell::new(0) };
+}
+
 /// Removes what [`show_problem`] added: its notes, and its marks on the fields.
 pub(crate) fn clear_field_errors(form: &HtmlFormElement) {
     let selector = ".oncekey-field-error, [aria-invalid][data-oncekey-invalid]";
     for el in select_all(form, selector) {
         if has_attr(&el, "data-oncekey-invalid") {
-            for attr in ["aria-invalid", "data-oncekey-invalid", "aria-describedby"] {
+            // The page's own description of the field, kept aside in the mark, comes back.
+            match attr(&el, "data-oncekey-invalid").filter(|own| !own.is_empty()) {
+                Some(own) => set_attr(&el, "aria-describedby", &own),
+                None => remove_attr(&el, "aria-describedby"),
+            }
+            for attr in ["aria-invalid", "data-oncekey-invalid"] {
                 remove_attr(&el, attr);
             }
         } else {
@@ -114,7 +124,7 @@ pub(crate) fn show_problem(
         },
     };
     let mut first = None;
-    for (i, p) in params.iter().enumerate() {
+    for p in params {
         let Value::Object(p) = p else { continue };
         let Some(name) = first_string(p, &["name", "field", "pointer"]) else {
             continue;
@@ -129,7 +139,10 @@ pub(crate) fn show_problem(
             .chars()
             .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
             .collect();
-        let id = concat(&["oncekey-error-", &safe, "-", &decimal(i as u64)]);
+        // Unique in the page, not only in the form: two forms' notes on one field name would
+        // share an id, and the second field be described by the first form's note.
+        let n = NOTES.with(|n| n.replace(n.get().wrapping_add(1)));
+        let id = concat(&["oncekey-error-", &safe, "-", &decimal(n.into())]);
         let Some(note) = make(form, "span") else {
             continue;
         };
@@ -144,8 +157,19 @@ pub(crate) fn show_problem(
         );
         call(&field, "after", &JsValue::from(note));
         set_attr(&field, "aria-invalid", "true");
-        set_attr(&field, "data-oncekey-invalid", "");
-        set_attr(&field, "aria-describedby", &id);
+        // The page's own aria-describedby (a hint) stays, the note after it; kept aside in the
+        // mark, it is what clearing puts back. Marked twice (two problems for one field): the
+        // first mark holds the page's.
+        let own = attr(&field, "aria-describedby").unwrap_or_default();
+        if !has_attr(&field, "data-oncekey-invalid") {
+            set_attr(&field, "data-oncekey-invalid", &own);
+        }
+        let described = if own.is_empty() {
+            id
+        } else {
+            concat(&[&own, " ", &id])
+        };
+        set_attr(&field, "aria-describedby", &described);
         first.get_or_insert(field);
     }
     first
