@@ -193,6 +193,13 @@ fn fill(form: &HtmlFormElement, name: &str, value: &str) {
     js_sys::Reflect::set(&el, &"value".into(), &value.into()).unwrap();
 }
 
+/// The secret fields of `SECRETS`, filled.
+fn fill_secrets(form: &HtmlFormElement) {
+    fill(form, "password", "hunter2-very-secret");
+    fill(form, "card", "4242424242424242");
+    fill(form, "pin", "9876");
+}
+
 fn fill_ticket(form: &HtmlFormElement, subject: &str) {
     fill(form, "subject", subject);
     fill(form, "email", "ana@example.com");
@@ -272,9 +279,7 @@ async fn leave_unsure(case: &Case, secrets: &str) -> String {
     let kit = case.attach(&form, 1);
     fill_ticket(&form, "Reloaded");
     if !secrets.is_empty() {
-        fill(&form, "password", "hunter2-very-secret");
-        fill(&form, "card", "4242424242424242");
-        fill(&form, "pin", "9876");
+        fill_secrets(&form);
     }
     case.plan(&["offline"]);
     form.request_submit().unwrap();
@@ -449,9 +454,7 @@ async fn secret_fields_never_reach_session_storage() {
     let form = case.form(SECRETS);
     let _kit = case.attach(&form, 8);
     fill_ticket(&form, "Change my password");
-    fill(&form, "password", "hunter2-very-secret");
-    fill(&form, "card", "4242424242424242");
-    fill(&form, "pin", "9876");
+    fill_secrets(&form);
     case.plan(&["delay=500"]);
     form.request_submit().unwrap();
     JsFuture::from(sleep(100)).await.unwrap();
@@ -548,9 +551,7 @@ async fn after_a_reload_the_kit_asks_for_the_secrets_then_resends_with_the_same_
         case.keys().len() == 1,
         "nothing sent before the secrets are back"
     );
-    fill(&form, "password", "hunter2-very-secret");
-    fill(&form, "card", "4242424242424242");
-    fill(&form, "pin", "9876");
+    fill_secrets(&form);
     form.request_submit().unwrap();
     settled(&form, "succeeded").await;
     assert_eq!(case.keys(), [key.clone(), key], "resent with the same key");
@@ -988,9 +989,7 @@ async fn an_expired_form_found_after_a_reload_asks_for_its_secrets_before_sendin
     let form = case.form(SECRETS);
     let kit = FormKit::attach(&form, lifetime(case.options(1))).unwrap();
     fill_ticket(&form, "Too late, with a card");
-    fill(&form, "password", "hunter2-very-secret");
-    fill(&form, "card", "4242424242424242");
-    fill(&form, "pin", "9876");
+    fill_secrets(&form);
     case.plan(&["offline"]);
     form.request_submit().unwrap();
     settled(&form, "expired").await;
@@ -1028,9 +1027,7 @@ async fn an_expired_form_found_after_a_reload_asks_for_its_secrets_before_sendin
         1,
         "nothing sent before the secrets are back"
     );
-    fill(&form, "password", "hunter2-very-secret");
-    fill(&form, "card", "4242424242424242");
-    fill(&form, "pin", "9876");
+    fill_secrets(&form);
     form.request_submit().unwrap();
     settled(&form, "succeeded").await;
     let keys = case.keys();
@@ -1116,9 +1113,7 @@ async fn fields_in_a_fieldset_are_locked_one_by_one_so_a_secret_asked_for_can_be
     );
     assert!(!usable("subject"), "the rest stays locked");
     assert!(!disabled(&form, "fieldset"), "the fieldset is left alone");
-    fill(&form, "password", "hunter2-very-secret");
-    fill(&form, "card", "4242424242424242");
-    fill(&form, "pin", "9876");
+    fill_secrets(&form);
     form.request_submit().unwrap();
     settled(&form, "succeeded").await;
     assert_eq!(case.keys(), [key.clone(), key], "resent with the same key");
@@ -1216,9 +1211,7 @@ async fn asked_for_the_secrets_after_a_reload_a_person_can_discard_or_try_again_
     let key = leave_unsure(&case, SECRETS).await;
     let form = case.form(SECRETS);
     let _kit = case.attach(&form, 8);
-    fill(&form, "password", "hunter2-very-secret");
-    fill(&form, "card", "4242424242424242");
-    fill(&form, "pin", "9876");
+    fill_secrets(&form);
     button(&form, "Try again")
         .expect("Try again, while asked")
         .click();

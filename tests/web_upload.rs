@@ -161,6 +161,27 @@ impl Case {
     async fn stored(&self) -> JsValue {
         JsFuture::from(idb_get(&self.name)).await.unwrap()
     }
+
+    /// A form kit's options: this case's tenant, the server's tickets.
+    fn kit_options(&self) -> oncekey::FormOptions {
+        let mut submitter = oncekey::Options::new(&format!("{}/api/tickets", server()));
+        submitter.headers = vec![("X-Tenant".into(), self.tenant.clone())];
+        oncekey::FormOptions {
+            submitter,
+            ..oncekey::FormOptions::default()
+        }
+    }
+}
+
+/// Waits (3 s at most) for the form's attribute `name` to say `want`.
+async fn comes_to(form: &web_sys::HtmlFormElement, name: &str, want: &str) {
+    for _ in 0..300 {
+        if form.get_attribute(name).as_deref() == Some(want) {
+            break;
+        }
+        JsFuture::from(sleep(10)).await.unwrap();
+    }
+    assert_eq!(form.get_attribute(name).as_deref(), Some(want), "{name}");
 }
 
 fn get(v: &JsValue, field: &str) -> JsValue {
@@ -421,27 +442,9 @@ async fn the_form_kit_sends_a_form_with_a_file_as_an_upload_with_one_key() {
     case.plan(&["drop-reply"]);
     let bytes = file_bytes(80_000, 8);
     let form = form_with_file(&case.name, &case.tenant, &bytes);
-    let mut submitter = oncekey::Options::new(&format!("{}/api/tickets", server()));
-    submitter.headers = vec![("X-Tenant".into(), case.tenant.clone())];
-    let _kit = oncekey::FormKit::attach(
-        &form,
-        oncekey::FormOptions {
-            submitter,
-            ..oncekey::FormOptions::default()
-        },
-    )
-    .expect("attached");
+    let _kit = oncekey::FormKit::attach(&form, case.kit_options()).expect("attached");
     form.request_submit().unwrap();
-    for _ in 0..300 {
-        if form.get_attribute("data-oncekey-outcome").as_deref() == Some("succeeded") {
-            break;
-        }
-        JsFuture::from(sleep(10)).await.unwrap();
-    }
-    assert_eq!(
-        form.get_attribute("data-oncekey-outcome").as_deref(),
-        Some("succeeded")
-    );
+    comes_to(&form, "data-oncekey-outcome", "succeeded").await;
     assert!(all_equal(&case.keys()), "{:?}", case.keys());
     assert_one_ticket_with(&case, &bytes, "photo.jpg").await;
     form.remove();
@@ -684,16 +687,7 @@ async fn an_upload_keeps_a_secret_field_added_after_attach_out_of_indexeddb() {
     case.plan(&["delay=400"]);
     let bytes = file_bytes(10_000, 3);
     let form = form_with_file(&case.name, &case.tenant, &bytes);
-    let mut submitter = oncekey::Options::new(&format!("{}/api/tickets", server()));
-    submitter.headers = vec![("X-Tenant".into(), case.tenant.clone())];
-    let _kit = oncekey::FormKit::attach(
-        &form,
-        oncekey::FormOptions {
-            submitter,
-            ..oncekey::FormOptions::default()
-        },
-    )
-    .expect("attached");
+    let _kit = oncekey::FormKit::attach(&form, case.kit_options()).expect("attached");
     let late = web_sys::window()
         .unwrap()
         .document()
@@ -719,16 +713,7 @@ async fn an_upload_keeps_a_secret_field_added_after_attach_out_of_indexeddb() {
         !text.contains("hunter2"),
         "the password is in IndexedDB: {text}"
     );
-    for _ in 0..300 {
-        if form.get_attribute("data-oncekey-outcome").as_deref() == Some("succeeded") {
-            break;
-        }
-        JsFuture::from(sleep(10)).await.unwrap();
-    }
-    assert_eq!(
-        form.get_attribute("data-oncekey-outcome").as_deref(),
-        Some("succeeded")
-    );
+    comes_to(&form, "data-oncekey-outcome", "succeeded").await;
     form.remove();
 }
 
@@ -757,26 +742,8 @@ async fn an_expired_upload_found_in_indexeddb_puts_its_fields_back_for_send_as_n
         .unwrap()
         .unchecked_into();
     subject.set_value("");
-    let mut submitter = oncekey::Options::new(&format!("{}/api/tickets", server()));
-    submitter.headers = vec![("X-Tenant".into(), case.tenant.clone())];
-    let _kit = oncekey::FormKit::attach(
-        &form,
-        oncekey::FormOptions {
-            submitter,
-            ..oncekey::FormOptions::default()
-        },
-    )
-    .expect("attached");
-    for _ in 0..300 {
-        if form.get_attribute("data-oncekey-state").as_deref() == Some("expired") {
-            break;
-        }
-        JsFuture::from(sleep(10)).await.unwrap();
-    }
-    assert_eq!(
-        form.get_attribute("data-oncekey-state").as_deref(),
-        Some("expired")
-    );
+    let _kit = oncekey::FormKit::attach(&form, case.kit_options()).expect("attached");
+    comes_to(&form, "data-oncekey-state", "expired").await;
     assert_eq!(
         subject.value(),
         "Printer on fire",
@@ -797,26 +764,8 @@ async fn a_submit_held_before_the_module_loaded_sends_the_upload_found_in_indexe
     let key = left_unsure_in_indexeddb(&case, &bytes, "photo.jpg").await;
     let form = form_with_file(&case.name, &case.tenant, &bytes);
     form.set_attribute("data-oncekey-held", "").unwrap();
-    let mut submitter = oncekey::Options::new(&format!("{}/api/tickets", server()));
-    submitter.headers = vec![("X-Tenant".into(), case.tenant.clone())];
-    let _kit = oncekey::FormKit::attach(
-        &form,
-        oncekey::FormOptions {
-            submitter,
-            ..oncekey::FormOptions::default()
-        },
-    )
-    .expect("attached");
-    for _ in 0..300 {
-        if form.get_attribute("data-oncekey-outcome").as_deref() == Some("succeeded") {
-            break;
-        }
-        JsFuture::from(sleep(10)).await.unwrap();
-    }
-    assert_eq!(
-        form.get_attribute("data-oncekey-outcome").as_deref(),
-        Some("succeeded")
-    );
+    let _kit = oncekey::FormKit::attach(&form, case.kit_options()).expect("attached");
+    comes_to(&form, "data-oncekey-outcome", "succeeded").await;
     let keys = case.keys();
     assert!(
         keys.len() >= 2 && keys.iter().all(|k| *k == key),
@@ -836,17 +785,11 @@ async fn a_submit_refused_for_an_upload_found_in_indexeddb_offers_try_again_and_
     let key = left_unsure_in_indexeddb(&case, &bytes, "photo.jpg").await;
     let other = file_bytes(30_000, 14);
     let form = form_with_file(&case.name, &case.tenant, &other);
-    let mut submitter = oncekey::Options::new(&format!("{}/api/tickets", server()));
-    submitter.headers = vec![("X-Tenant".into(), case.tenant.clone())];
-    let _kit = oncekey::FormKit::attach(
-        &form,
-        oncekey::FormOptions {
-            submitter,
-            resume: oncekey::Resume::Manual,
-            ..oncekey::FormOptions::default()
-        },
-    )
-    .expect("attached");
+    let options = oncekey::FormOptions {
+        resume: oncekey::Resume::Manual,
+        ..case.kit_options()
+    };
+    let _kit = oncekey::FormKit::attach(&form, options).expect("attached");
     form.request_submit().unwrap();
     let try_again = || {
         form.query_selector("button.oncekey-try-again")
@@ -860,16 +803,7 @@ async fn a_submit_refused_for_an_upload_found_in_indexeddb_offers_try_again_and_
         JsFuture::from(sleep(10)).await.unwrap();
     }
     try_again().expect("Try again offered").click();
-    for _ in 0..300 {
-        if form.get_attribute("data-oncekey-outcome").as_deref() == Some("succeeded") {
-            break;
-        }
-        JsFuture::from(sleep(10)).await.unwrap();
-    }
-    assert_eq!(
-        form.get_attribute("data-oncekey-outcome").as_deref(),
-        Some("succeeded")
-    );
+    comes_to(&form, "data-oncekey-outcome", "succeeded").await;
     let keys = case.keys();
     assert!(keys.iter().all(|k| *k == key), "{keys:?} vs {key}");
     assert_one_ticket_with(&case, &bytes, "photo.jpg").await;

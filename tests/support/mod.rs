@@ -335,6 +335,14 @@ impl Stub {
     }
 }
 
+impl Stub {
+    /// The `Idempotency-Key` of each request seen, in order.
+    pub fn keys(&self) -> Vec<HeaderValue> {
+        let seen = self.seen.lock().unwrap();
+        seen.iter().map(|h| h["idempotency-key"].clone()).collect()
+    }
+}
+
 impl Drop for Stub {
     fn drop(&mut self) {
         self.task.abort();
