@@ -1149,3 +1149,46 @@ fn a_restart_during_a_retry_after_waits_until_the_time_the_server_gave() {
     assert!(d4.sent.is_empty(), "back online before the server's time");
     assert_eq!(s4.poll_timeout(), Some(T0 + secs(20)));
 }
+
+#[test]
+fn try_again_and_the_same_body_again_wait_for_the_server_s_retry_after() {
+    // "Try again" (a person's, or the form kit's resume after a reload) and the same request
+    // sent again (the native client's recovery) started a new round at once: sent before the
+    // Retry-After the server gave.
+    let mut d = Driver::default();
+    let mut s = started(&mut d);
+    let first = d.last_sent().clone();
+    let busy = Answer::from_response(429, [("Retry-After", "20")], "", "Idempotency-Key");
+    s.handle_answer(T0, first.id, &busy, 0);
+    d.drain(&mut s);
+    s.stop();
+    d.drain(&mut s);
+    assert_eq!(s.state(), State::Unsure);
+    s.try_again(T0 + secs(1)).unwrap();
+    d.drain(&mut s);
+    assert_eq!(d.sent.len(), 1, "not before the server's time");
+    assert_eq!(s.state(), State::Waiting);
+    assert_eq!(s.poll_timeout(), Some(T0 + secs(20)));
+    s.handle_timeout(T0 + secs(20));
+    d.drain(&mut s);
+    assert_eq!(d.sent.len(), 2);
+    assert_eq!(d.last_sent().key, first.key);
+
+    // The same body again, from a record taken up unsure (its Retry-After stored).
+    let mut d = Driver::default();
+    let mut s = started(&mut d);
+    let busy = Answer::from_response(503, [("Retry-After", "20")], "", "Idempotency-Key");
+    s.handle_answer(T0, d.last_sent().id, &busy, 0);
+    d.drain(&mut s);
+    let stored = d.stored.clone().unwrap();
+    let mut d2 = Driver::default();
+    let mut s2 = Submission::new("new-ticket", RetryPolicy::default());
+    s2.restore(T0 + secs(2), stored, false).unwrap();
+    assert_eq!(
+        s2.begin(T0 + secs(3), request(TICKET), bytes(9)).unwrap(),
+        Begun::Resumed
+    );
+    d2.drain(&mut s2);
+    assert!(d2.sent.is_empty(), "not before the server's time");
+    assert_eq!(s2.poll_timeout(), Some(T0 + secs(20)));
+}

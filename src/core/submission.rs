@@ -706,8 +706,8 @@ impl Submission {
     }
 
     /// "Try again": resend the pending submission with the same key and body, in a new round of
-    /// retries (fresh attempt limit and budget). While waiting, sends at once; while sending,
-    /// does nothing.
+    /// retries (fresh attempt limit and budget). While waiting, sends at once (but not before a
+    /// `Retry-After` the server gave: then at that time); while sending, does nothing.
     pub fn try_again(&mut self, now: Timestamp) -> Result<(), StateError> {
         match (&self.pending, self.state) {
             (None, _) => Err(StateError::NothingPending),
@@ -810,15 +810,38 @@ impl Submission {
     }
 
     fn new_round(&mut self, now: Timestamp) {
+        let online = self.online;
+        let mut wait = None;
         if let Some(p) = &mut self.pending {
             p.record.round_started_at = now;
             p.record.round_attempts = 0;
             p.record.offline = Duration::ZERO;
-            p.record.offline_since = (!self.online).then_some(now);
-            p.record.not_before = None;
+            p.record.offline_since = (!online).then_some(now);
             p.record.stopped = None;
+            // A Retry-After the server gave still holds, deliberate as a new round is: never
+            // earlier than it said (CONTRACT.md section 2). Offline, `send_next` waits for the
+            // connection, and `handle_online` for this time.
+            wait = p.record.not_before.filter(|t| *t > now && online);
         }
-        self.send_next(now);
+        match wait {
+            Some(t)
+                if self
+                    .pending
+                    .as_ref()
+                    .is_some_and(|p| t > p.record.key_deadline()) =>
+            {
+                self.expire()
+            }
+            Some(t) => {
+                if let Some(p) = &mut self.pending {
+                    p.wake_at = Some(t);
+                    self.actions.push_back(Action::Persist(p.record.clone()));
+                }
+                self.state = State::Waiting;
+                self.changed();
+            }
+            None => self.send_next(now),
+        }
     }
 
     /// Sends the next attempt, unless the key is past its lifetime (then it expires) or the
