@@ -1150,6 +1150,11 @@ async fn a_round_started_through_the_kit_s_submitter_unlocks_the_form_when_it_se
     settled(&form, "unsure").await;
     let key = case.keys()[0].clone();
     drop(kit.submitter().try_again());
+    JsFuture::from(sleep(0)).await.unwrap();
+    assert!(
+        button(&form, "Try again").is_none(),
+        "no Try again while it sends"
+    );
     settled(&form, "succeeded").await;
     assert_eq!(busy(&form), None);
     assert!(!disabled(&form, "[name=subject]") && !disabled(&form, "button[type=submit]"));
@@ -1296,5 +1301,54 @@ async fn after_a_reload_the_fields_are_as_they_were_sent_and_hidden_fields_as_th
         "nothing chosen, as sent"
     );
     assert_eq!(field(&form, "csrf").value(), "new-token", "the page's own");
+    form.remove();
+}
+
+#[test]
+async fn after_a_reload_a_round_the_server_ended_waits_for_the_person_s_try_again() {
+    // The kit resumes a submission found after a reload with Try again, which sends at once:
+    // one whose round the server ended (x-should-retry: false, a redirect) went out again on
+    // every reload. It is kept unsure, with Try again and Discard, as before the reload.
+    let case = Case::new("stopped");
+    let key = leave_unsure(&case, "").await;
+    let stored = case.stored().expect("stored");
+    let marked = stored.replacen(r#","url":"#, r#","stopped":"server-said-stop","url":"#, 1);
+    assert_ne!(marked, stored);
+    session()
+        .set_item(&format!("oncekey:{}", case.name), &marked)
+        .unwrap();
+    let form = case.form("");
+    let _kit = case.attach(&form, 8);
+    JsFuture::from(sleep(100)).await.unwrap();
+    assert_eq!(case.keys().len(), 1, "nothing sent on its own");
+    assert_eq!(state(&form), "unsure");
+    assert_eq!(field(&form, "subject").value(), "Reloaded");
+    button(&form, "Try again").expect("Try again").click();
+    settled(&form, "succeeded").await;
+    assert_eq!(
+        case.keys(),
+        [key.clone(), key],
+        "the person's Try again: the same key"
+    );
+    assert_eq!(case.count("tickets").await, 1.0);
+    form.remove();
+}
+
+#[test]
+async fn a_held_submit_is_sent_by_the_kit_attached_last_when_one_is_detached_first() {
+    // React's StrictMode: attach, detach, attach again, before IndexedDB has answered. The
+    // first kit took the held mark and, detached, sent nothing; the second found no mark: the
+    // person's Send was lost without a word.
+    let case = Case::new("held-twice");
+    let form = case.form("");
+    fill_ticket(&form, "Held, then StrictMode");
+    form.set_attribute("data-oncekey-held", "").unwrap();
+    let first = case.attach(&form, 8);
+    first.detach();
+    let _second = case.attach(&form, 8);
+    settled(&form, "succeeded").await;
+    assert_eq!(case.keys().len(), 1);
+    assert_eq!(case.count("tickets").await, 1.0);
+    assert_eq!(form.get_attribute("data-oncekey-held"), None, "taken off");
     form.remove();
 }

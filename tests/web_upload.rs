@@ -802,6 +802,13 @@ async fn a_submit_refused_for_an_upload_found_in_indexeddb_offers_try_again_and_
         }
         JsFuture::from(sleep(10)).await.unwrap();
     }
+    // The stored upload's fields are back (what Try again sends), not the ones refused.
+    let body: web_sys::HtmlTextAreaElement = form
+        .query_selector("textarea[name=body]")
+        .unwrap()
+        .unwrap()
+        .unchecked_into();
+    assert_eq!(body.value(), "Screenshot attached");
     try_again().expect("Try again offered").click();
     comes_to(&form, "data-oncekey-outcome", "succeeded").await;
     let keys = case.keys();

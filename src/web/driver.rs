@@ -148,6 +148,7 @@ pub struct Pending {
     body: Value,
     attempts: u32,
     started_at: Timestamp,
+    stopped: Option<GiveUp>,
 }
 
 impl Pending {
@@ -174,6 +175,12 @@ impl Pending {
     /// When its first attempt was made.
     pub fn started_at(&self) -> Timestamp {
         self.started_at
+    }
+
+    /// The server ended its round (said not to retry, or redirected): only a deliberate "Try
+    /// again" sends it.
+    pub fn stopped(&self) -> Option<GiveUp> {
+        self.stopped
     }
 }
 
@@ -498,6 +505,7 @@ impl Submitter {
             text: r.request.body.clone(),
             attempts: r.attempts,
             started_at: r.started_at,
+            stopped: r.stopped,
         })
     }
 

@@ -6,8 +6,9 @@
 //!
 //! - the inline snippet in the page's head (README.md, "Protected from the first paint"): it
 //!   holds every submit of a `[data-oncekey]` form that has no `data-oncekey-state` yet (the kit
-//!   not attached), and marks the form `data-oncekey-held`. The kit sends a held form as soon as
-//!   it attaches, with the values in its fields then, as if Send were pressed at that moment.
+//!   not attached), and marks the form `data-oncekey-held`. The kit sends a held form once it has
+//!   attached and looked in IndexedDB (a submission stored there is the one to send, with its
+//!   key), with the values in its fields then, as if Send were pressed at that moment.
 //! - markup only, for a page whose policy allows no inline script: the form's submit buttons
 //!   carry `disabled data-oncekey-wait`, so the form cannot be sent (nor by Enter: its default
 //!   button is disabled) and keeps its values; the kit enables them when it attaches, before it
@@ -30,6 +31,11 @@ pub(super) fn enable_waiting(form: &HtmlFormElement) {
             remove_attr(&el, "disabled");
         }
     }
+}
+
+/// Whether the snippet held a submit of `form` (the mark left on).
+pub(super) fn is_held(form: &HtmlFormElement) -> bool {
+    has_attr(form, HELD)
 }
 
 /// Whether the snippet held a submit of `form`; the mark is taken off.

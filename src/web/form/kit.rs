@@ -179,12 +179,14 @@ impl Kit {
         // was looked at. A submission stored there (an upload, or `storage: 'indexeddb'`) is
         // found a moment after the attach, and is the one to send, with its key: pressed at
         // once, the held submit began another under a new key, or was refused as another body
-        // with the form left locked and no button.
-        if first_paint::take_held(form) {
+        // with the form left locked and no button. The mark is taken off then, by the kit
+        // still attached: one detached meanwhile (React's StrictMode attaches, detaches and
+        // attaches again) leaves it to the next.
+        if first_paint::is_held(form) {
             let weak = Rc::downgrade(&kit);
             kit.submitter.when_loaded(move |_| {
                 if let Some(kit) = weak.upgrade() {
-                    if holds(&kit.wiring) {
+                    if holds(&kit.wiring) && first_paint::take_held(&kit.form) {
                         Kit::on_submit(&kit, &JsValue::UNDEFINED);
                     }
                 }
@@ -315,7 +317,9 @@ impl Kit {
             kit.announce(State::Expired, &detail);
         } else if !kit.secret_names.is_empty() {
             kit.ask_for_secrets();
-        } else if resume == Resume::Auto {
+        } else if resume == Resume::Auto && pending.stopped().is_none() {
+            // Not a round the server ended (x-should-retry: false, a redirect): that one waits
+            // for the person's Try again, as it did before the reload.
             Kit::resend(kit);
         } else {
             kit.show_unsure(Message::Reloaded);
@@ -452,7 +456,8 @@ impl Kit {
                     if !state.is_pending() {
                         kit.unlock();
                     } else if matches!(state, State::Unsure | State::Expired) {
-                        kit.offer(state == State::Expired);
+                        // Its fields back, as after a reload: what Try again would send.
+                        Kit::take_up_pending(&kit, Resume::Manual);
                     }
                     kit.say(e.message());
                 }
@@ -478,6 +483,7 @@ impl Kit {
                     wasm_bindgen_futures::spawn_local(async move {
                         let ours = kit.in_flight.get() || !holds(&kit.wiring);
                         if !ours && kit.submitter.state() == State::Sending {
+                            kit.remove_controls();
                             Kit::settle_later(&kit, Box::pin(kit.submitter.try_again()));
                         }
                     });

@@ -110,7 +110,7 @@ impl Kit {
 
     /// The kit's buttons after the status: "Try again" (or, expired, "Send as a new ticket") and
     /// "Discard"; kept when they are there already.
-    pub(super) fn offer(&self, expired: bool) {
+    fn offer(&self, expired: bool) {
         if holds(&self.controls) {
             return;
         }
