@@ -191,7 +191,7 @@ class Entry {
   // its settlement reaches the snapshot as a call's does. tryAgain() while sending only waits
   // for the attempt under way; while waiting it would start a new round, so not then.
   #join() {
-    if (this.#calls === 0 && this.submitter?.state === 'sending') this.#call((s) => s.tryAgain());
+    if (this.#calls === 0 && this.submitter?.state === 'sending') this.#call((s) => s.tryAgain(), true);
   }
 
   #changed({ state, key, attempts, nextAttemptAt, waitingFor, warning }) {
@@ -218,8 +218,9 @@ class Entry {
   }
 
   // Runs `f` on the Submitter (once it exists); the settlement or the error goes into the
-  // snapshot, and the caller gets the package's own promise.
-  #call(f) {
+  // snapshot, and the caller gets the package's own promise. A join (`joining`) is no call of
+  // the page's: the error a call just had stays in the snapshot.
+  #call(f, joining = false) {
     this.#calls += 1;
     let promise;
     try {
@@ -228,11 +229,11 @@ class Entry {
       this.#calls -= 1;
       throw e;
     }
-    if (this.#snapshot.error) this.#set({ error: null });
+    if (this.#snapshot.error && !joining) this.#set({ error: null });
     promise.then(
       (settlement) => {
         this.#calls -= 1;
-        this.#set({ settlement, error: null });
+        this.#set(joining ? { settlement } : { settlement, error: null });
       },
       (error) => {
         this.#calls -= 1;

@@ -335,3 +335,21 @@ test('secrets the Submitter refuses are said in the snapshot, and the entry keep
   made[0].settle()
   assert.equal((await sent).outcome, 'succeeded')
 })
+
+test('a refused call is still in the snapshot when the entry then joins a round under way', async () => {
+  // submit(another body) before init(), while the Submitter resumed a record at once: the
+  // call is refused ('pending') and the entry joins the resumed round, which cleared the
+  // error it had just set.
+  const entry = entryFor(fresh(), { url: '/x', resume: true, found: { subject: 'found' } }, PKG)
+  entry.subscribe(() => {})
+  const refused = entry.submit({ subject: 'other' })
+  await assert.rejects(refused, { code: 'pending' })
+  await tick()
+  const s = made[0]
+  assert.deepEqual(s.calls, [['submit', { subject: 'other' }], ['tryAgain']], 'refused, then joined')
+  assert.equal(entry.read().error?.code, 'pending', 'the refusal is still said')
+  s.settle()
+  await tick()
+  assert.equal(entry.read().settlement?.outcome, 'succeeded')
+  assert.equal(entry.read().error?.code, 'pending', 'a join settling clears no error of a call')
+})
