@@ -267,8 +267,14 @@ The answer's body goes to stdout; a one-line summary to stderr.";
     fn open_store(arg: &StoreArg) -> Result<Arc<dyn Store>, String> {
         let s = arg.store.as_str();
         if is_postgres(s) {
+            // The driver reads a URL's scheme in lower case only.
             #[cfg(feature = "postgres")]
-            return oncekey::PostgresStore::connect(s)
+            let address = match s.split_once("://") {
+                Some((scheme, rest)) => scheme.to_ascii_lowercase() + "://" + rest,
+                None => s.to_owned(),
+            };
+            #[cfg(feature = "postgres")]
+            return oncekey::PostgresStore::connect(&address)
                 .map(|p| Arc::new(p) as Arc<dyn Store>)
                 .map_err(|e| e.to_string());
             #[cfg(not(feature = "postgres"))]
