@@ -1192,3 +1192,30 @@ fn try_again_and_the_same_body_again_wait_for_the_server_s_retry_after() {
     assert!(d2.sent.is_empty(), "not before the server's time");
     assert_eq!(s2.poll_timeout(), Some(T0 + secs(20)));
 }
+
+#[test]
+fn a_record_whose_first_attempt_is_in_the_future_is_not_sent() {
+    // A startedAt far ahead (a corrupt record, or a clock far off) pushed the key's deadline
+    // past any now: the key was never expired, whatever its age.
+    let mut d = Driver::default();
+    let s = started(&mut d);
+    drop(s);
+    let mut stored = d.stored.clone().unwrap();
+    for ahead in [secs(DAY), secs(3600), secs(u32::MAX.into())] {
+        stored.started_at = T0 + ahead;
+        let stored = Record::from_json(&stored.to_json()).unwrap();
+        let mut d2 = Driver::default();
+        let mut s2 = Submission::new("new-ticket", RetryPolicy::default());
+        s2.restore(T0, stored, true).unwrap();
+        d2.drain(&mut s2);
+        assert!(d2.sent.is_empty(), "{ahead:?} ahead: nothing sent");
+        assert_eq!(s2.state(), State::Expired, "{ahead:?}");
+    }
+    // A few minutes ahead (fleet clocks differ a little): sent as usual.
+    stored.started_at = T0 + secs(120);
+    let mut d3 = Driver::default();
+    let mut s3 = Submission::new("new-ticket", RetryPolicy::default());
+    s3.restore(T0, stored, true).unwrap();
+    d3.drain(&mut s3);
+    assert_eq!(d3.sent.len(), 1);
+}

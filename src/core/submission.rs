@@ -574,7 +574,13 @@ impl Submission {
             (None, false) => record.offline_since = Some(now),
             _ => {}
         }
-        let expired = record.is_expired(now);
+        // A first attempt later than now (beyond the margin a fleet's clocks may differ by) is
+        // a record whose time cannot be trusted, corrupt or written by a clock far ahead: its
+        // key's deadline is unknown, so nothing more is sent with it (a far future `startedAt`
+        // never expired, and was sent for ever).
+        let from_the_future =
+            record.attempts > 0 && record.started_at > now + super::retry::KEY_MARGIN_CAP;
+        let expired = record.is_expired(now) || from_the_future;
         let spent = if let Some(why) = record.stopped {
             Some(why)
         } else if record.round_attempts >= self.policy.attempts {
