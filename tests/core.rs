@@ -1219,3 +1219,34 @@ fn a_record_whose_first_attempt_is_in_the_future_is_not_sent() {
     d3.drain(&mut s3);
     assert_eq!(d3.sent.len(), 1);
 }
+
+#[test]
+fn a_discard_or_a_stop_before_the_driver_took_the_attempt_sends_nothing() {
+    // The driver had not taken the Send yet (blocked on an IndexedDB write, or in a listener
+    // of the change that began it): a discard left it queued, the discarded key went out, and
+    // the next submission's new key made the request twice.
+    let mut d = Driver::default();
+    let mut s = Submission::new("new-ticket", RetryPolicy::default());
+    s.begin(T0, request(TICKET), bytes(1)).unwrap();
+    s.discard();
+    d.drain(&mut s);
+    assert!(d.sent.is_empty(), "the discarded attempt is not sent");
+    assert!(d.stored.is_none());
+    s.begin(T0, request(TICKET), bytes(2)).unwrap();
+    d.drain(&mut s);
+    assert_eq!(d.sent.len(), 1, "the next submission, once");
+
+    // Stopped (an abort) before it was taken: not sent; pending, and Try again sends it.
+    let mut d = Driver::default();
+    let mut s = Submission::new("new-ticket", RetryPolicy::default());
+    s.begin(T0, request(TICKET), bytes(3)).unwrap();
+    s.stop();
+    d.drain(&mut s);
+    assert!(d.sent.is_empty(), "the stopped attempt is not sent");
+    assert_eq!(s.state(), State::Unsure);
+    let key = d.stored.as_ref().expect("kept").key.clone();
+    s.try_again(T0 + secs(1)).unwrap();
+    d.drain(&mut s);
+    assert_eq!(d.sent.len(), 1);
+    assert_eq!(d.last_sent().key, key);
+}

@@ -738,6 +738,9 @@ impl Submission {
         let Some(p) = &mut self.pending else { return };
         p.in_flight = None;
         p.wake_at = None;
+        // An attempt the driver has not taken yet is not sent at all (a driver blocked on a
+        // write, or a listener that stopped it, had it still queued).
+        self.actions.retain(|a| !matches!(a, Action::Send(_)));
         self.state = State::Unsure;
         self.changed();
     }
@@ -750,6 +753,11 @@ impl Submission {
             self.last_key = Some(p.record.key);
             self.last_attempts = p.record.attempts;
             self.state = State::Idle;
+            // An attempt the driver has not taken yet is not sent: sent after the discard, its
+            // request could be carried out beside the next submission's, under a new key. Nor is
+            // a write of the record about to be forgotten.
+            self.actions
+                .retain(|a| !matches!(a, Action::Send(_) | Action::Persist(_)));
             self.actions.push_back(Action::Forget);
             self.changed();
         }
