@@ -81,7 +81,7 @@ export function fill_storage() {
 export function with_attempt_headers(options, calls) {
   options.attemptHeaders = ({ attempt, key }) => {
     calls.push(attempt + ':' + key);
-    return attempt === 2 ? { 'X-Fault': 'fail-before' } : { 'Bad Name': 'x', 'X-Fault': 'a\nb', 'X-N': 5 };
+    return attempt === 2 ? { 'X-Fault': 'fail-before' } : { 'Bad Name': 'x', 'X-Fault': 'a\nb', 'X-N': 5, 'X-User': 'Łukasz' };
   };
   return options;
 }
@@ -962,6 +962,11 @@ async fn wrong_options_are_errors_that_name_the_option() {
             "options.keyHeader",
         ),
         (r#"{"url":"/x","headers":{"X-A":1}}"#, "options.headers"),
+        // fetch takes byte strings only: every attempt would fail.
+        (
+            r#"{"url":"/x","headers":{"X-User":"Łukasz"}}"#,
+            "options.headers",
+        ),
         (r#"{"url":"/x","resume":"yes"}"#, "options.resume"),
         (r#"{"url":"/x","keyLifetimeMs":0}"#, "options.keyLifetimeMs"),
         (

@@ -26,7 +26,6 @@ use super::global::{
 };
 use super::options::Credentials;
 use super::{spare, too_long, warn};
-use crate::core::record::is_sendable_header;
 use crate::core::text::{decimal, quoted};
 use crate::core::{Answer, Attempt, Failure};
 
@@ -330,7 +329,7 @@ fn request_init(
     }
     if let Some(f) = &o.attempt_headers {
         for (name, value) in f(attempt.number, &attempt.key) {
-            if is_sendable_header(&name, &value) {
+            if super::sendable_header(&name, &value) {
                 set(&name, &value);
             } else {
                 warn(

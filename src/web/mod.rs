@@ -85,6 +85,14 @@ pub use error::{Error, ErrorCode};
 #[cfg(feature = "js")]
 pub use form::auto_attach;
 pub use form::{FormKit, FormLock, FormOptions, Messages, Resume, SuccessMessage, SuccessText};
+
+/// Whether `fetch` takes this header: the core's check (a token for a name, no line break or
+/// control character in the value), and a value of characters up to U+00FF, since a header
+/// value is a byte string and `fetch` throws for any other ("Łukasz"): every attempt failed.
+pub(crate) fn sendable_header(name: &str, value: &str) -> bool {
+    crate::core::record::is_sendable_header(name, value)
+        && value.chars().all(|c| u32::from(c) <= 0xFF)
+}
 pub use options::{AttemptHeaders, Credentials, Options, StorageKind};
 
 /// The longest text taken into the module from JavaScript, in characters as JavaScript counts a

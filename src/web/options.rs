@@ -17,7 +17,7 @@ use wasm_bindgen::{JsCast, JsValue};
 
 use super::error::{describe, Error};
 use super::get;
-use crate::core::record::{is_sendable_header, is_token};
+use crate::core::record::is_token;
 use crate::core::text::quoted;
 use crate::core::{key_margin, Encoding, Key, KeyFormat, RetryPolicy, DEFAULT_KEY_HEADER};
 
@@ -200,7 +200,7 @@ impl Options {
             ));
         }
         for (name, value) in &self.headers {
-            if !is_sendable_header(name, value) {
+            if !super::sendable_header(name, value) {
                 return Err(Error::option(
                     "options.headers has a header that cannot be sent: ".to_owned() + &quoted(name),
                 ));
