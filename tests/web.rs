@@ -66,6 +66,18 @@ export function block_session_storage() {
   });
   return () => Object.defineProperty(globalThis, 'sessionStorage', desc);
 }
+// Storage that fills up after `n` more writes of oncekey's records; `restore()` undoes it.
+export function fill_storage_after(n) {
+  const real = Storage.prototype.setItem;
+  let left = n;
+  Storage.prototype.setItem = function (k, v) {
+    if (String(k).startsWith('oncekey:') && k !== 'oncekey:probe' && left-- <= 0) {
+      throw new DOMException('The quota has been exceeded.', 'QuotaExceededError');
+    }
+    return real.call(this, k, v);
+  };
+  return () => { Storage.prototype.setItem = real; };
+}
 export function fill_storage() {
   const real = Storage.prototype.setItem;
   Storage.prototype.setItem = function (k, v) {
@@ -166,6 +178,7 @@ extern "C" {
     fn sleep(ms: u32) -> Promise;
     fn block_session_storage() -> js_sys::Function;
     fn fill_storage() -> js_sys::Function;
+    fn fill_storage_after(n: u32) -> js_sys::Function;
     fn with_attempt_headers(options: JsValue, calls: &js_sys::Array) -> JsValue;
     fn set_offline(dispatch: bool);
     fn set_online();
@@ -321,6 +334,23 @@ async fn a_503_is_retried_with_the_same_key_and_makes_one_ticket() {
     assert_eq!(text(&get(&result, "body"), "subject"), "Printer on fire");
     assert_eq!(case.tickets().await, 1.0);
     assert_eq!(case.stored(), None, "removed after the definite answer");
+}
+
+#[test]
+async fn storage_that_fills_up_between_attempts_keeps_no_stale_record_after_the_answer() {
+    // The first attempt's record was written, the second's write failed (storage full), and
+    // the driver went on in memory: after the 201, memory's copy was removed but the first
+    // one stayed in sessionStorage, so a reload found a submission already done, unsure.
+    let case = Case::new("fills-up");
+    case.plan(&["fail-before"]);
+    let s = case.submitter("");
+    let restore = fill_storage_after(1);
+    let result = submit(&s, TICKET).await;
+    restore.call0(&JsValue::NULL).unwrap();
+    assert_eq!(text(&result, "outcome"), "succeeded");
+    assert_eq!(statuses(&case), ["503", "201"]);
+    assert_eq!(case.stored(), None, "nothing left in sessionStorage");
+    assert_eq!(case.tickets().await, 1.0);
 }
 
 #[test]

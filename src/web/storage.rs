@@ -162,6 +162,10 @@ impl Store {
             match web.set_item(&slot, text) {
                 Ok(()) => return None,
                 Err(e) => {
+                    // An earlier write of this record is older than memory's now, and nothing
+                    // would remove it after the answer: a reload found a submission already
+                    // done, unsure, under its key. Removed (a full storage still removes).
+                    let _ = web.remove_item(&slot);
                     memory_set(slot, text);
                     return Some(self.degrade(&e));
                 }
