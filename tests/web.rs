@@ -1416,6 +1416,39 @@ mod rust_api {
     }
 
     #[test]
+    async fn try_again_called_by_a_listener_of_unsure_settles_with_its_own_round() {
+        // The listener hears "unsure" before the settlement is handed out; a Try again it
+        // made then was handed that earlier settlement (unsure, 1 attempt), while its own
+        // attempt went out and succeeded unheard.
+        let case = Case::new("rust-listener-again");
+        case.plan(&["fail-before"]);
+        let mut o = options(&case);
+        o.retry.attempts = 1;
+        let s = Rc::new(Submitter::new(&case.name, o).unwrap());
+        let again: Rc<RefCell<Option<oncekey::Settling>>> = Rc::default();
+        let (held, weak) = (again.clone(), Rc::downgrade(&s));
+        let _listener = s.on_change(move |u| {
+            if u.state == State::Unsure && held.borrow().is_none() {
+                if let Some(s) = weak.upgrade() {
+                    *held.borrow_mut() = Some(s.try_again());
+                }
+            }
+        });
+        let first = s.submit(ticket()).await.unwrap();
+        assert_eq!(first.outcome(), Outcome::Unsure);
+        let settling = again.borrow_mut().take().expect("the listener tried again");
+        let second = settling.await.unwrap();
+        assert_eq!(
+            second.outcome(),
+            Outcome::Succeeded,
+            "its own round's settlement"
+        );
+        assert_eq!(second.attempts(), 2);
+        assert_eq!(second.key(), first.key());
+        assert_eq!(case.tickets().await, 1.0);
+    }
+
+    #[test]
     async fn submit_stores_before_sending_retries_with_the_same_key_and_settles() {
         let case = Case::new("rust");
         case.plan(&["fail-before"]);

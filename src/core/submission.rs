@@ -328,6 +328,8 @@ pub struct Submission {
     next_id: u64,
     online: bool,
     actions: VecDeque<Action>,
+    /// How many [`Action::Settled`] it has asked for.
+    settlements: u64,
 }
 
 #[derive(Debug)]
@@ -373,6 +375,7 @@ impl Submission {
             last_key: None,
             last_attempts: 0,
             next_id: 0,
+            settlements: 0,
             online: true,
             actions: VecDeque::new(),
         }
@@ -763,6 +766,13 @@ impl Submission {
         }
     }
 
+    /// How many [`Action::Settled`] it has asked for so far, polled or not. A driver that keeps
+    /// callers waiting notes it when one begins to wait: a settlement already asked for then
+    /// (still queued behind the change a listener is hearing) is a round before theirs.
+    pub fn settlements(&self) -> u64 {
+        self.settlements
+    }
+
     /// The next action for the driver, in order.
     pub fn poll_action(&mut self) -> Option<Action> {
         self.actions.pop_front()
@@ -810,7 +820,7 @@ impl Submission {
         };
         self.state = State::Expired;
         self.changed();
-        self.actions.push_back(Action::Settled(settled));
+        self.settled(settled);
     }
 
     fn take_in_flight(&mut self, id: AttemptId) -> bool {
@@ -940,7 +950,7 @@ impl Submission {
         };
         self.state = State::Unsure;
         self.changed();
-        self.actions.push_back(Action::Settled(settled));
+        self.settled(settled);
     }
 
     fn settle(&mut self, outcome: Outcome, replayed: bool) {
@@ -958,6 +968,11 @@ impl Submission {
         self.state = State::of(outcome);
         self.actions.push_back(Action::Forget);
         self.changed();
+        self.settled(settled);
+    }
+
+    fn settled(&mut self, settled: Settled) {
+        self.settlements += 1;
         self.actions.push_back(Action::Settled(settled));
     }
 

@@ -113,6 +113,8 @@ struct Machine {
     /// A key was just made here, and its first attempt goes out in this drive: nobody else can
     /// know it yet ([`attempt::start`]).
     fresh: bool,
+    /// The core's settlements handed out so far.
+    settled_seen: u64,
 }
 
 /// What [`Submitter::on_change`] keeps of a listener.
@@ -288,6 +290,8 @@ struct Slot {
     result: Option<Result<Settlement, Error>>,
     waker: Option<Waker>,
     then: Option<Then>,
+    /// The core's settlements asked for when this began to wait: those are earlier rounds'.
+    after: u64,
 }
 
 /// The settlement of a [`Submitter::submit`] or [`Submitter::try_again`], to `.await`. The
@@ -454,6 +458,7 @@ impl Submitter {
                 last_text: None,
                 secrets: Fields::new(),
                 fresh: false,
+                settled_seen: 0,
             }),
             listeners: RefCell::new(Vec::new()),
             queue: RefCell::new(VecDeque::new()),
@@ -740,7 +745,11 @@ impl Driver {
 
     fn wait(self: &Rc<Self>) -> Settling {
         let slot = Rc::new(RefCell::new(Slot::default()));
-        self.machine.borrow_mut().waiters.push(slot.clone());
+        {
+            let mut m = self.machine.borrow_mut();
+            slot.borrow_mut().after = m.core.settlements();
+            m.waiters.push(slot.clone());
+        }
         self.drive();
         Settling {
             slot: Ok(slot),
@@ -863,7 +872,15 @@ impl Driver {
                     spare::forget_made(self);
                     let (waiters, text) = {
                         let mut m = self.machine.borrow_mut();
-                        (std::mem::take(&mut m.waiters), m.last_text.clone())
+                        m.settled_seen += 1;
+                        // A caller who began to wait after this settlement was asked for (a
+                        // listener of the change before it called tryAgain) waits for its own.
+                        let seen = m.settled_seen;
+                        let (now, later) = std::mem::take(&mut m.waiters)
+                            .into_iter()
+                            .partition(|w| w.borrow().after < seen);
+                        m.waiters = later;
+                        (now, m.last_text.clone())
                     };
                     let (text, js_text) = text.unzip();
                     let settlement = Settlement {
