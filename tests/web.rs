@@ -1179,6 +1179,41 @@ async fn an_abort_during_a_held_reply_rejects_keeps_the_key_and_try_again_replay
 }
 
 #[test]
+async fn an_abort_before_a_key_s_first_attempt_lets_its_lock_go_for_another_tab() {
+    // The key came from the spare drawn ahead with its Web Lock; offline, its first attempt was
+    // never sent, and the abort left the submission unsure with this tab still holding the
+    // lock. A duplicated tab's Try again of that key then waited for the lock for ever.
+    let case = Case::new("abort-spare");
+    let a = case.submitter("");
+    assert_eq!(text(&submit(&a, TICKET).await, "outcome"), "succeeded");
+    // The answer's task drew the next key ahead, and asked for its lock.
+    JsFuture::from(sleep(100)).await.unwrap();
+    set_offline(true);
+    let controller = web_sys::AbortController::new().unwrap();
+    let options = js_sys::Object::new();
+    Reflect::set(&options, &"signal".into(), &controller.signal()).unwrap();
+    let second = TICKET.replace("Printer on fire", "Second printer");
+    let waiting = a.submit(json(&second), Some(options.into()));
+    let key = text(&a.pending(), "key");
+    controller.abort();
+    assert_eq!(text(&settle(waiting).await.unwrap_err(), "code"), "aborted");
+    set_online();
+    // Another tab with the same session (a duplicated one) tries the pending key again.
+    let b = case.submitter("");
+    assert_eq!(text(&b.pending(), "key"), key);
+    let again = b.try_again(None);
+    for _ in 0..300 {
+        if state(&b) == "succeeded" {
+            break;
+        }
+        JsFuture::from(sleep(10)).await.unwrap();
+    }
+    assert_eq!(state(&b), "succeeded", "the lock was let go");
+    assert_eq!(text(&settle(again).await.unwrap(), "key"), key);
+    drop(a);
+}
+
+#[test]
 async fn an_abort_during_a_retry_wait_stops_the_retries_and_try_again_resends_the_key() {
     let case = Case::new("abort-wait");
     // 503 with Retry-After: 1 s, then the retry would be due.

@@ -761,21 +761,27 @@ impl Driver {
     /// the last to wait, the core stops (no retry, the attempt under way abandoned) and the fetch
     /// is aborted. Nothing happens for a wait already settled.
     fn abort(self: &Rc<Self>, slot: &Rc<RefCell<Slot>>) {
-        let (found, flight) = {
+        let (found, flight, stopped) = {
             let mut m = self.machine.borrow_mut();
             let before = m.waiters.len();
             m.waiters.retain(|w| !Rc::ptr_eq(w, slot));
             let found = m.waiters.len() != before;
-            let flight = if found && m.waiters.is_empty() {
+            let stopped = found && m.waiters.is_empty();
+            let flight = if stopped {
                 m.core.stop();
                 m.flight.take()
             } else {
                 None
             };
-            (found, flight)
+            (found, flight, stopped)
         };
         if !found {
             return;
+        }
+        if stopped {
+            // A key made from a spare whose first attempt was never sent (offline) still held
+            // the spare's Web Lock: another tab trying it again waited for it for ever.
+            spare::forget_made(self);
         }
         self.drive();
         if let Some((_, controller)) = flight {
