@@ -8,6 +8,7 @@
 #![cfg(target_arch = "wasm32")]
 
 use js_sys::{Promise, Reflect, JSON};
+use oncekey::core::{Key, Record};
 use oncekey::js::Submitter;
 use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::JsFuture;
@@ -946,6 +947,83 @@ async fn local_storage_keeps_the_record_there_until_the_answer() {
         "removed after the answer"
     );
     assert_eq!(case.tickets().await, 1.0);
+}
+
+/// Two tabs of the origin on `localStorage`, as two submitters of one name made before either
+/// submits (each read storage when it was made, and found nothing).
+fn two_tabs(case: &Case) -> (Submitter, Submitter, web_sys::Storage, String) {
+    let a = case.submitter(r#""storage":"local""#);
+    let b = case.submitter(r#""storage":"local""#);
+    let local = web_sys::window().unwrap().local_storage().unwrap().unwrap();
+    (a, b, local, format!("oncekey:{}", case.name))
+}
+
+#[test]
+async fn two_tabs_on_local_storage_sending_the_same_body_send_it_under_one_key() {
+    let case = Case::new("tabs-same");
+    case.plan(&["fail-before"]);
+    let (a, b, local, slot) = two_tabs(&case);
+    let first = a.submit(json(TICKET), None);
+    let second = b.submit(json(TICKET), None);
+    let (first, second) = (settle(first).await.unwrap(), settle(second).await.unwrap());
+    assert_eq!(text(&first, "outcome"), "succeeded");
+    assert_eq!(text(&second, "outcome"), "succeeded");
+    assert_eq!(text(&first, "key"), text(&second, "key"));
+    assert!(all_equal(&case.keys()), "{:?}", case.keys());
+    assert_eq!(case.tickets().await, 1.0);
+    assert_eq!(local.get_item(&slot).unwrap(), None);
+}
+
+#[test]
+async fn a_tab_on_local_storage_is_refused_another_body_while_another_tab_s_is_pending() {
+    let case = Case::new("tabs-other");
+    case.plan(&["fail-before"]);
+    let (a, b, local, slot) = two_tabs(&case);
+    let first = a.submit(json(TICKET), None);
+    let key = text(&a.pending(), "key");
+    let other = r#"{"subject":"Another","body":"x","email":"ana@example.com"}"#;
+    let err = settle(b.submit(json(other), None)).await.unwrap_err();
+    assert_eq!(text(&err, "code"), "pending");
+    assert!(
+        error_message(&err).contains(&key[..8]),
+        "{}",
+        error_message(&err)
+    );
+    let stored = local.get_item(&slot).unwrap().expect("the pending record");
+    assert!(
+        Record::is_of_key(&stored, &Key::parse(&key).unwrap()),
+        "{stored}"
+    );
+    let first = settle(first).await.unwrap();
+    assert_eq!(text(&first, "outcome"), "succeeded");
+    assert!(all_equal(&case.keys()), "{:?}", case.keys());
+    assert_eq!(case.tickets().await, 1.0, "the other body was never sent");
+    assert_eq!(local.get_item(&slot).unwrap(), None);
+}
+
+#[test]
+async fn a_definite_answer_leaves_a_record_another_tab_wrote_since() {
+    let case = Case::new("tabs-forget");
+    let (a, _, local, slot) = two_tabs(&case);
+    let waiting = a.submit(json(TICKET), None);
+    // While the request is out, another tab writes its own pending record in the slot.
+    let mine = local
+        .get_item(&slot)
+        .unwrap()
+        .expect("written before sending");
+    let key = text(&a.pending(), "key");
+    let theirs_key = "5f0c3e1a-3b7e-4c1d-9a2b-8e7f6d5c4b3a";
+    local
+        .set_item(&slot, &mine.replace(&key, theirs_key))
+        .unwrap();
+    let result = settle(waiting).await.unwrap();
+    assert_eq!(text(&result, "outcome"), "succeeded");
+    assert_eq!(case.tickets().await, 1.0);
+    // Theirs is still there, pending, for that tab or the next page that opens.
+    let after = case.submitter(r#""storage":"local""#);
+    assert_eq!(text(&after.pending(), "key"), theirs_key);
+    after.discard();
+    assert_eq!(local.get_item(&slot).unwrap(), None);
 }
 
 #[test]

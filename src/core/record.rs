@@ -365,6 +365,18 @@ impl Read {
 }
 
 impl Record {
+    /// Whether `text`, as stored, is the record of `key`: its `"key"` member is `key`. Every
+    /// string inside a record is written escaped, so a `"key":` with its quotes bare is the
+    /// member itself, never part of a body, header or name. Read without parsing: a driver
+    /// asks it once per definite answer, before removing what it stored. Text in another
+    /// format, or no record at all, is not `key`'s.
+    pub fn is_of_key(text: &str, key: &Key) -> bool {
+        let mut member = String::with_capacity(10 + key.as_str().len());
+        member.push_str("\"key\":");
+        write_string(key.as_str(), &mut member);
+        text.contains(member.as_str())
+    }
+
     /// The record as JSON text in the shape above.
     pub fn to_json(&self) -> String {
         // Written straight out in canonical form (names sorted, as `Value::to_canonical` would
@@ -600,6 +612,26 @@ mod tests {
             Record::from_json(earlier).unwrap().key_lifetime,
             Duration::from_secs(86_400)
         );
+    }
+
+    #[test]
+    fn a_record_is_of_its_own_key_only_never_of_one_its_body_or_headers_name() {
+        let other = Key::parse("5f0c3e1a-3b7e-4c1d-9a2b-8e7f6d5c4b3a").unwrap();
+        let mut r = record();
+        assert!(Record::is_of_key(&r.to_json(), &r.key));
+        assert!(!Record::is_of_key(&r.to_json(), &other));
+        // The other key written in the body, a header and the name, as a key member each.
+        let member = r#"{"key":"5f0c3e1a-3b7e-4c1d-9a2b-8e7f6d5c4b3a"}"#;
+        r.request = Request::new("post", "/api/tickets", member, Encoding::Json)
+            .unwrap()
+            .header("X-Note", member)
+            .unwrap();
+        r.name = member.into();
+        let text = r.to_json();
+        assert!(text.contains(other.as_str()), "{text}");
+        assert!(!Record::is_of_key(&text, &other), "{text}");
+        assert!(Record::is_of_key(&text, &r.key));
+        assert!(!Record::is_of_key("", &r.key), "no record");
     }
 
     #[test]

@@ -193,8 +193,10 @@ pub enum Action {
     Persist(Record),
     /// Send this attempt.
     Send(Attempt),
-    /// Remove the stored record: the outcome is definite, or the submission was discarded.
-    Forget,
+    /// Remove the stored record of this key: the outcome is definite, or the submission was
+    /// discarded. A record of another key found in its place is another writer's (another tab
+    /// on `localStorage`, say) and stays.
+    Forget(Key),
     /// The state changed.
     Changed(Change),
     /// The submission settled (definite) or its retries stopped (unsure): answer the caller.
@@ -753,15 +755,15 @@ impl Submission {
     /// the driver should abort it).
     pub fn discard(&mut self) {
         if let Some(p) = self.pending.take() {
-            self.last_key = Some(p.record.key);
-            self.last_attempts = p.record.attempts;
             self.state = State::Idle;
             // An attempt the driver has not taken yet is not sent: sent after the discard, its
             // request could be carried out beside the next submission's, under a new key. Nor is
             // a write of the record about to be forgotten.
             self.actions
                 .retain(|a| !matches!(a, Action::Send(_) | Action::Persist(_)));
-            self.actions.push_back(Action::Forget);
+            self.actions.push_back(Action::Forget(p.record.key.clone()));
+            self.last_key = Some(p.record.key);
+            self.last_attempts = p.record.attempts;
             self.changed();
         }
     }
@@ -963,10 +965,10 @@ impl Submission {
             attempts: p.record.attempts,
             gave_up: None,
         };
+        self.actions.push_back(Action::Forget(p.record.key.clone()));
         self.last_key = Some(p.record.key);
         self.last_attempts = p.record.attempts;
         self.state = State::of(outcome);
-        self.actions.push_back(Action::Forget);
         self.changed();
         self.settled(settled);
     }

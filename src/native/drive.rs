@@ -48,7 +48,7 @@ impl Client {
                         }
                     }
                     Action::Send(attempt) => send = Some(attempt),
-                    Action::Forget => self.forget(name).await,
+                    Action::Forget(_) => self.forget(name).await,
                     Action::Changed(change) => tracing::debug!(
                         name,
                         state = change.state.as_str(),

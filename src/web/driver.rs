@@ -435,12 +435,7 @@ impl Submitter {
         if let Some(text) = text {
             if let Some(why) = restore(&mut core, &text, options.resume) {
                 store.remove(name);
-                warnings.push(
-                    "the stored submission ".to_owned()
-                        + &quoted(&("oncekey:".to_owned() + name))
-                        + " was removed: "
-                        + &why,
-                );
+                warnings.push(removed(name, &why));
             }
         }
         for w in &warnings {
@@ -630,6 +625,14 @@ impl Submitter {
     }
 }
 
+/// The warning for a stored record of `name` removed because it could not be taken up.
+fn removed(name: &str, why: &str) -> String {
+    "the stored submission ".to_owned()
+        + &quoted(&("oncekey:".to_owned() + name))
+        + " was removed: "
+        + why
+}
+
 /// Takes up a stored record; returns why it cannot be (the caller removes it).
 fn restore(core: &mut Submission, text: &str, resume: bool) -> Option<String> {
     let record = match Record::from_json(text) {
@@ -660,7 +663,11 @@ impl Driver {
             }
             Err(other) => return refused(Error::option(other.message())),
         };
-        let pending = self.machine.borrow().core.pending().is_some();
+        // A record stored since this submitter read storage (another tab on `localStorage`,
+        // another submitter of the name in this page) is taken up as a reload would take it
+        // up: the same body goes on under its key, another is refused, and neither writes over
+        // the other's record.
+        let pending = self.machine.borrow().core.pending().is_some() || self.take_up_stored();
         let key = if pending {
             [0; 16]
         } else {
@@ -700,6 +707,31 @@ impl Driver {
                 })
             }
         }
+    }
+
+    /// Takes up the record another writer stored under the name since this submitter last
+    /// looked, when none is pending here; whether one was. One that cannot be taken up is
+    /// removed with a warning, as at start-up.
+    fn take_up_stored(self: &Rc<Self>) -> bool {
+        let (text, warning) = self.store.borrow_mut().read(&self.name);
+        if let Some(warning) = warning {
+            warn(&warning);
+            self.emit(self.snapshot(Some(warning)));
+        }
+        let Some(text) = text else { return false };
+        let why = {
+            let mut m = self.machine.borrow_mut();
+            m.core.handle_online(now(), on_line());
+            restore(&mut m.core, &text, false)
+        };
+        if let Some(why) = why {
+            self.store.borrow_mut().remove(&self.name);
+            warn(&removed(&self.name, &why));
+            return false;
+        }
+        // Its state (unsure) is heard before the submit's own changes.
+        self.drive();
+        true
     }
 
     /// Takes up a record found after start-up (an upload in IndexedDB): `Ok(false)` when
@@ -861,9 +893,9 @@ impl Driver {
                     };
                     attempt::start(self.clone(), a, wire.ok(), controller, (shared, fresh));
                 }
-                Action::Forget => {
+                Action::Forget(key) => {
                     super::upload::forget(self);
-                    self.store.borrow_mut().remove(&self.name);
+                    self.store.borrow_mut().forget(&self.name, &key);
                     self.machine.borrow_mut().secrets = Fields::new();
                 }
                 Action::Changed(c) => self.emit(Update {

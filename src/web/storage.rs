@@ -15,6 +15,7 @@ use gloo_storage::{LocalStorage, SessionStorage, Storage as _};
 
 use super::error::describe;
 use super::options::StorageKind;
+use crate::core::{Key, Record};
 use wasm_bindgen::JsValue;
 
 thread_local! {
@@ -175,7 +176,24 @@ impl Store {
         None
     }
 
-    /// Removes the record (from memory too, where a failure may have put it).
+    /// Removes the record of `key` (from memory too, where a failure may have put it). A record
+    /// of another key in its place is another writer's, written since this one's (another tab
+    /// on `localStorage`, another submitter of the name in the page), and stays: it is pending.
+    pub(crate) fn forget(&mut self, name: &str, key: &Key) {
+        let slot = slot(name);
+        let ours = |text: Option<String>| text.is_some_and(|t| Record::is_of_key(&t, key));
+        if let Some(web) = &self.web {
+            // A storage that fails to read fails to remove too; nothing more can be done here.
+            if ours(web.get_item(&slot).ok().flatten()) {
+                let _ = web.remove_item(&slot);
+            }
+        }
+        if ours(memory_get(&slot)) {
+            memory_remove(&slot);
+        }
+    }
+
+    /// Removes whatever is stored under `name` (a record that cannot be taken up).
     pub(crate) fn remove(&mut self, name: &str) {
         let slot = slot(name);
         if let Some(web) = &self.web {

@@ -43,7 +43,7 @@ impl Driver {
                     }
                     self.sent.push(a);
                 }
-                Action::Forget => {
+                Action::Forget(_) => {
                     self.stored = None;
                     self.forgets += 1;
                 }
