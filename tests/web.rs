@@ -1529,6 +1529,47 @@ mod rust_api {
     }
 
     #[test]
+    async fn a_submit_made_before_indexeddb_answers_waits_and_takes_up_the_submission_kept_there() {
+        let case = Case::new("rust-idb-early");
+        case.plan(&["delay=1500"]);
+        let mut o = options(&case);
+        o.storage = StorageKind::IndexedDb;
+        let key = {
+            let mut first = o.clone();
+            first.timeout_ms = 300;
+            first.retry.attempts = 1;
+            let s = Submitter::new(&case.name, first).unwrap();
+            let left = s.submit(ticket()).await.unwrap();
+            assert_eq!(left.outcome(), Outcome::Unsure);
+            left.key().clone()
+        };
+        wasm_bindgen_futures::JsFuture::from(super::sleep(1600))
+            .await
+            .unwrap();
+        // The next page submits at once, before IndexedDB has answered: another body, a wait
+        // aborted at once, then the same body.
+        let s = Submitter::new(&case.name, o).unwrap();
+        let other = s.submit(parse(r#"{"subject":"Another"}"#).unwrap());
+        let aborted = s.submit(ticket());
+        aborted.abort_handle().abort();
+        let same = s.submit(ticket());
+        let refused = other.await.unwrap_err();
+        assert_eq!(refused.code(), ErrorCode::Pending, "{}", refused.message());
+        assert!(
+            refused.message().contains(&key.as_str()[..8]),
+            "{}",
+            refused.message()
+        );
+        assert_eq!(aborted.await.unwrap_err().code(), ErrorCode::Aborted);
+        let same = same.await.unwrap();
+        assert_eq!(same.outcome(), Outcome::Succeeded);
+        assert_eq!(same.key(), &key);
+        assert!(same.replayed());
+        assert!(all_equal(&case.keys()), "{:?}", case.keys());
+        assert_eq!(case.tickets().await, 1.0);
+    }
+
+    #[test]
     async fn try_again_called_by_a_listener_of_unsure_settles_with_its_own_round() {
         // The listener hears "unsure" before the settlement is handed out; a Try again it
         // made then was handed that earlier settlement (unsure, 1 attempt), while its own

@@ -643,6 +643,46 @@ async fn a_json_submission_kept_in_indexeddb_is_found_by_a_new_submitter_and_fin
 }
 
 #[test]
+async fn a_submit_made_before_indexeddb_answers_takes_up_the_submission_kept_there() {
+    let case = Case::new("json-idb-early");
+    case.plan(&["delay=1500"]);
+    let body = r#"{"subject":"Printer","body":"kept","email":"a@b.co"}"#;
+    let key = {
+        let s = case.submitter(r#""storage":"indexeddb","timeoutMs":300,"retry":{"attempts":1}"#);
+        let first = JsFuture::from(s.submit(JSON::parse(body).unwrap(), None))
+            .await
+            .expect("submit resolves");
+        assert_eq!(text(&first, "outcome"), "unsure");
+        text(&first, "key")
+    };
+    JsFuture::from(sleep(1600)).await.unwrap();
+    // The next page submits at once, before IndexedDB has answered: another body first, then
+    // the same one (a person pressing Send on the restored form).
+    let s = case.submitter(r#""storage":"indexeddb""#);
+    let other = r#"{"subject":"Another","body":"x","email":"a@b.co"}"#;
+    let other = JsFuture::from(s.submit(JSON::parse(other).unwrap(), None));
+    let same = JsFuture::from(s.submit(JSON::parse(body).unwrap(), None));
+    let refused = other.await.expect_err("another body is refused");
+    assert_eq!(
+        error_code(&refused),
+        "pending",
+        "{}",
+        error_message(&refused)
+    );
+    assert!(
+        error_message(&refused).contains(&key[..8]),
+        "{}",
+        error_message(&refused)
+    );
+    let same = same.await.expect("resolves");
+    assert_eq!(text(&same, "outcome"), "succeeded");
+    assert_eq!(text(&same, "key"), key);
+    assert_eq!(get(&same, "replayed"), JsValue::TRUE);
+    assert!(all_equal(&case.keys()), "{:?}", case.keys());
+    assert_eq!(case.tickets().await.len(), 1, "one ticket");
+}
+
+#[test]
 async fn an_upload_s_signal_aborts_its_wait_and_try_again_finishes_it_with_the_same_key() {
     let case = Case::new("upload-signal");
     // The answer held: the abort comes while the attempt is under way.

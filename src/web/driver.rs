@@ -115,6 +115,8 @@ struct Machine {
     fresh: bool,
     /// The core's settlements handed out so far.
     settled_seen: u64,
+    /// Callers of `submit` waiting for IndexedDB's first look before their submission begins.
+    held: Vec<Rc<RefCell<Slot>>>,
 }
 
 /// What [`Submitter::on_change`] keeps of a listener.
@@ -454,6 +456,7 @@ impl Submitter {
                 secrets: Fields::new(),
                 fresh: false,
                 settled_seen: 0,
+                held: Vec::new(),
             }),
             listeners: RefCell::new(Vec::new()),
             queue: RefCell::new(VecDeque::new()),
@@ -510,7 +513,9 @@ impl Submitter {
     }
 
     /// Sends `body` once: the returned [`Settling`] resolves when the outcome is definite, or
-    /// [`Outcome::Unsure`] when retries stopped. Key and body are stored before this returns.
+    /// [`Outcome::Unsure`] when retries stopped. Key and body are stored before this returns;
+    /// under [`StorageKind::IndexedDb`], called before IndexedDB was first looked at, the
+    /// submission begins once it was (a submission stored there is taken up first).
     /// The same body while one is pending joins it; another body is refused
     /// ([`ErrorCode::Pending`]) with nothing stored or sent.
     pub fn submit(&self, body: Value) -> Settling {
@@ -648,9 +653,43 @@ fn restore(core: &mut Submission, text: &str, resume: bool) -> Option<String> {
 }
 
 impl Driver {
-    /// Begins the submission of `body` (JSON text).
+    /// Begins the submission of `body` (JSON text). Under `storage: 'indexeddb'`, before
+    /// IndexedDB was first looked at, it begins once it was: a submission stored there is taken
+    /// up first, so this one joins it or is refused (`pending`) instead of writing over it.
     pub(crate) fn submit(self: &Rc<Self>, body: &str) -> Settling {
-        let refused = Settling::refused;
+        if let Some(looked) = super::upload::looking(self) {
+            return self.submit_later(looked, body.to_owned());
+        }
+        self.wait_in(Rc::default(), self.begin(body))
+    }
+
+    /// The submission of `body`, once IndexedDB was looked at; its wait can be aborted before.
+    fn submit_later(self: &Rc<Self>, looked: js_sys::Promise, body: String) -> Settling {
+        let slot: Rc<RefCell<Slot>> = Rc::default();
+        self.machine.borrow_mut().held.push(slot.clone());
+        let (driver, held) = (self.clone(), slot.clone());
+        wasm_bindgen_futures::spawn_local(async move {
+            let _ = wasm_bindgen_futures::JsFuture::from(looked).await;
+            let still = {
+                let mut m = driver.machine.borrow_mut();
+                let before = m.held.len();
+                m.held.retain(|h| !Rc::ptr_eq(h, &held));
+                m.held.len() != before
+            };
+            // Aborted meanwhile: nothing began.
+            if still {
+                let _ = driver.wait_in(held, driver.begin(&body));
+            }
+        });
+        Settling {
+            slot: Ok(slot),
+            driver: Rc::downgrade(self),
+        }
+    }
+
+    /// Begins the submission of `body` with the core, or says why it cannot.
+    fn begin(self: &Rc<Self>, body: &str) -> Result<(), Error> {
+        let refused = Err;
         let o = &self.options;
         let request = match Request::new(&o.method, &o.url, body, o.encoding) {
             Ok(request) => request,
@@ -690,9 +729,9 @@ impl Driver {
             Ok(Begun::Started) => {
                 super::upload::started(self);
                 self.made_key();
-                self.wait()
+                Ok(())
             }
-            Ok(_) => self.wait(),
+            Ok(_) => Ok(()),
             Err(e) => {
                 // The key drawn for it is not used; a pending submission's (none was drawn)
                 // keeps the lock drawn ahead for its first attempt.
@@ -776,8 +815,14 @@ impl Driver {
     }
 
     fn wait(self: &Rc<Self>) -> Settling {
-        let slot = Rc::new(RefCell::new(Slot::default()));
-        {
+        self.wait_in(Rc::default(), Ok(()))
+    }
+
+    /// `slot` waits for the settlement of what `begun` began, or has its refusal at once.
+    fn wait_in(self: &Rc<Self>, slot: Rc<RefCell<Slot>>, begun: Result<(), Error>) -> Settling {
+        if let Err(e) = begun {
+            resolve(&slot, Err(e));
+        } else {
             let mut m = self.machine.borrow_mut();
             slot.borrow_mut().after = m.core.settlements();
             m.waiters.push(slot.clone());
@@ -795,10 +840,14 @@ impl Driver {
     fn abort(self: &Rc<Self>, slot: &Rc<RefCell<Slot>>) {
         let (found, flight, stopped) = {
             let mut m = self.machine.borrow_mut();
+            // Held until IndexedDB was looked at: it never began, and nothing else stops.
+            let held = m.held.len();
+            m.held.retain(|h| !Rc::ptr_eq(h, slot));
+            let held = m.held.len() != held;
             let before = m.waiters.len();
             m.waiters.retain(|w| !Rc::ptr_eq(w, slot));
-            let found = m.waiters.len() != before;
-            let stopped = found && m.waiters.is_empty();
+            let found = held || m.waiters.len() != before;
+            let stopped = !held && found && m.waiters.is_empty();
             let flight = if stopped {
                 m.core.stop();
                 m.flight.take()

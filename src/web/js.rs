@@ -453,13 +453,6 @@ thread_local! {
     });
 }
 
-/// A submission that begins after a wait: an upload (its files hashed first), or a JSON body
-/// kept in IndexedDB (once it was looked at).
-enum Later {
-    Upload(web_sys::FormData),
-    Json(String, Option<Promise>),
-}
-
 #[wasm_bindgen(js_class = Submitter)]
 impl JsSubmitter {
     /// Throws an error naming a wrong option; never throws for storage problems (warnings).
@@ -502,29 +495,15 @@ impl JsSubmitter {
     ) -> Promise {
         let begun = signal_of(&options.unwrap_or_default()).and_then(|signal| {
             let driver = self.inner.driver().clone();
-            let later = if let Some(form) = body.dyn_ref::<web_sys::FormData>() {
-                Later::Upload(form.clone())
-            } else {
-                let text = to_json(&body)?;
-                if driver.options.storage != super::StorageKind::IndexedDb {
-                    return Ok(settle(driver.submit(&text), signal));
-                }
-                // Once IndexedDB was looked at: a submission stored there is taken up first, so
-                // this one joins it or is refused ("pending") instead of writing over it.
-                Later::Json(text, self.inner.loaded())
+            let Some(form) = body.dyn_ref::<web_sys::FormData>().cloned() else {
+                // Under `storage: 'indexeddb'` the driver holds it until IndexedDB was looked at.
+                return Ok(settle(driver.submit(&to_json(&body)?), signal));
             };
+            // An upload begins once its files are read and hashed.
             Ok(wasm_bindgen_futures::future_to_promise(async move {
-                let settling = match later {
-                    Later::Upload(form) => super::upload::begin(driver, form)
-                        .await
-                        .map_err(JsValue::from)?,
-                    Later::Json(text, loaded) => {
-                        if let Some(loaded) = loaded {
-                            let _ = wasm_bindgen_futures::JsFuture::from(loaded).await;
-                        }
-                        driver.submit(&text)
-                    }
-                };
+                let settling = super::upload::begin(driver, form)
+                    .await
+                    .map_err(JsValue::from)?;
                 wasm_bindgen_futures::JsFuture::from(settle(settling, signal)).await
             }))
         });

@@ -154,6 +154,16 @@ pub(crate) fn start(d: &Rc<Driver>) {
     });
 }
 
+/// IndexedDB's first look, while it is under way, for a submitter that keeps its records there
+/// (`storage: 'indexeddb'`): a submission must not begin before a stored one is taken up.
+pub(crate) fn looking(d: &Driver) -> Option<Promise> {
+    let u = d.uploads.borrow();
+    match (d.options.storage, &u.db) {
+        (StorageKind::IndexedDb, Db::Opening) => u.ready.clone(),
+        _ => None,
+    }
+}
+
 /// The core began the submission being begun: its payload is the pending one's.
 pub(crate) fn started(d: &Driver) {
     let mut u = d.uploads.borrow_mut();
@@ -358,12 +368,6 @@ impl super::Submitter {
     /// Whether IndexedDB was asked for (`storage: 'indexeddb'`) and could not be used.
     pub(crate) fn indexeddb_failed(&self) -> bool {
         matches!(self.driver().uploads.borrow().db, Db::Failed)
-    }
-
-    /// Resolves once IndexedDB was looked at (at once when it was).
-    #[cfg(feature = "js")]
-    pub(crate) fn loaded(&self) -> Option<Promise> {
-        self.driver().uploads.borrow().ready.clone()
     }
 
     /// Calls `f` once IndexedDB was looked at, with whether an upload stored there was taken
