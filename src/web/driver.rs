@@ -678,7 +678,8 @@ impl Driver {
             };
             // Aborted meanwhile: nothing began.
             if still {
-                let _ = driver.wait_in(held, driver.begin(&body));
+                // `held` is the caller's slot: this Settling is only another look at it.
+                drop(driver.wait_in(held, driver.begin(&body)));
             }
         });
         Settling {
