@@ -1570,6 +1570,38 @@ mod rust_api {
     }
 
     #[test]
+    async fn a_submitter_dropped_while_its_caller_waits_retries_and_answers_the_caller() {
+        // As `await new Submitter(name, options).submit(body)` leaves it in a page: nothing
+        // else holds the submitter while a retry waits, and its wrapper may be collected.
+        let case = Case::new("rust-dropped");
+        case.plan(&["fail-before"]);
+        let s = Submitter::new(&case.name, options(&case)).unwrap();
+        let settling = s.submit(ticket());
+        drop(s);
+        let answer: Rc<RefCell<Option<Result<oncekey::Settlement, oncekey::Error>>>> =
+            Rc::default();
+        let put = answer.clone();
+        wasm_bindgen_futures::spawn_local(async move {
+            *put.borrow_mut() = Some(settling.await);
+        });
+        for _ in 0..250 {
+            if answer.borrow().is_some() {
+                break;
+            }
+            wasm_bindgen_futures::JsFuture::from(super::sleep(20))
+                .await
+                .unwrap();
+        }
+        let settled = answer.borrow_mut().take().expect("the caller was answered");
+        let settled = settled.unwrap();
+        assert_eq!(settled.outcome(), Outcome::Succeeded);
+        assert_eq!(settled.attempts(), 2);
+        assert!(all_equal(&case.keys()), "{:?}", case.keys());
+        assert_eq!(case.tickets().await, 1.0);
+        assert_eq!(case.stored(), None, "removed after the answer");
+    }
+
+    #[test]
     async fn try_again_called_by_a_listener_of_unsure_settles_with_its_own_round() {
         // The listener hears "unsure" before the settlement is handed out; a Try again it
         // made then was handed that earlier settlement (unsure, 1 attempt), while its own

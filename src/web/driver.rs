@@ -284,6 +284,11 @@ impl Drop for Listener {
     }
 }
 
+thread_local! {
+    /// The drivers a caller waits on ([`Driver::keep_while_waited`]).
+    static WAITED: RefCell<Vec<Rc<Driver>>> = const { RefCell::new(Vec::new()) };
+}
+
 /// What a settlement is handed to: a callback (JavaScript's promise), or the awaiting task.
 type Then = Box<dyn FnOnce(Result<Settlement, Error>)>;
 
@@ -987,6 +992,31 @@ impl Driver {
         // stored) waits for the lock like any other.
         self.machine.borrow_mut().fresh = false;
         self.arm();
+        self.keep_while_waited();
+    }
+
+    /// A driver that a caller waits on lives until that wait is answered, whoever else lets
+    /// go of it: `await new Submitter(name, options).submit(body)` keeps no reference to the
+    /// submitter, and its wrapper may be collected (and the driver dropped) during a retry's
+    /// wait, which holds the driver weakly, like the timers and listeners do; the promise
+    /// then never settled and the retries stopped. No cycle: the keep is let go in the drive
+    /// that answers the last waiting caller (settled, aborted or discarded).
+    fn keep_while_waited(self: &Rc<Self>) {
+        let waited = !self.machine.borrow().waiters.is_empty();
+        let let_go = WAITED.with(|kept| {
+            let mut kept = kept.borrow_mut();
+            let at = kept.iter().position(|d| Rc::ptr_eq(d, self));
+            match (waited, at) {
+                (true, None) => {
+                    kept.push(self.clone());
+                    None
+                }
+                (false, Some(at)) => Some(kept.swap_remove(at)),
+                _ => None,
+            }
+        });
+        // Dropped outside the borrow (it is not the last reference: `self` is one).
+        drop(let_go);
     }
 
     /// Arms the core's timer for its deadline (once per deadline). While the submission waits
