@@ -893,6 +893,42 @@ async fn another_secret_after_a_reload_is_a_conflict_never_retried() {
 }
 
 #[test]
+async fn secrets_set_right_after_a_resuming_submitter_is_made_go_with_its_first_attempt() {
+    // The first attempt is abandoned (timeout) while the server commits it; the next page makes
+    // a submitter that resumes at once and sets the same secret in the same task.
+    let case = Case::new("resume-secret");
+    case.plan(&["delay=1000"]);
+    let body = r#"{"subject":"Printer","body":"3rd floor"}"#;
+    let secret = || json(r#"{"email":"ana@example.com"}"#);
+    let first = case.submitter(r#""timeoutMs":200,"retry":{"attempts":1}"#);
+    first.set_secrets(secret()).unwrap();
+    let unsure = submit(&first, body).await;
+    assert_eq!(text(&unsure, "outcome"), "unsure");
+    drop(first);
+    JsFuture::from(sleep(1200)).await.unwrap();
+    let again = case.submitter(r#""resume":true"#);
+    again.set_secrets(secret()).unwrap();
+    let result = submit(&again, body).await;
+    assert_eq!(
+        text(&result, "outcome"),
+        "succeeded",
+        "{:?}",
+        statuses(&case)
+    );
+    assert_eq!(text(&result, "key"), text(&unsure, "key"));
+    assert_eq!(get(&result, "replayed"), JsValue::TRUE);
+    let bodies: Vec<String> = case.seen().iter().map(|e| text(e, "body")).collect();
+    assert_eq!(bodies.len(), 2, "{bodies:?}");
+    assert!(
+        bodies
+            .iter()
+            .all(|b| b.contains(r#""email":"ana@example.com""#)),
+        "{bodies:?}"
+    );
+    assert_eq!(case.tickets().await, 1.0);
+}
+
+#[test]
 async fn attempt_headers_are_asked_for_on_every_attempt_and_never_stored() {
     // After a reload, with one attempt made: the numbers go on from the stored record's.
     let case = Case::new("trace");

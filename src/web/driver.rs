@@ -439,6 +439,7 @@ impl Submitter {
         let mut core = Submission::new(name, options.retry);
         // Before a record is taken up: offline, a resumed one waits for the connection.
         core.handle_online(now(), on_line());
+        let resumed = text.is_some() && options.resume;
         if let Some(text) = text {
             if let Some(why) = restore(&mut core, &text, options.resume) {
                 store.remove(name);
@@ -479,7 +480,16 @@ impl Submitter {
             }
         });
         *driver.connection.borrow_mut() = connection;
-        driver.drive();
+        if resumed {
+            // A resumed round goes out in a microtask: secrets set in the task that made the
+            // submitter (`setSecrets` right after `new`, as the adapters do) go with its first
+            // attempt. Sent without them, the server saw another body under the key (422, the
+            // submission lost) or did the request without them.
+            let d = driver.clone();
+            wasm_bindgen_futures::spawn_local(async move { d.drive() });
+        } else {
+            driver.drive();
+        }
         super::upload::start(&driver);
         Ok(Submitter { driver })
     }
