@@ -160,6 +160,22 @@ export function fetch_gives_back_once(what) {
   const real = globalThis.fetch;
   globalThis.fetch = () => { globalThis.fetch = real; return what; };
 }
+// The next fetch goes through a page's wrapper that drops the signal and whose promise never
+// settles (a hung connection it does not let go of); the later ones go on as before.
+export function fetch_ignores_signal_once() {
+  const real = globalThis.fetch;
+  const seen = { key: null };
+  globalThis.fetch = (input, init) => {
+    globalThis.fetch = real;
+    seen.key = new Request(input, init).headers.get('idempotency-key');
+    return new Promise(() => {});
+  };
+  return seen;
+}
+// `promise`, or 'still waiting' once `ms` have passed.
+export function within(promise, ms) {
+  return Promise.race([promise, new Promise((r) => setTimeout(() => r('still waiting'), ms))]);
+}
 // attemptHeaders that throws an Error whose name is not text (undefined).
 export function with_attempt_headers_throwing(options) {
   options.attemptHeaders = () => {
@@ -173,6 +189,8 @@ export function with_attempt_headers_throwing(options) {
 extern "C" {
     fn spy_install();
     fn fetch_gives_back_once(what: JsValue);
+    fn fetch_ignores_signal_once() -> JsValue;
+    fn within(promise: &Promise, ms: u32) -> Promise;
     fn with_attempt_headers_throwing(options: JsValue) -> JsValue;
     fn spy_plan(tenant: &str, faults: Vec<JsValue>);
     fn spy_seen(tenant: &str) -> js_sys::Array;
@@ -616,6 +634,22 @@ async fn a_fetch_that_gives_back_no_promise_is_a_failed_attempt_retried_with_the
         );
         assert_eq!(case.tickets().await, 1.0);
     }
+}
+
+#[test]
+async fn a_fetch_that_ignores_the_timeout_s_abort_is_abandoned_and_retried_with_the_same_key() {
+    let case = Case::new("hung-fetch");
+    let s = case.submitter(r#""timeoutMs":200"#);
+    let hung = fetch_ignores_signal_once();
+    let waiting = s.submit(json(TICKET), None);
+    let result = JsFuture::from(within(&waiting, 5000)).await.unwrap();
+    assert_ne!(result, JsValue::from_str("still waiting"), "settled");
+    assert_eq!(text(&result, "outcome"), "succeeded");
+    assert_eq!(number(&result, "attempts"), 2.0);
+    // The hung attempt never reached the server; the retry did, under the same key.
+    assert_eq!(text(&hung, "key"), text(&result, "key"));
+    assert_eq!(case.keys(), [text(&result, "key")]);
+    assert_eq!(case.tickets().await, 1.0);
 }
 
 #[test]

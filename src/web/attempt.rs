@@ -140,16 +140,30 @@ pub(crate) fn step_of(n: u32, value: JsValue) {
 }
 
 /// The attempt's timeout: it is aborted, and fails as timed out.
-fn time_out(_: &Rc<Driver>, n: u32) {
+fn time_out(driver: &Rc<Driver>, n: u32) {
     let controller = FLIGHTS.with(|f| {
         let mut f = f.borrow_mut();
         let flight = f.get_mut(n)?;
         flight.timed_out = true;
+        // A `fetch` that ignores its signal (a page's wrapper of it, say) never settles: once
+        // the abort had its turn (its rejection comes before the next task), it is abandoned.
+        flight.timer = Some(Timer::new(0, driver, abandon, n));
         flight.controller.clone()
     });
     if let Some(controller) = controller {
         controller.abort();
     }
+}
+
+/// The attempt's fetch went on after the abort of its timeout: it fails as timed out (retried
+/// with the same key, its lock let go), or, when only its answer's body was being read, the
+/// status answers without it. Whatever the fetch does later finds no flight.
+fn abandon(_: &Rc<Driver>, n: u32) {
+    let Some(flight) = take(n) else { return };
+    if flight.response.is_some() {
+        return flight.answered(JsValue::UNDEFINED);
+    }
+    flight.failed(Failure::Timeout);
 }
 
 /// Runs step `at` of `flight`, with what the step was called with.
@@ -190,14 +204,7 @@ fn step(mut flight: Flight, at: u32, value: JsValue) {
         READ_BODY => return flight.answered(value),
         _ => flight.failure(),
     };
-    let Flight {
-        driver,
-        attempt,
-        lock,
-        ..
-    } = flight;
-    driver.failure(attempt.id, failure);
-    drop(lock);
+    flight.failed(failure);
 }
 
 /// Step `next` of flight `n` when `promise` settles, either way (the step tells which by what
@@ -211,6 +218,18 @@ fn then(promise: &js_sys::Promise, n: u32, next: u32) {
 }
 
 impl Flight {
+    /// The attempt failed: the driver hears it, then its lock is let go.
+    fn failed(self, failure: Failure) {
+        let Flight {
+            driver,
+            attempt,
+            lock,
+            ..
+        } = self;
+        driver.failure(attempt.id, failure);
+        drop(lock);
+    }
+
     fn failure(&self) -> Failure {
         match self.timed_out {
             true => Failure::Timeout,

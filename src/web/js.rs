@@ -54,7 +54,7 @@ export interface SubmitterOptions {
   keyHeader?: string;
   /** "bare" (default) or "sf-string" (a quoted structured-field string). */
   keyFormat?: "bare" | "sf-string";
-  /** Per attempt, default 30000; a timed-out attempt is retried with the same key. */
+  /** Per attempt, default 30000; a timed-out attempt is retried with the same key (its fetch aborted, and abandoned if it ignores the abort). */
   timeoutMs?: number;
   retry?: RetryOptions;
   /**

@@ -77,7 +77,9 @@ pub struct Options {
     pub key_header: String,
     /// How the key is written in its header.
     pub key_format: KeyFormat,
-    /// Per attempt, 30000 by default; a timed-out attempt is retried with the same key.
+    /// Per attempt, 30000 by default; a timed-out attempt is retried with the same key. Its
+    /// `fetch` is aborted then, and abandoned if it goes on regardless (a page's wrapper that
+    /// drops the signal): the timeout bounds the attempt either way.
     pub timeout_ms: u32,
     /// Attempts per round, backoff, the round's time budget, and the key's lifetime
     /// ([`RetryPolicy::key_lifetime`], `keyLifetimeMs` in JavaScript, 24 h by default): no
