@@ -172,6 +172,14 @@ export function fetch_ignores_signal_once() {
   };
   return seen;
 }
+// Takes the Web Lock `name` and holds it (as a hung tab would) until the function it gives
+// back is called.
+export function hold_lock(name) {
+  let release;
+  const held = new Promise((r) => { release = r; });
+  navigator.locks.request(name, () => held);
+  return release;
+}
 // `promise`, or 'still waiting' once `ms` have passed.
 export function within(promise, ms) {
   return Promise.race([promise, new Promise((r) => setTimeout(() => r('still waiting'), ms))]);
@@ -191,6 +199,7 @@ extern "C" {
     fn fetch_gives_back_once(what: JsValue);
     fn fetch_ignores_signal_once() -> JsValue;
     fn within(promise: &Promise, ms: u32) -> Promise;
+    fn hold_lock(name: &str) -> js_sys::Function;
     fn with_attempt_headers_throwing(options: JsValue) -> JsValue;
     fn spy_plan(tenant: &str, faults: Vec<JsValue>);
     fn spy_seen(tenant: &str) -> js_sys::Array;
@@ -649,6 +658,31 @@ async fn a_fetch_that_ignores_the_timeout_s_abort_is_abandoned_and_retried_with_
     // The hung attempt never reached the server; the retry did, under the same key.
     assert_eq!(text(&hung, "key"), text(&result, "key"));
     assert_eq!(case.keys(), [text(&result, "key")]);
+    assert_eq!(case.tickets().await, 1.0);
+}
+
+#[test]
+async fn a_web_lock_another_tab_never_lets_go_bounds_each_attempt_and_sends_nothing_beside_it() {
+    let case = Case::new("hung-lock");
+    let key = leave_pending(&case).await;
+    let release = hold_lock(&format!("oncekey:{key}"));
+    let s = case.submitter(r#""timeoutMs":200,"retry":{"attempts":2,"base":20}"#);
+    let waiting = s.try_again(None);
+    let result = JsFuture::from(within(&waiting, 5000)).await.unwrap();
+    assert_ne!(result, JsValue::from_str("still waiting"), "settled");
+    assert_eq!(text(&result, "outcome"), "unsure");
+    assert_eq!(text(&result, "key"), key);
+    assert_eq!(
+        case.keys(),
+        [key.clone()],
+        "nothing sent beside the lock's holder"
+    );
+    assert!(case.stored().unwrap().contains(&key), "still pending");
+    // Let go, Try again sends it under its key.
+    release.call0(&JsValue::NULL).unwrap();
+    let result = settle(s.try_again(None)).await.unwrap();
+    assert_eq!(text(&result, "outcome"), "succeeded");
+    assert_eq!(text(&result, "key"), key);
     assert_eq!(case.tickets().await, 1.0);
 }
 

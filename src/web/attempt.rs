@@ -71,6 +71,9 @@ pub(crate) fn start(
         // After the current task's drive, as a promise's reaction would be.
         _ => queue_microtask(&first),
     }
+    // The wait for the lock is bounded like the attempt: a tab that never lets go of it (hung,
+    // or a page that took the name) would keep this one "sending" for ever.
+    let timer = wait.then(|| Timer::new(driver.options.timeout_ms, &driver, lock_wait_over, n));
     land(Flight {
         n,
         waits: wait,
@@ -79,10 +82,19 @@ pub(crate) fn start(
         body,
         controller,
         lock,
-        timer: None,
+        timer,
         timed_out: false,
         response: None,
     });
+}
+
+/// The attempt's Web Lock was not granted within its timeout: the attempt fails as timed out,
+/// unsent (retried with the same key, after the backoff, waiting for the lock again); its
+/// request for the lock is let go the moment it is granted.
+fn lock_wait_over(_: &Rc<Driver>, n: u32) {
+    if let Some(flight) = take(n) {
+        flight.failed(Failure::Timeout);
+    }
 }
 
 /// An attempt under way. Between its steps it is kept in [`FLIGHTS`] by its number, and each
