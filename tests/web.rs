@@ -674,7 +674,7 @@ async fn a_web_lock_another_tab_never_lets_go_bounds_each_attempt_and_sends_noth
     assert_eq!(text(&result, "key"), key);
     assert_eq!(
         case.keys(),
-        [key.clone()],
+        std::slice::from_ref(&key),
         "nothing sent beside the lock's holder"
     );
     assert!(case.stored().unwrap().contains(&key), "still pending");
