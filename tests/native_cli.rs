@@ -479,3 +479,111 @@ fn store_addresses_and_work_batches_are_checked() {
     let out = oncekey(&["resume", "--store", store, "--again", "--wait"]);
     assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
 }
+
+/// Leaves a submission in `store` as a process that died after sending it once would: a ticket
+/// with `body`, and `headers` stored with it.
+fn left_with(
+    store: &dyn oncekey::Store,
+    url: &str,
+    name: &str,
+    body: &str,
+    headers: &[(&str, &str)],
+) {
+    let key = oncekey::Key::derive(
+        &uuid::Uuid::from_u128(0x6f6e_6365_6b65_7900_8000_0000_0000_00cc),
+        &format!("{name}-{}", now_ms()),
+    );
+    let then = oncekey::Timestamp::from_millis(now_ms() - 1000);
+    let mut record = sent_once(url, "", name, key, then);
+    let mut request = oncekey::Request::new("POST", url, body, oncekey::Encoding::Json).unwrap();
+    for (header, value) in headers {
+        request = request.header(header, value).unwrap();
+    }
+    record.request = request;
+    let lease = oncekey::Lease {
+        owner: "gone".into(),
+        until: oncekey::Timestamp::from_millis(now_ms() + 60_000),
+    };
+    store
+        .claim(name, &lease, oncekey::Timestamp::from_millis(now_ms()))
+        .unwrap();
+    assert!(store.save(name, &record.to_json(), &lease).unwrap());
+    store.release(name, "gone").unwrap();
+}
+
+#[test]
+fn a_run_over_several_submissions_exits_with_the_most_urgent_code() {
+    // `oncekey resume` and `oncekey work` exited with the largest of their submissions' codes:
+    // a failure (1, here an unreadable record moved aside) ranked under a refusal (3), and the
+    // run exited 3 as if every submission had had its answer.
+    let server = Server::start();
+    let tenant = tenant("cli-urgent");
+    let tenant_header = ("X-Tenant", tenant.as_str());
+    let url = server.tickets_url();
+    let refused = r#"{"subject":"","body":"","email":"x"}"#;
+    let dir = tempfile::tempdir().unwrap();
+    for command in ["resume", "work"] {
+        let path = dir.path().join(format!("{command}.db"));
+        let store = oncekey::SqliteStore::open(&path).unwrap();
+        left_with(&store, &url, "bad-ticket", refused, &[tenant_header]);
+        drop(store);
+        rusqlite::Connection::open(&path)
+            .unwrap()
+            .execute(
+                "INSERT INTO oncekey_pending (name, record) VALUES ('payout-9', '{\"v\":7}')",
+                [],
+            )
+            .unwrap();
+        let out = oncekey(&[command, "--store", path.to_str().unwrap()]);
+        let said = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{command}: {said}");
+        assert!(
+            said.contains("payout-9") && said.contains("quarantine"),
+            "{command}: {said}"
+        );
+        assert!(
+            said.contains("bad-ticket") && said.contains("refused"),
+            "{command}: {said}"
+        );
+    }
+
+    // A submission still stored with its key (unsure: every attempt fails) outranks a refusal,
+    // which is settled.
+    let path = dir.path().join("unsure.db");
+    let store = oncekey::SqliteStore::open(&path).unwrap();
+    left_with(&store, &url, "bad-ticket", refused, &[tenant_header]);
+    let fault = ("X-Fault", "fail-before");
+    left_with(
+        &store,
+        &url,
+        "kept",
+        &ticket("kept").to_string(),
+        &[tenant_header, fault],
+    );
+    drop(store);
+    let store = path.to_str().unwrap();
+    let out = oncekey(&[
+        "resume",
+        "--store",
+        store,
+        "--attempts",
+        "2",
+        "--base",
+        "10ms",
+    ]);
+    let said = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(6), "{said}");
+    assert!(
+        said.contains("refused") && said.contains("unsure"),
+        "{said}"
+    );
+    assert!(
+        text(&oncekey(&["list", "--store", store]).stdout).starts_with("kept\t"),
+        "kept with its key"
+    );
+
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    assert_eq!(rt.block_on(server.tickets(&tenant)), 0);
+    let help = text(&oncekey(&["resume", "--help"]).stdout);
+    assert!(help.contains("most urgent"), "{help}");
+}

@@ -28,6 +28,10 @@ Outcomes and exit codes:
                     (a deliberate new key) or `oncekey discard`.
   1  any other failure (store, usage, unreadable record), with a message on stderr.
 
+A run over several submissions (resume, work) exits with the most urgent of their codes, in this
+order: 1 (a failure is never hidden); then the ones still stored with their key, 9, 6, 8, 7; then
+the ones settled without being done, 5, 4, 3; then 0.
+
 The answer's body goes to stdout; a one-line summary to stderr.";
 
     #[derive(Parser, Debug)]
@@ -333,6 +337,23 @@ The answer's body goes to stdout; a one-line summary to stderr.";
         }
     }
 
+    /// Exit codes from the most urgent to the least, for a run over several submissions: a
+    /// failure first (something could not even be tried); then the submissions still stored
+    /// with their key, which someone must finish under that key (expired needs a person's
+    /// check, unsure a new round, a mismatch a resume or discard, busy only time); then the
+    /// ones settled without being done (the record is gone, and each says why on stderr).
+    const URGENCY: [u8; 9] = [FAILED, 9, 6, 8, 7, 5, 4, 3, 0];
+
+    /// The more urgent of two exit codes (a code not in [`URGENCY`] counts as a failure).
+    fn worse(a: u8, b: u8) -> u8 {
+        let rank = |c: u8| URGENCY.iter().position(|&u| u == c).unwrap_or(0);
+        if rank(b) < rank(a) {
+            b
+        } else {
+            a
+        }
+    }
+
     fn error_code(e: &oncekey::Error) -> u8 {
         if e.is_busy() {
             7
@@ -427,7 +448,7 @@ The answer's body goes to stdout; a one-line summary to stderr.";
                 .map_err(|e| (e.to_string(), FAILED))?;
             for p in pending {
                 let c = report_result(&p.name, &client.try_again(&p.name).await);
-                worst = worst.max(c);
+                worst = worse(worst, c);
             }
         } else {
             let mut waited: HashSet<String> = HashSet::new();
@@ -457,7 +478,7 @@ The answer's body goes to stdout; a one-line summary to stderr.";
                             wake = Some(wake.map_or(left, |w| w.min(left)));
                         }
                         _ if !reported.insert(r.name.clone()) => {}
-                        _ => worst = worst.max(report_result(&r.name, &r.result)),
+                        _ => worst = worse(worst, report_result(&r.name, &r.result)),
                     }
                 }
                 let Some(wake) = wake else { break };
@@ -487,7 +508,7 @@ The answer's body goes to stdout; a one-line summary to stderr.";
                 } else {
                     unsure.remove(&r.name);
                 }
-                worst = worst.max(c);
+                worst = worse(worst, c);
             }
             if found {
                 continue;
