@@ -392,3 +392,80 @@ async fn an_application_role_that_may_not_create_uses_a_database_already_migrate
     assert_eq!(settled.outcome(), Outcome::Succeeded);
     assert_eq!(server.tickets(&tenant).await, 1);
 }
+
+/// Ends every other connection to the database at `url` from the server's side, as a
+/// PostgreSQL restart or a proxy's idle timeout does, and waits until they are gone.
+fn close_other_connections(url: &str) {
+    pg_blocking(|| {
+        let mut db = postgres::Client::connect(url, postgres::NoTls).expect("connect");
+        let others =
+            "FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()";
+        let ended: i64 = db
+            .query_one(
+                &format!("SELECT count(*) FROM (SELECT pg_terminate_backend(pid) {others}) AS t"),
+                &[],
+            )
+            .expect("pg_terminate_backend")
+            .get(0);
+        assert!(ended >= 1, "the store held a connection");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while db
+            .query_one(&format!("SELECT count(*) {others}"), &[])
+            .expect("pg_stat_activity")
+            .get::<_, i64>(0)
+            > 0
+        {
+            assert!(Instant::now() < deadline, "the connections did not end");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn connections_the_server_closed_while_idle_are_replaced_not_failed() {
+    // A connection PostgreSQL (or a proxy) closed while it sat idle in the store's pool made
+    // the next store call fail: the submission's first step failed, for no reason of its own.
+    let Some(url) = pg_database("connections_the_server_closed_while_idle") else {
+        return;
+    };
+    let server = Server::start();
+    let tenant = tenant("reconnect");
+    let client = client(&url);
+    let settled = send(&client, &server, &tenant, "before").await.unwrap();
+    assert_eq!(settled.outcome(), Outcome::Succeeded);
+
+    close_other_connections(&url);
+    let settled = send(&client, &server, &tenant, "after a restart")
+        .await
+        .expect("sent on a new connection");
+    assert_eq!(settled.outcome(), Outcome::Succeeded);
+    assert_eq!(settled.attempts(), 1);
+    assert_eq!(server.tickets(&tenant).await, 2);
+    assert_eq!(rows(&url, "SELECT count(*) FROM oncekey_pending"), 0);
+
+    // A worker's poll (a claim of due submissions, which is never run twice) on a connection
+    // found closed before the claim is sent.
+    let record = client
+        .submission("queued")
+        .post(&server.tickets_url())
+        .header("X-Tenant", &tenant)
+        .json(&ticket("queued"))
+        .unwrap()
+        .record()
+        .unwrap();
+    enqueue_all(&url, std::slice::from_ref(&record));
+    close_other_connections(&url);
+    let done = client
+        .resume_due(10)
+        .await
+        .expect("claimed on a new connection");
+    assert_eq!(done.len(), 1);
+    let settled = done[0].result.as_ref().unwrap();
+    assert_eq!(settled.outcome(), Outcome::Succeeded);
+    assert_eq!(settled.key(), &record.key);
+    assert_eq!(server.tickets(&tenant).await, 3);
+    let mut subjects = server.subjects(&tenant).await;
+    subjects.sort();
+    assert_eq!(subjects, ["after a restart", "before", "queued"]);
+    assert_eq!(rows(&url, "SELECT count(*) FROM oncekey_pending"), 0);
+}

@@ -17,6 +17,10 @@
 //! - The schema is created and migrated on [`PostgresStore::connect`], under an advisory lock
 //!   (instances starting together migrate once), and versioned in `oncekey_store_schema`; a
 //!   database from a newer oncekey is refused unchanged.
+//! - A connection lost while it sat in the pool (a PostgreSQL restart, a proxy's idle timeout,
+//!   `pg_terminate_backend`) does not fail the call that finds it: the call runs again, once, on
+//!   a new connection, when running it again cannot do it twice (`PostgresStore::with` and
+//!   `PostgresStore::in_transaction` say which calls, and why).
 //! - Durability is PostgreSQL's: a record is committed (with the server's `synchronous_commit`)
 //!   before the attempt it covers is sent. The removal after a definite answer commits with
 //!   `synchronous_commit = off`, and is made durable by the next synchronous commit's flush.
@@ -330,30 +334,122 @@ impl PostgresStore {
         self.freed.notify_one();
     }
 
-    /// Runs `f` on a pooled connection; a connection that failed is dropped, not reused.
+    /// Runs a call that is idempotent by construction on a pooled connection: run twice by the
+    /// same owner, it leaves the table and answers as run once, so a connection lost while it
+    /// ran (its statements may have reached the server) is replaced and the call run again.
+    /// These are: `claim` and `take_over` (the owner takes its own lease again and reads the
+    /// same record; the second statement only reads), `save` and `renew` (the same UPDATE of
+    /// the owner's own row), `release` and `defer` (they answer nothing, and a second run finds
+    /// the lease given up and changes nothing), and the reads (`list`, `quarantined`, the
+    /// EXPLAIN). The others run through [`PostgresStore::in_transaction`].
     fn with<T>(
         &self,
-        f: impl FnOnce(&mut postgres::Client) -> std::result::Result<T, postgres::Error>,
+        mut f: impl FnMut(&mut postgres::Client) -> std::result::Result<T, postgres::Error>,
+    ) -> Result<T> {
+        self.run(|c| f(c).map_err(Failure::again))
+    }
+
+    /// Runs a call that must not be carried out twice in one transaction, BEGIN to COMMIT:
+    /// `remove` and `quarantine` (a second run would answer that nothing was there), and
+    /// `claim_due` (a second run would not return what the first claimed, left leased to this
+    /// owner until the lease ran out). A connection lost before the COMMIT was sent (found
+    /// closed at the BEGIN, as a connection closed while idle is) leaves nothing done, as the
+    /// server rolls back a transaction whose connection ends: the call runs again on a new
+    /// connection. Lost at the COMMIT, it may have been done, and its error is the caller's.
+    fn in_transaction<T>(
+        &self,
+        mut f: impl FnMut(&mut postgres::Transaction<'_>) -> std::result::Result<T, postgres::Error>,
+    ) -> Result<T> {
+        self.run(|c| {
+            let mut tx = c.transaction().map_err(Failure::again)?;
+            let v = f(&mut tx).map_err(Failure::again)?;
+            tx.commit().map_err(|error| Failure {
+                error,
+                again: false,
+            })?;
+            Ok(v)
+        })
+    }
+
+    /// Runs `f` on a pooled connection; a connection that failed is dropped, not reused. When
+    /// the connection turns out lost (closed while it sat idle by a PostgreSQL restart or a
+    /// proxy's timeout, reset, or ended by the server), `f` runs once more on a new connection
+    /// if its failure says it may.
+    fn run<T>(
+        &self,
+        mut f: impl FnMut(&mut postgres::Client) -> std::result::Result<T, Failure>,
     ) -> Result<T> {
         let mut conn = self.connection()?;
-        let result = f(&mut conn);
-        match result {
-            Ok(v) => {
-                self.put_back(conn);
-                Ok(v)
-            }
-            Err(e) => {
-                if e.as_db_error().is_some() {
-                    // The server answered: the connection itself is fine.
+        let mut first = true;
+        loop {
+            let Failure { error, again } = match f(&mut conn) {
+                Ok(v) => {
                     self.put_back(conn);
-                } else {
-                    drop(conn);
-                    self.closed();
+                    return Ok(v);
                 }
-                Err(self.failed("used", e))
+                Err(failure) => failure,
+            };
+            let lost = lost(&error, &conn);
+            if error.as_db_error().is_some() && !lost {
+                // The server answered: the connection itself is fine.
+                self.put_back(conn);
+                return Err(self.failed("used", error));
             }
+            drop(conn);
+            self.closed();
+            if !(lost && again && first) {
+                return Err(self.failed("used", error));
+            }
+            first = false;
+            // What closed this one (a restart, a failover) most likely closed the idle ones too.
+            self.drop_idle();
+            conn = self.connection()?;
         }
     }
+
+    /// Drops every idle connection.
+    fn drop_idle(&self) {
+        let idle = {
+            let mut pool = self.pool.lock().unwrap_or_else(|e| e.into_inner());
+            pool.open = pool.open.saturating_sub(pool.idle.len());
+            std::mem::take(&mut pool.idle)
+        };
+        if !idle.is_empty() {
+            drop(idle);
+            self.freed.notify_all();
+        }
+    }
+}
+
+/// A call's error, and whether the call may run again after it on a new connection: false
+/// when the connection was lost as a COMMIT was sent (it may have been carried out), true
+/// before (nothing was) and for the idempotent calls.
+struct Failure {
+    error: postgres::Error,
+    again: bool,
+}
+
+impl Failure {
+    fn again(error: postgres::Error) -> Failure {
+        Failure { error, again: true }
+    }
+}
+
+/// Whether `e` says the connection is gone, rather than that the server refused a statement:
+/// closed (a proxy closed it, or it ended earlier), an I/O error (reset), or a FATAL error,
+/// which PostgreSQL sends as it ends the session (a restart, `pg_terminate_backend`,
+/// `idle_session_timeout`).
+fn lost(e: &postgres::Error, conn: &postgres::Client) -> bool {
+    use postgres::error::Severity;
+    e.is_closed()
+        || conn.is_closed()
+        || e.as_db_error().is_some_and(|db| {
+            matches!(
+                db.parsed_severity(),
+                Some(Severity::Fatal | Severity::Panic)
+            )
+        })
+        || std::error::Error::source(e).is_some_and(|cause| cause.is::<std::io::Error>())
 }
 
 /// Why [`migrate`] refused.
@@ -504,8 +600,7 @@ impl Store for PostgresStore {
     }
 
     fn remove(&self, name: &str, owner: &str) -> Result<bool, BoxError> {
-        Ok(self.with(|c| {
-            let mut tx = c.transaction()?;
+        Ok(self.in_transaction(|tx| {
             // Not flushed on its own: it rides the next synchronous commit's WAL flush (a lost
             // removal is resent with the same key and replayed, CONTRACT.md section 5).
             tx.batch_execute("SET LOCAL synchronous_commit = off")?;
@@ -513,7 +608,6 @@ impl Store for PostgresStore {
                 "DELETE FROM oncekey_pending WHERE name = $1 AND lease_owner = $2",
                 &[&name, &owner],
             )?;
-            tx.commit()?;
             Ok(removed == 1)
         })?)
     }
@@ -579,8 +673,8 @@ impl Store for PostgresStore {
         reason: &str,
         now: Timestamp,
     ) -> Result<bool, BoxError> {
-        Ok(self.with(|c| {
-            c.execute(
+        Ok(self.in_transaction(|tx| {
+            tx.execute(
                 "WITH moved AS (
                      DELETE FROM oncekey_pending
                      WHERE name = $1 AND lease_owner = $2 AND record IS NOT NULL
@@ -614,8 +708,8 @@ impl Store for PostgresStore {
 
     fn claim_due(&self, lease: &Lease, now: Timestamp, limit: usize) -> Result<Vec<Due>, BoxError> {
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-        Ok(self.with(|c| {
-            c.query(
+        Ok(self.in_transaction(|tx| {
+            tx.query(
                 CLAIM_DUE,
                 &[&lease.owner, &millis(lease.until), &millis(now), &limit],
             )?
