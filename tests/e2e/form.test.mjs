@@ -344,7 +344,10 @@ test('a reload in the middle of a slow upload resends the same bytes with the sa
   const cdp = await emulate(context, page, { latency: 100, downloadThroughput: -1, uploadThroughput: 64 * 1024 })
   await page.click(`${KIT} button[type=submit]`)
   await page.waitForSelector(`${KIT}[aria-busy="true"]`)
+  // Locked at once; an upload's key is made once its files are read and hashed.
+  await page.waitForSelector(`${KIT}[data-oncekey-state="sending"]`)
   const key = await liveKey(page)
+  assert.match(key, /^[0-9a-f-]{36}$/)
   await page.waitForTimeout(1500)
   assert.equal((await tickets(server.url, tenant)).length, 0, 'reloaded while the upload was still going up')
   await page.reload()
@@ -371,7 +374,10 @@ test('an upload whose tab was closed mid-request is found by a new tab in Indexe
   await page.setInputFiles(`${KIT} [name=attachment]`, { name: 'receipt.png', mimeType: 'image/png', buffer: bytes })
   await page.click(`${KIT} button[type=submit]`)
   await page.waitForSelector(`${KIT}[aria-busy="true"]`)
+  // Locked at once; an upload's key is made once its files are read and hashed.
+  await page.waitForSelector(`${KIT}[data-oncekey-state="sending"]`)
   const key = await liveKey(page)
+  assert.match(key, /^[0-9a-f-]{36}$/)
   // Closing the tab loses its sessionStorage; the upload was kept in IndexedDB, the origin's.
   await page.close()
   const again = await context.newPage()
