@@ -180,6 +180,13 @@ export function hold_lock(name) {
   navigator.locks.request(name, () => held);
   return release;
 }
+// The page's clock jumps `ms` ahead (a laptop that slept: Date.now moves on, timers do not
+// fire meanwhile); `restore()` puts it back.
+export function clock_ahead(ms) {
+  const real = Date.now;
+  Date.now = () => real() + ms;
+  return () => { Date.now = real; };
+}
 // `promise`, or 'still waiting' once `ms` have passed.
 export function within(promise, ms) {
   return Promise.race([promise, new Promise((r) => setTimeout(() => r('still waiting'), ms))]);
@@ -200,6 +207,7 @@ extern "C" {
     fn fetch_ignores_signal_once() -> JsValue;
     fn within(promise: &Promise, ms: u32) -> Promise;
     fn hold_lock(name: &str) -> js_sys::Function;
+    fn clock_ahead(ms: f64) -> js_sys::Function;
     fn with_attempt_headers_throwing(options: JsValue) -> JsValue;
     fn spy_plan(tenant: &str, faults: Vec<JsValue>);
     fn spy_seen(tenant: &str) -> js_sys::Array;
@@ -687,6 +695,32 @@ async fn a_web_lock_another_tab_never_lets_go_bounds_each_attempt_and_sends_noth
 }
 
 #[test]
+async fn try_again_after_the_key_s_lifetime_ran_out_unseen_settles_expired() {
+    // Unsure, then the laptop sleeps past the key's lifetime: the deadline's timer has not
+    // fired when the person clicks Try again, and the round ends expired as it begins.
+    let case = Case::new("slept");
+    let key = leave_pending(&case).await;
+    let s = case.submitter("");
+    let back = clock_ahead(25.0 * 3600.0 * 1000.0);
+    let waiting = s.try_again(None);
+    let result = JsFuture::from(within(&waiting, 3000)).await;
+    back.call0(&JsValue::NULL).unwrap();
+    let result = result.unwrap();
+    assert_ne!(result, JsValue::from_str("still waiting"), "settled");
+    assert_eq!(text(&result, "outcome"), "expired");
+    assert_eq!(text(&result, "key"), key);
+    assert_eq!(
+        case.keys(),
+        std::slice::from_ref(&key),
+        "nothing sent past its lifetime"
+    );
+    assert!(
+        case.stored().unwrap().contains(&key),
+        "kept for send-as-new"
+    );
+}
+
+#[test]
 async fn attempt_headers_that_throw_an_error_without_a_name_are_said_and_the_attempt_goes_on() {
     // The error is described from what it has (its message), not read as if its name were
     // text: that read threw through the attempt and left the submitter "sending" for good.
@@ -1103,6 +1137,36 @@ async fn a_tab_on_local_storage_is_refused_another_body_while_another_tab_s_is_p
     assert!(all_equal(&case.keys()), "{:?}", case.keys());
     assert_eq!(case.tickets().await, 1.0, "the other body was never sent");
     assert_eq!(local.get_item(&slot).unwrap(), None);
+}
+
+#[test]
+async fn a_listener_that_discards_what_a_submit_took_up_never_makes_a_submission_without_a_key() {
+    let case = Case::new("tabs-discard");
+    case.plan(&["fail-before"]);
+    let (a, b, _, _) = two_tabs(&case);
+    let first = a.submit(json(TICKET), None);
+    let key = text(&a.pending(), "key");
+    // B's page discards whatever it hears is unsure (its own "Discard" wired to the state).
+    let b = std::rc::Rc::new(b);
+    let weak = std::rc::Rc::downgrade(&b);
+    let f = Closure::<dyn FnMut(JsValue)>::new(move |e: JsValue| {
+        if text(&e, "state") == "unsure" {
+            if let Some(b) = weak.upgrade() {
+                b.discard();
+            }
+        }
+    });
+    b.on_change(f.as_ref().clone()).unwrap();
+    f.forget();
+    let second = settle(b.submit(json(TICKET), None)).await;
+    let first = settle(first).await.unwrap();
+    assert_eq!(text(&first, "outcome"), "succeeded");
+    if let Ok(second) = second {
+        assert_eq!(text(&second, "key"), key, "B went on with A's key");
+    }
+    let keys = case.keys();
+    assert!(keys.iter().all(|k| *k == key), "{keys:?} vs {key}");
+    assert_eq!(case.tickets().await, 1.0);
 }
 
 #[test]

@@ -297,7 +297,8 @@ struct Slot {
     result: Option<Result<Settlement, Error>>,
     waker: Option<Waker>,
     then: Option<Then>,
-    /// The core's settlements asked for when this began to wait: those are earlier rounds'.
+    /// The core's settlements asked for before the call that began its round: those are
+    /// earlier rounds'.
     after: u64,
 }
 
@@ -540,13 +541,14 @@ impl Submitter {
     /// Resends the pending submission with the same key and body, in a new round of retries
     /// ([`ErrorCode::State`] when nothing is pending).
     pub fn try_again(&self) -> Settling {
-        let result = {
+        let (before, result) = {
             let mut m = self.driver.machine.borrow_mut();
+            let before = m.core.settlements();
             m.core.handle_online(now(), on_line());
-            m.core.try_again(now())
+            (before, m.core.try_again(now()))
         };
         match result {
-            Ok(()) => self.driver.wait(),
+            Ok(()) => self.driver.wait_in(Rc::default(), Ok(before)),
             Err(e) => Settling::refused(Error::new(ErrorCode::State, e.message())),
         }
     }
@@ -566,15 +568,16 @@ impl Submitter {
                 ))
             }
         };
-        let result = {
+        let (before, result) = {
             let mut m = d.machine.borrow_mut();
+            let before = m.core.settlements();
             m.core.handle_online(now(), on_line());
-            m.core.send_as_new(now(), NewKey::Random(key))
+            (before, m.core.send_as_new(now(), NewKey::Random(key)))
         };
         match result {
             Ok(()) => {
                 d.made_key();
-                d.wait()
+                d.wait_in(Rc::default(), Ok(before))
             }
             Err(e) => {
                 spare::forget_made(d);
@@ -703,8 +706,9 @@ impl Driver {
         }
     }
 
-    /// Begins the submission of `body` with the core, or says why it cannot.
-    fn begin(self: &Rc<Self>, body: &str) -> Result<(), Error> {
+    /// Begins the submission of `body` with the core, or says why it cannot: the core's
+    /// settlements asked for before it began (see [`Driver::wait_in`]).
+    fn begin(self: &Rc<Self>, body: &str) -> Result<u64, Error> {
         let refused = Err;
         let o = &self.options;
         let request = match Request::new(&o.method, &o.url, body, o.encoding) {
@@ -736,18 +740,19 @@ impl Driver {
                 }
             }
         };
-        let begun = {
+        let (before, begun) = {
             let mut m = self.machine.borrow_mut();
+            let before = m.core.settlements();
             m.core.handle_online(now(), on_line());
-            m.core.begin(now(), request, NewKey::Random(key))
+            (before, m.core.begin(now(), request, NewKey::Random(key)))
         };
         match begun {
             Ok(Begun::Started) => {
                 super::upload::started(self);
                 self.made_key();
-                Ok(())
+                Ok(before)
             }
-            Ok(_) => Ok(()),
+            Ok(_) => Ok(before),
             Err(e) => {
                 // The key drawn for it is not used; a pending submission's (none was drawn)
                 // keeps the lock drawn ahead for its first attempt.
@@ -784,8 +789,9 @@ impl Driver {
             warn(&removed(&self.name, &why));
             return false;
         }
-        // Its state (unsure) is heard before the submit's own changes.
-        self.drive();
+        // Not driven here: a listener hearing "unsure" now could discard it between this and
+        // the core's begin, which would then start a submission under the key not drawn for a
+        // pending one. Its changes are queued first, and heard in the submit's drive.
         true
     }
 
@@ -830,18 +836,17 @@ impl Driver {
         self.store.borrow().kind() != StorageKind::Memory
     }
 
-    fn wait(self: &Rc<Self>) -> Settling {
-        self.wait_in(Rc::default(), Ok(()))
-    }
-
     /// `slot` waits for the settlement of what `begun` began, or has its refusal at once.
-    fn wait_in(self: &Rc<Self>, slot: Rc<RefCell<Slot>>, begun: Result<(), Error>) -> Settling {
-        if let Err(e) = begun {
-            resolve(&slot, Err(e));
-        } else {
-            let mut m = self.machine.borrow_mut();
-            slot.borrow_mut().after = m.core.settlements();
-            m.waiters.push(slot.clone());
+    /// `begun` counts the core's settlements asked for before the call that began it: those
+    /// are earlier rounds', and the next is its own, even when that call asked for it already
+    /// (a key whose lifetime ran out as its round began settles expired within the call).
+    fn wait_in(self: &Rc<Self>, slot: Rc<RefCell<Slot>>, begun: Result<u64, Error>) -> Settling {
+        match begun {
+            Err(e) => resolve(&slot, Err(e)),
+            Ok(before) => {
+                slot.borrow_mut().after = before;
+                self.machine.borrow_mut().waiters.push(slot.clone());
+            }
         }
         self.drive();
         Settling {
