@@ -321,6 +321,20 @@ fn number(v: &JsValue, field: &str) -> f64 {
     get(v, field).as_f64().unwrap_or(f64::NAN)
 }
 
+/// What `within` gives when the promise has not settled in time.
+const STILL_WAITING: &str = "still waiting";
+
+/// What `p` resolved to, failing the test when it is still waiting after `ms`.
+async fn settled_within(p: &Promise, ms: u32) -> JsValue {
+    let result = JsFuture::from(within(p, ms)).await.unwrap();
+    assert_ne!(
+        result,
+        JsValue::from_str(STILL_WAITING),
+        "settled within {ms} ms"
+    );
+    result
+}
+
 async fn settle(p: Promise) -> Result<JsValue, JsValue> {
     JsFuture::from(p).await
 }
@@ -659,8 +673,7 @@ async fn a_fetch_that_ignores_the_timeout_s_abort_is_abandoned_and_retried_with_
     let s = case.submitter(r#""timeoutMs":200"#);
     let hung = fetch_ignores_signal_once();
     let waiting = s.submit(json(TICKET), None);
-    let result = JsFuture::from(within(&waiting, 5000)).await.unwrap();
-    assert_ne!(result, JsValue::from_str("still waiting"), "settled");
+    let result = settled_within(&waiting, 5000).await;
     assert_eq!(text(&result, "outcome"), "succeeded");
     assert_eq!(number(&result, "attempts"), 2.0);
     // The hung attempt never reached the server; the retry did, under the same key.
@@ -676,8 +689,7 @@ async fn a_web_lock_another_tab_never_lets_go_bounds_each_attempt_and_sends_noth
     let release = hold_lock(&format!("oncekey:{key}"));
     let s = case.submitter(r#""timeoutMs":200,"retry":{"attempts":2,"base":20}"#);
     let waiting = s.try_again(None);
-    let result = JsFuture::from(within(&waiting, 5000)).await.unwrap();
-    assert_ne!(result, JsValue::from_str("still waiting"), "settled");
+    let result = settled_within(&waiting, 5000).await;
     assert_eq!(text(&result, "outcome"), "unsure");
     assert_eq!(text(&result, "key"), key);
     assert_eq!(
@@ -706,7 +718,7 @@ async fn try_again_after_the_key_s_lifetime_ran_out_unseen_settles_expired() {
     let result = JsFuture::from(within(&waiting, 3000)).await;
     back.call0(&JsValue::NULL).unwrap();
     let result = result.unwrap();
-    assert_ne!(result, JsValue::from_str("still waiting"), "settled");
+    assert_ne!(result, JsValue::from_str(STILL_WAITING), "settled");
     assert_eq!(text(&result, "outcome"), "expired");
     assert_eq!(text(&result, "key"), key);
     assert_eq!(
