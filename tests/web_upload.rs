@@ -88,6 +88,25 @@ export function idb_get(name) {
     };
   });
 }
+// Another tab's write: the value under `name` with its record's key `from` made `to`; or, with
+// `to` null, the value deleted.
+export function idb_rekey(name, from, to) {
+  return new Promise((resolve, reject) => {
+    const open = indexedDB.open('oncekey', 1);
+    open.onerror = () => reject(open.error);
+    open.onsuccess = () => {
+      const tx = open.result.transaction('pending', 'readwrite');
+      const store = tx.objectStore('pending');
+      const get = store.get(name);
+      get.onsuccess = () => {
+        if (to === null) store.delete(name);
+        else store.put({ ...get.result, record: get.result.record.replace(from, to) }, name);
+      };
+      tx.oncomplete = () => { open.result.close(); resolve(); };
+      tx.onerror = () => reject(tx.error);
+    };
+  });
+}
 export function block_indexeddb() {
   const desc = Object.getOwnPropertyDescriptor(globalThis, 'indexedDB')
     || Object.getOwnPropertyDescriptor(Object.getPrototypeOf(globalThis), 'indexedDB');
@@ -108,6 +127,7 @@ extern "C" {
     fn sha256_hex(bytes: &js_sys::Uint8Array) -> Promise;
     fn tickets(server: &str, tenant: &str) -> Promise;
     fn idb_get(name: &str) -> Promise;
+    fn idb_rekey(name: &str, from: &str, to: Option<String>) -> Promise;
     fn block_indexeddb() -> js_sys::Function;
 }
 
@@ -680,6 +700,39 @@ async fn a_submit_made_before_indexeddb_answers_takes_up_the_submission_kept_the
     assert_eq!(get(&same, "replayed"), JsValue::TRUE);
     assert!(all_equal(&case.keys()), "{:?}", case.keys());
     assert_eq!(case.tickets().await.len(), 1, "one ticket");
+}
+
+#[test]
+async fn a_definite_answer_leaves_a_submission_another_tab_stored_in_indexeddb_since() {
+    let case = Case::new("idb-other-tab");
+    case.plan(&["delay=800"]);
+    let s = case.submitter(r#""storage":"indexeddb""#);
+    let body = JSON::parse(r#"{"subject":"Printer","body":"mine","email":"a@b.co"}"#).unwrap();
+    let waiting = JsFuture::from(s.submit(body, None));
+    // While the request is out, another tab stores its own pending submission under the name.
+    for _ in 0..100 {
+        if !case.stored().await.is_null() {
+            break;
+        }
+        JsFuture::from(sleep(10)).await.unwrap();
+    }
+    let key = text(&s.pending(), "key");
+    let theirs = "5f0c3e1a-3b7e-4c1d-9a2b-8e7f6d5c4b3a";
+    JsFuture::from(idb_rekey(&case.name, &key, Some(theirs.into())))
+        .await
+        .unwrap();
+    let result = waiting.await.expect("resolves");
+    assert_eq!(text(&result, "outcome"), "succeeded");
+    assert_eq!(text(&result, "key"), key);
+    // The removal runs after the answer; theirs is still there once it has.
+    JsFuture::from(sleep(300)).await.unwrap();
+    let stored = case.stored().await;
+    assert!(!stored.is_null(), "the other tab's submission was removed");
+    assert!(text(&stored, "record").contains(theirs));
+    assert_eq!(case.tickets().await.len(), 1);
+    JsFuture::from(idb_rekey(&case.name, "", None))
+        .await
+        .unwrap();
 }
 
 #[test]

@@ -964,7 +964,7 @@ impl Driver {
                     attempt::start(self.clone(), a, wire.ok(), controller, (shared, fresh));
                 }
                 Action::Forget(key) => {
-                    super::upload::forget(self);
+                    super::upload::forget(self, &key);
                     self.store.borrow_mut().forget(&self.name, &key);
                     self.machine.borrow_mut().secrets = Fields::new();
                 }

@@ -27,6 +27,7 @@ use super::options::StorageKind;
 use super::warn;
 use crate::core::body::{Fields, Value};
 use crate::core::text::{decimal, push_hex, LOWER_HEX};
+use crate::core::{Key, Record};
 
 #[wasm_bindgen]
 extern "C" {
@@ -229,9 +230,10 @@ pub(crate) fn persist(d: &Rc<Driver>, record: String) -> bool {
     true
 }
 
-/// `Forget`: the upload's record and files (or the record kept by `storage: 'indexeddb'`) are
-/// removed.
-pub(crate) fn forget(d: &Driver) {
+/// `Forget` of `key`: the upload's record and files (or the record kept by `storage:
+/// 'indexeddb'`) are removed, unless another writer stored its own submission under the name
+/// since (IndexedDB is the origin's: another tab's upload, pending, stays).
+pub(crate) fn forget(d: &Driver, key: &Key) {
     let (had, json_in_idb) = {
         let mut u = d.uploads.borrow_mut();
         let json = ::core::mem::replace(&mut u.json_in_idb, false);
@@ -240,8 +242,13 @@ pub(crate) fn forget(d: &Driver) {
     // A JSON body found there: settled here, it was resent on every load ever after.
     let kept = had || json_in_idb || d.options.storage == StorageKind::IndexedDb;
     if let (true, Some(db)) = (kept, db(d)) {
-        let name = d.name.clone();
+        let (name, key) = (d.name.clone(), key.clone());
         spawn_local(async move {
+            if let Ok(Some(Ok(stored))) = idb::get(&db, &name).await {
+                if !Record::is_of_key(&stored.record, &key) {
+                    return;
+                }
+            }
             let _ = idb::delete(&db, &name).await;
         });
     }
