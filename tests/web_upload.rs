@@ -736,6 +736,63 @@ async fn a_definite_answer_leaves_a_submission_another_tab_stored_in_indexeddb_s
 }
 
 #[test]
+async fn two_idle_tabs_on_indexeddb_send_one_body_under_one_key_and_refuse_another() {
+    let case = Case::new("idb-two-tabs");
+    case.plan(&["delay=800"]);
+    let (a, b, c) = (
+        case.submitter(r#""storage":"indexeddb""#),
+        case.submitter(r#""storage":"indexeddb""#),
+        case.submitter(r#""storage":"indexeddb""#),
+    );
+    // All three have looked at IndexedDB (and found nothing) before A sends.
+    JsFuture::from(sleep(200)).await.unwrap();
+    let body = r#"{"subject":"Printer","body":"one","email":"a@b.co"}"#;
+    let first = JsFuture::from(a.submit(JSON::parse(body).unwrap(), None));
+    for _ in 0..100 {
+        if !case.stored().await.is_null() {
+            break;
+        }
+        JsFuture::from(sleep(10)).await.unwrap();
+    }
+    let key = text(&a.pending(), "key");
+    let other = r#"{"subject":"Another","body":"two","email":"a@b.co"}"#;
+    let refused = JsFuture::from(c.submit(JSON::parse(other).unwrap(), None))
+        .await
+        .expect_err("another body is refused");
+    assert_eq!(
+        error_code(&refused),
+        "pending",
+        "{}",
+        error_message(&refused)
+    );
+    let second = JsFuture::from(b.submit(JSON::parse(body).unwrap(), None));
+    let (first, second) = (first.await.unwrap(), second.await.unwrap());
+    assert_eq!(text(&first, "outcome"), "succeeded");
+    assert_eq!(text(&second, "outcome"), "succeeded");
+    assert_eq!(text(&second, "key"), key);
+    assert!(all_equal(&case.keys()), "{:?}", case.keys());
+    assert_eq!(case.tickets().await.len(), 1);
+}
+
+#[test]
+async fn the_next_submission_on_indexeddb_after_an_answer_gets_a_new_key() {
+    // Its own record is still on its way out of IndexedDB: never taken for another tab's.
+    let case = Case::new("idb-next");
+    let s = case.submitter(r#""storage":"indexeddb""#);
+    let body = r#"{"subject":"Printer","body":"again","email":"a@b.co"}"#;
+    let first = JsFuture::from(s.submit(JSON::parse(body).unwrap(), None))
+        .await
+        .unwrap();
+    let second = JsFuture::from(s.submit(JSON::parse(body).unwrap(), None))
+        .await
+        .unwrap();
+    assert_eq!(text(&second, "outcome"), "succeeded");
+    assert_ne!(text(&second, "key"), text(&first, "key"));
+    assert_ne!(get(&second, "replayed"), JsValue::TRUE);
+    assert_eq!(case.tickets().await.len(), 2, "two intended submissions");
+}
+
+#[test]
 async fn an_upload_s_signal_aborts_its_wait_and_try_again_finishes_it_with_the_same_key() {
     let case = Case::new("upload-signal");
     // The answer held: the abort comes while the attempt is under way.

@@ -675,7 +675,9 @@ impl Driver {
     /// IndexedDB was first looked at, it begins once it was: a submission stored there is taken
     /// up first, so this one joins it or is refused (`pending`) instead of writing over it.
     pub(crate) fn submit(self: &Rc<Self>, body: &str) -> Settling {
-        if let Some(looked) = super::upload::looking(self) {
+        let looked =
+            super::upload::looking(self).or_else(|| super::upload::look_again(self, false));
+        if let Some(looked) = looked {
             return self.submit_later(looked, body.to_owned());
         }
         self.wait_in(Rc::default(), self.begin(body))
@@ -793,6 +795,11 @@ impl Driver {
         // the core's begin, which would then start a submission under the key not drawn for a
         // pending one. Its changes are queued first, and heard in the submit's drive.
         true
+    }
+
+    /// Whether a submission is pending here.
+    pub(crate) fn has_pending(&self) -> bool {
+        self.machine.borrow().core.pending().is_some()
     }
 
     /// Takes up a record found after start-up (an upload in IndexedDB): `Ok(false)` when

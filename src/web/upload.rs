@@ -22,7 +22,7 @@ use web_sys::{Blob, FormData, IdbDatabase};
 
 use super::driver::{Driver, Settlement, Settling};
 use super::error::{describe, Error, ErrorCode};
-use super::idb::{self, Stored};
+use super::idb::{self, Stored, Why};
 use super::options::StorageKind;
 use super::warn;
 use crate::core::body::{Fields, Value};
@@ -70,6 +70,11 @@ pub(crate) struct Uploads {
     pub(crate) blocked: bool,
     /// An upload stored in IndexedDB was taken up at start-up.
     taken_up: bool,
+    /// A look at IndexedDB before a begin ([`look_again`]), while it is under way.
+    looking_again: Option<Promise>,
+    /// The key this submitter last forgot, whose record may still be on its way out of
+    /// IndexedDB: never taken up again.
+    forgotten: Option<Key>,
     /// The pending submission is a JSON body found in IndexedDB (written under `storage:
     /// 'indexeddb'` by another page of the origin): kept there, and removed from there.
     json_in_idb: bool,
@@ -98,40 +103,7 @@ pub(crate) fn start(d: &Rc<Driver>) {
             Ok(db) => {
                 let found = idb::get(&db, &d.name).await;
                 d.uploads.borrow_mut().db = Db::Open(db.clone());
-                match found {
-                    Ok(Some(Ok(stored))) => {
-                        // A JSON body (`storage: 'indexeddb'`) has no payload: it is sent as JSON.
-                        let payload = (!stored.json).then_some(Payload {
-                            fields: stored.fields,
-                            files: stored.files,
-                        });
-                        match d.take_up(&stored.record) {
-                            Ok(true) => {
-                                let mut u = d.uploads.borrow_mut();
-                                u.json_in_idb = payload.is_none();
-                                u.payload = payload;
-                                u.taken_up = true;
-                            }
-                            Ok(false) => warn_all(
-                                &d,
-                                "an upload stored in IndexedDB under this name was left there: another submission is pending".into(),
-                            ),
-                            Err(why) => {
-                                let _ = idb::delete(&db, &d.name).await;
-                                warn_all(&d, "the upload stored in IndexedDB was removed: ".to_owned() + &why);
-                            }
-                        }
-                    }
-                    Ok(Some(Err(why))) => {
-                        let _ = idb::delete(&db, &d.name).await;
-                        warn_all(
-                            &d,
-                            "the upload stored in IndexedDB was removed: ".to_owned() + &why,
-                        );
-                    }
-                    Ok(None) => {}
-                    Err(why) => warn_all(&d, "IndexedDB cannot be read (".to_owned() + &why + ")"),
-                }
+                take_up_found(&d, &db, found).await;
             }
             Err(why) => {
                 d.uploads.borrow_mut().db = Db::Failed;
@@ -153,6 +125,88 @@ pub(crate) fn start(d: &Rc<Driver>) {
         }
         d.drive();
     });
+}
+
+/// Takes up what IndexedDB gave under the submitter's name (`found`): an upload or a JSON body
+/// is pending from then on; one that cannot be taken up is removed with a warning.
+async fn take_up_found(
+    d: &Rc<Driver>,
+    db: &IdbDatabase,
+    found: Result<Option<Result<Stored, Why>>, Why>,
+) {
+    match found {
+        Ok(Some(Ok(stored))) => {
+            // A JSON body (`storage: 'indexeddb'`) has no payload: it is sent as JSON.
+            let payload = (!stored.json).then_some(Payload {
+                fields: stored.fields,
+                files: stored.files,
+            });
+            match d.take_up(&stored.record) {
+                Ok(true) => {
+                    let mut u = d.uploads.borrow_mut();
+                    u.json_in_idb = payload.is_none();
+                    u.payload = payload;
+                    u.taken_up = true;
+                }
+                Ok(false) => warn_all(
+                    d,
+                    "an upload stored in IndexedDB under this name was left there: another submission is pending".into(),
+                ),
+                Err(why) => {
+                    let _ = idb::delete(db, &d.name).await;
+                    warn_all(d, "the upload stored in IndexedDB was removed: ".to_owned() + &why);
+                }
+            }
+        }
+        Ok(Some(Err(why))) => {
+            let _ = idb::delete(db, &d.name).await;
+            warn_all(
+                d,
+                "the upload stored in IndexedDB was removed: ".to_owned() + &why,
+            );
+        }
+        Ok(None) => {}
+        Err(why) => warn_all(d, "IndexedDB cannot be read (".to_owned() + &why + ")"),
+    }
+}
+
+/// IndexedDB is the origin's: another tab may have stored a submission under the name since
+/// this submitter looked. When nothing is pending here and one of this submitter's submissions
+/// would be kept there (`upload`, or `storage: 'indexeddb'`), it looks again before the next
+/// begins, and takes up what it finds, as at start-up: the same body then goes on under its
+/// key, another is refused (`pending`), and neither writes over the other. What this
+/// submitter itself settled and is removing is not taken up. The promise resolves once looked
+/// (one look at a time); `None` when there is nothing to look at.
+pub(crate) fn look_again(d: &Rc<Driver>, upload: bool) -> Option<Promise> {
+    if !upload && d.options.storage != StorageKind::IndexedDb || d.has_pending() {
+        return None;
+    }
+    // An upload being begun looked already (`begin`), and its payload goes with this call.
+    if !upload && d.uploads.borrow().next.is_some() {
+        return None;
+    }
+    let db = db(d)?;
+    if let Some(looking) = d.uploads.borrow().looking_again.clone() {
+        return Some(looking);
+    }
+    let mut resolve: Option<Function> = None;
+    let looked = Promise::new(&mut |r, _| resolve = Some(r));
+    d.uploads.borrow_mut().looking_again = Some(looked.clone());
+    let d = d.clone();
+    spawn_local(async move {
+        let found = idb::get(&db, &d.name).await;
+        let forgotten = d.uploads.borrow().forgotten.clone();
+        let ours = matches!((&found, &forgotten), (Ok(Some(Ok(stored))), Some(key)) if Record::is_of_key(&stored.record, key));
+        if !ours && !d.has_pending() {
+            take_up_found(&d, &db, found).await;
+        }
+        d.uploads.borrow_mut().looking_again = None;
+        if let Some(resolve) = resolve {
+            let _ = resolve.call0(&JsValue::UNDEFINED);
+        }
+        d.drive();
+    });
+    Some(looked)
 }
 
 /// IndexedDB's first look, while it is under way, for a submitter that keeps its records there
@@ -236,6 +290,7 @@ pub(crate) fn persist(d: &Rc<Driver>, record: String) -> bool {
 pub(crate) fn forget(d: &Driver, key: &Key) {
     let (had, json_in_idb) = {
         let mut u = d.uploads.borrow_mut();
+        u.forgotten = Some(key.clone());
         let json = ::core::mem::replace(&mut u.json_in_idb, false);
         (u.payload.take().is_some(), json)
     };
@@ -415,6 +470,9 @@ pub(crate) async fn begin(d: Rc<Driver>, form: FormData) -> Result<Settling, Err
     let ready = d.uploads.borrow().ready.clone();
     if let Some(ready) = ready {
         let _ = JsFuture::from(ready).await;
+    }
+    if let Some(looked) = look_again(&d, true) {
+        let _ = JsFuture::from(looked).await;
     }
     if db(&d).is_none() && size > MEMORY_FALLBACK_BYTES {
         return Err(Error::new(
