@@ -39,8 +39,11 @@ const READ: &[&str] = &[
     "x-idempotency-status",
 ];
 
-/// Starts `attempt`; `body` is what goes on the wire, or `None` when it cannot be sent (a secret
-/// the encoding cannot carry), which fails like the network. `shared`: another tab or submitter
+/// Starts `attempt`. Its body is put together (the secrets merged in) as it is sent, after the
+/// current task: secrets set right after a resuming submitter is made (`setSecrets` after `new`,
+/// as the adapters do) go with its first attempt; sent without them, a server that had done the
+/// first attempt saw another body under the key (422, the submission lost). A body that cannot
+/// be put together (a secret the encoding cannot carry) fails like the network. `shared`: another tab or submitter
 /// can know the key (it is not in memory only), so the attempt holds the Web Lock named after it.
 /// `fresh`: the key was made by this submitter for this attempt, its first, so nobody else can
 /// have asked for the lock yet. The lock is asked for now, before anyone could, and held until
@@ -51,7 +54,6 @@ const READ: &[&str] = &[
 pub(crate) fn start(
     driver: Rc<Driver>,
     attempt: Attempt,
-    body: Option<String>,
     controller: Option<AbortController>,
     (shared, fresh): (bool, bool),
 ) {
@@ -79,7 +81,6 @@ pub(crate) fn start(
         waits: wait,
         driver,
         attempt,
-        body,
         controller,
         lock,
         timer,
@@ -106,7 +107,6 @@ struct Flight {
     waits: bool,
     driver: Rc<Driver>,
     attempt: Attempt,
-    body: Option<String>,
     controller: Option<AbortController>,
     /// Held until the attempt is over, its answer handled.
     lock: Option<Lock>,
@@ -280,17 +280,17 @@ impl Flight {
 /// Sends the attempt: `fetch`'s promise, or `Err` when it failed at once.
 fn send(flight: &mut Flight) -> Result<js_sys::Promise, ()> {
     let driver = &flight.driver;
-    let (Some(body), Some(controller)) = (&flight.body, &flight.controller) else {
+    let Some(controller) = &flight.controller else {
         return Err(());
     };
     let signal = controller.signal();
     if signal.aborted() {
         return Err(());
     }
-    let init = request_init(driver, &flight.attempt, body, &signal);
-    let promise = fetch(&flight.attempt.request.url, &init).map_err(|_| ())?;
-    flight.body = None;
-    Ok(promise)
+    let secrets = driver.secrets();
+    let body = super::driver::wire_body(&mut flight.attempt.request, &secrets).map_err(|_| ())?;
+    let init = request_init(driver, &flight.attempt, &body, &signal);
+    fetch(&flight.attempt.request.url, &init).map_err(|_| ())
 }
 
 #[wasm_bindgen]

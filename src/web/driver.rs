@@ -440,7 +440,6 @@ impl Submitter {
         let mut core = Submission::new(name, options.retry);
         // Before a record is taken up: offline, a resumed one waits for the connection.
         core.handle_online(now(), on_line());
-        let resumed = text.is_some() && options.resume;
         if let Some(text) = text {
             if let Some(why) = restore(&mut core, &text, options.resume) {
                 store.remove(name);
@@ -481,16 +480,7 @@ impl Submitter {
             }
         });
         *driver.connection.borrow_mut() = connection;
-        if resumed {
-            // A resumed round goes out in a microtask: secrets set in the task that made the
-            // submitter (`setSecrets` right after `new`, as the adapters do) go with its first
-            // attempt. Sent without them, the server saw another body under the key (422, the
-            // submission lost) or did the request without them.
-            let d = driver.clone();
-            wasm_bindgen_futures::spawn_local(async move { d.drive() });
-        } else {
-            driver.drive();
-        }
+        driver.drive();
         super::upload::start(&driver);
         Ok(Submitter { driver })
     }
@@ -957,18 +947,17 @@ impl Driver {
                         self.emit(self.snapshot(Some(warning)));
                     }
                 }
-                Action::Send(mut a) => {
+                Action::Send(a) => {
                     // Memory only, and no upload (kept in IndexedDB): no other tab or
                     // submitter can know the key.
                     let shared = self.shares_keys() || super::upload::is_upload(self);
-                    let (wire, controller, fresh) = {
+                    let (controller, fresh) = {
                         let mut m = self.machine.borrow_mut();
-                        let wire = wire_body(&mut a.request, &m.secrets);
                         let controller = web_sys::AbortController::new().ok();
                         m.flight = controller.clone().map(|c| (a.id, c));
-                        (wire, controller, std::mem::take(&mut m.fresh))
+                        (controller, std::mem::take(&mut m.fresh))
                     };
-                    attempt::start(self.clone(), a, wire.ok(), controller, (shared, fresh));
+                    attempt::start(self.clone(), a, controller, (shared, fresh));
                 }
                 Action::Forget(key) => {
                     super::upload::forget(self, &key);
@@ -1121,7 +1110,10 @@ impl Driver {
 
 /// The body as it goes on the wire, with the secrets merged into its JSON object body (the same
 /// on every attempt), taken from the attempt's own copy of the request (which is not stored).
-fn wire_body(request: &mut Request, secrets: &Fields) -> Result<String, body::BodyError> {
+pub(crate) fn wire_body(
+    request: &mut Request,
+    secrets: &Fields,
+) -> Result<String, body::BodyError> {
     if !secrets.is_empty() {
         if let Value::Object(mut fields) = body::parse(&request.body)? {
             for (name, value) in secrets.iter() {
