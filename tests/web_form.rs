@@ -14,7 +14,9 @@ use std::collections::VecDeque;
 use std::rc::Rc;
 use std::time::Duration;
 
-use oncekey::{FormKit, FormOptions, Messages, Options, Resume, RetryPolicy, SuccessMessage};
+use oncekey::{
+    FormKit, FormOptions, Messages, Options, Resume, RetryPolicy, StorageKind, SuccessMessage,
+};
 use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
 use wasm_bindgen_futures::JsFuture;
@@ -1351,4 +1353,80 @@ async fn a_held_submit_is_sent_by_the_kit_attached_last_when_one_is_detached_fir
     assert_eq!(case.count("tickets").await, 1.0);
     assert_eq!(form.get_attribute("data-oncekey-held"), None, "taken off");
     form.remove();
+}
+
+/// Two tabs of the origin, as two forms of one name on `localStorage`, both attached before
+/// either submits: tab A's submission is left unsure; then the person fills tab B's form with
+/// another ticket and sends it. B is refused (another submission is pending) and shows A's in
+/// place, with Try again and Discard.
+async fn refused_for_another_tab_s_submission(case: &Case) -> (HtmlFormElement, HtmlFormElement) {
+    let on_local = |attempts| {
+        let mut o = case.options(attempts);
+        o.submitter.storage = StorageKind::Local;
+        o
+    };
+    let (a, b) = (case.form(""), case.form(""));
+    FormKit::attach(&a, on_local(1)).unwrap();
+    FormKit::attach(&b, on_local(1)).unwrap();
+    fill_ticket(&a, "From tab A");
+    case.plan(&["offline"]);
+    a.request_submit().unwrap();
+    settled(&a, "unsure").await;
+    fill_ticket(&b, "Typed in tab B");
+    fill(&b, "body", "Second floor.");
+    b.request_submit().unwrap();
+    settled(&b, "unsure").await;
+    assert_eq!(
+        field(&b, "subject").value(),
+        "From tab A",
+        "A's shown in place"
+    );
+    assert!(button(&b, "Try again").is_some() && button(&b, "Discard").is_some());
+    assert_eq!(case.count("tickets").await, 0.0, "B's ticket was not sent");
+    (a, b)
+}
+
+fn typed_in_b_is_back(b: &HtmlFormElement) {
+    assert_eq!(
+        field(b, "subject").value(),
+        "Typed in tab B",
+        "what the person typed is back"
+    );
+    assert_eq!(field(b, "body").value(), "Second floor.");
+    assert!(
+        !disabled(b, "[name=subject]"),
+        "the form is the person's again"
+    );
+}
+
+#[test]
+async fn after_another_tab_s_submission_is_tried_again_the_fields_typed_in_this_one_come_back() {
+    let case = Case::new("tabs-typed-again");
+    let (a, b) = refused_for_another_tab_s_submission(&case).await;
+    button(&b, "Try again").unwrap().click();
+    settled(&b, "succeeded").await;
+    typed_in_b_is_back(&b);
+    b.request_submit().unwrap();
+    settled(&b, "succeeded").await;
+    let keys = case.keys();
+    assert_eq!(keys.len(), 3, "{keys:?}");
+    assert_eq!(keys[0], keys[1], "A's ticket under A's key: {keys:?}");
+    assert_ne!(keys[2], keys[0], "B's own under a key of its own");
+    assert_eq!(case.count("tickets").await, 2.0, "A's and B's, once each");
+    a.remove();
+    b.remove();
+}
+
+#[test]
+async fn after_another_tab_s_submission_is_discarded_the_fields_typed_in_this_one_come_back() {
+    let case = Case::new("tabs-typed-discard");
+    let (a, b) = refused_for_another_tab_s_submission(&case).await;
+    button(&b, "Discard").unwrap().click();
+    assert_eq!(state(&b), "idle");
+    typed_in_b_is_back(&b);
+    b.request_submit().unwrap();
+    settled(&b, "succeeded").await;
+    assert_eq!(case.count("tickets").await, 1.0, "B's, once");
+    a.remove();
+    b.remove();
 }

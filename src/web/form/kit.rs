@@ -5,9 +5,9 @@
 //! of the kit (events it dispatches, focus, a page's listener, the submitter), so that a page's
 //! listener may call the kit again.
 
-use ::core::cell::Cell;
+use ::core::cell::{Cell, RefCell};
 
-use crate::core::body::Value;
+use crate::core::body::{Fields, Value};
 use crate::core::text::{concat, decimal, quoted};
 use crate::core::{State, WaitingFor};
 use crate::prelude::*;
@@ -53,12 +53,16 @@ pub(super) struct Kit {
     pub(super) marked: Cell<bool>,
     /// A submission or a "Try again" of this kit awaits its settlement.
     pub(super) in_flight: Cell<bool>,
+    /// What the person had filled in when their submit was refused for a submission another
+    /// tab (or submitter of the name) had stored meanwhile, which the form then shows in place:
+    /// put back once that one is settled or discarded, so that nothing typed is lost.
+    pub(super) typed: RefCell<Option<Fields>>,
     /// The listeners; `None` once detached. They hold the kit (a cycle that `detach` breaks), so
     /// the kit lives as long as the form is wired, whoever keeps a `FormKit`. Taken out only
     /// for a moment (`offer`), with no call out of the kit meanwhile.
     pub(super) wiring: Cell<Option<Wiring>>,
     /// Its JavaScript objects (`form/js.rs`), kept while it is wired.
-    pub(super) faces: core::cell::RefCell<Faces>,
+    pub(super) faces: RefCell<Faces>,
 }
 
 /// The JavaScript objects of a kit and of its submitter, one each, made when first asked for and
@@ -150,6 +154,7 @@ impl Kit {
             round: Cell::new(0),
             marked: Cell::new(true),
             in_flight: Cell::new(false),
+            typed: RefCell::new(None),
             wiring: Cell::new(None),
             faces: Default::default(),
         });
@@ -385,7 +390,7 @@ impl Kit {
                 data.delete(name);
             }
             kit.hold(false);
-            return Kit::settle_later(kit, Box::pin(kit.submitter.submit_form(data)));
+            return Kit::settle_later(kit, Box::pin(kit.submitter.submit_form(data)), true);
         }
         // Locked in the submit's own task, before the driver's first step.
         kit.hold(false);
@@ -393,6 +398,7 @@ impl Kit {
         Kit::settle_later(
             kit,
             Box::pin(kit.submitter.submit(Value::Object(read.body))),
+            true,
         );
     }
 
@@ -407,7 +413,7 @@ impl Kit {
         }
         kit.remove_controls();
         kit.hold(false);
-        Kit::settle_later(kit, Box::pin(kit.submitter.try_again()));
+        Kit::settle_later(kit, Box::pin(kit.submitter.try_again()), false);
     }
 
     /// "Send as a new ticket": the expired submission's request again, under a new key.
@@ -422,7 +428,7 @@ impl Kit {
             return kit.ask_for_secrets();
         }
         kit.hold(false);
-        Kit::settle_later(kit, Box::pin(kit.submitter.send_as_new()));
+        Kit::settle_later(kit, Box::pin(kit.submitter.send_as_new()), false);
     }
 
     pub(super) fn discard(&self) {
@@ -432,8 +438,9 @@ impl Kit {
     }
 
     /// Shows the settlement of `work` when it comes (boxed: one copy of this code for a
-    /// submission and an upload alike), unless the kit moved on meanwhile.
-    fn settle_later(kit: &Rc<Kit>, work: Work) {
+    /// submission and an upload alike), unless the kit moved on meanwhile. `typed`: the work
+    /// sends what the person filled in (not a Try again of what the form shows).
+    fn settle_later(kit: &Rc<Kit>, work: Work, typed: bool) {
         let round = kit.round.get().wrapping_add(1);
         kit.round.set(round);
         kit.in_flight.set(true);
@@ -456,6 +463,15 @@ impl Kit {
                     if !state.is_pending() {
                         kit.unlock();
                     } else if matches!(state, State::Unsure | State::Expired) {
+                        if typed {
+                            // Found in storage at this submit: what the person typed is kept
+                            // for when that one is over (read unlocked: a disabled field is
+                            // not read).
+                            kit.unlock();
+                            let read =
+                                read_fields(&kit.form, &kit.secret_names, &JsValue::UNDEFINED);
+                            kit.typed.replace(read.ok().map(|r| r.body));
+                        }
                         // Its fields back, as after a reload: what Try again would send.
                         Kit::take_up_pending(&kit, Resume::Manual);
                     }
@@ -484,7 +500,7 @@ impl Kit {
                         let ours = kit.in_flight.get() || !holds(&kit.wiring);
                         if !ours && kit.submitter.state() == State::Sending {
                             kit.remove_controls();
-                            Kit::settle_later(&kit, Box::pin(kit.submitter.try_again()));
+                            Kit::settle_later(&kit, Box::pin(kit.submitter.try_again()), false);
                         }
                     });
                 }

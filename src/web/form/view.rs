@@ -12,9 +12,11 @@ use wasm_bindgen::closure::Closure;
 use wasm_bindgen::{JsCast, JsValue};
 use web_sys::{CustomEvent, CustomEventInit, Element, Event, HtmlFormElement};
 
-use super::answer::{default_success, fill_template, problem_text, show_problem};
+use super::answer::{
+    clear_field_errors, default_success, fill_template, problem_text, show_problem,
+};
 use super::dom::{call, call2, has_attr, make, put, run, set_attr, set_text};
-use super::fields::{label_of, named_controls};
+use super::fields::{label_of, named_controls, restore_fields};
 use super::kit::{holds, Kit, DISCARD, SEND_AS_NEW, TRY_AGAIN};
 use super::messages::Message;
 use super::{FormLock, SuccessMessage};
@@ -52,6 +54,9 @@ impl Kit {
             Outcome::Conflict => (State::Conflict, Some(Message::Conflict), None),
             _ => (State::Misconfigured, Some(Message::Misconfigured), None),
         };
+        // The answer was to another tab's submission: the person's own fields come back.
+        let put_back = self.put_back_typed();
+        let first_invalid = first_invalid.filter(|_| !put_back);
         let text = match what {
             None => self.success_text(s),
             Some(what) => {
@@ -85,6 +90,7 @@ impl Kit {
         self.in_flight.set(false);
         drop(lock);
         self.remove_controls();
+        self.put_back_typed();
         self.say(self.messages.text(Message::Discarded));
         self.announce(State::Idle, &Object::new());
     }
@@ -199,6 +205,18 @@ impl Kit {
 
     pub(super) fn unlock(&self) {
         drop(self.lock.take());
+    }
+
+    /// What the person had filled in before another tab's submission took the form's place
+    /// (`Kit::typed`), back in the fields once that one is over: a success's reset of the form
+    /// and a refusal's notes, which are that submission's, do not stay.
+    fn put_back_typed(&self) -> bool {
+        let Some(typed) = self.typed.take() else {
+            return false;
+        };
+        clear_field_errors(&self.form);
+        restore_fields(&self.form, &typed);
+        true
     }
 
     pub(super) fn remove_controls(&self) {
