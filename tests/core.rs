@@ -1091,6 +1091,43 @@ fn a_restart_does_not_send_on_its_own_what_the_server_stopped() {
 }
 
 #[test]
+fn a_restart_does_not_send_on_its_own_what_the_caller_stopped() {
+    // The caller stopped waiting (an abort) while a retry was due: the submission stays pending
+    // for "Try again". A reload with automatic resume sent it at once, though nobody had asked
+    // for it again.
+    let mut d = Driver::default();
+    let mut s = started(&mut d);
+    let first = d.last_sent().clone();
+    s.handle_answer(T0, first.id, &Answer::status(503), 0);
+    d.drain(&mut s);
+    s.stop();
+    d.drain(&mut s);
+    let stored = d.stored.clone().expect("kept, with its key");
+    assert_eq!(stored.stopped, Some(GiveUp::Stopped), "written down");
+    let stored = Record::from_json(&stored.to_json()).unwrap();
+    let mut d2 = Driver::default();
+    let mut s2 = Submission::new("new-ticket", RetryPolicy::default());
+    s2.restore(T0 + secs(5), stored, true).unwrap();
+    d2.drain(&mut s2);
+    assert!(d2.sent.is_empty(), "nothing sent on its own");
+    assert_eq!(s2.state(), State::Unsure);
+    let settled = d2.settled.last().expect("settles unsure again, with why");
+    assert_eq!(
+        (settled.outcome, settled.gave_up),
+        (Outcome::Unsure, Some(GiveUp::Stopped))
+    );
+    s2.try_again(T0 + secs(10)).unwrap();
+    d2.drain(&mut s2);
+    assert_eq!(d2.sent.len(), 1);
+    assert_eq!(d2.last_sent().key, first.key, "the same key");
+    assert_eq!(
+        d2.stored.as_ref().unwrap().stopped,
+        None,
+        "cleared by Try again"
+    );
+}
+
+#[test]
 fn a_restart_during_a_retry_after_waits_until_the_time_the_server_gave() {
     let mut d = Driver::default();
     let mut s = started(&mut d);

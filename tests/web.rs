@@ -1539,6 +1539,31 @@ async fn an_abort_during_a_retry_wait_stops_the_retries_and_try_again_resends_th
 }
 
 #[test]
+async fn a_submission_the_caller_aborted_is_not_resent_on_its_own_after_a_reload() {
+    let case = Case::new("abort-reload");
+    case.plan(&["fail-before"]);
+    let s = case.submitter(r#""resume":true"#);
+    let controller = web_sys::AbortController::new().unwrap();
+    let options = js_sys::Object::new();
+    Reflect::set(&options, &"signal".into(), &controller.signal()).unwrap();
+    let waiting = s.submit(json(TICKET), Some(options.into()));
+    reaches(&s, "waiting").await;
+    controller.abort();
+    assert_eq!(text(&settle(waiting).await.unwrap_err(), "code"), "aborted");
+    let key = text(&s.pending(), "key");
+    drop(s);
+    // The page reloads: the same submitter, resuming on its own.
+    let again = case.submitter(r#""resume":true"#);
+    assert_eq!(state(&again), "unsure", "it waits for Try again");
+    JsFuture::from(sleep(300)).await.unwrap();
+    assert_eq!(case.seen().len(), 1, "nothing sent after the reload");
+    let result = settle(again.try_again(None)).await.unwrap();
+    assert_eq!(text(&result, "outcome"), "succeeded");
+    assert_eq!(text(&result, "key"), key);
+    assert_eq!(case.tickets().await, 1.0);
+}
+
+#[test]
 async fn an_abort_while_another_call_waits_only_rejects_its_own() {
     let case = Case::new("abort-joined");
     case.plan(&["delay=300"]);

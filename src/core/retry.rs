@@ -108,16 +108,22 @@ pub enum GiveUp {
     /// The server answered with a redirect, which was not followed (the request may have been
     /// carried out).
     Redirected,
+    /// The caller stopped waiting (an `AbortSignal`, [`Submission::stop`]); the submission stays
+    /// pending for "Try again".
+    ///
+    /// [`Submission::stop`]: super::submission::Submission::stop
+    Stopped,
 }
 
 impl GiveUp {
     /// Every reason, in the order of the enum.
-    const ALL: [GiveUp; 5] = [
+    const ALL: [GiveUp; 6] = [
         GiveUp::AttemptsSpent,
         GiveUp::BudgetSpent,
         GiveUp::RetryAfterBeyondCap,
         GiveUp::ServerSaidStop,
         GiveUp::Redirected,
+        GiveUp::Stopped,
     ];
 
     /// The server ended the round (it said not to retry, asked for a longer wait than the cap,
@@ -139,6 +145,7 @@ impl GiveUp {
             GiveUp::RetryAfterBeyondCap => "retry-after-beyond-cap",
             GiveUp::ServerSaidStop => "server-said-stop",
             GiveUp::Redirected => "redirected",
+            GiveUp::Stopped => "stopped",
         }
     }
 
@@ -155,6 +162,7 @@ impl GiveUp {
             GiveUp::RetryAfterBeyondCap => "server asked to wait longer than the cap",
             GiveUp::ServerSaidStop => "server said not to retry",
             GiveUp::Redirected => "server answered with a redirect, not followed",
+            GiveUp::Stopped => "the caller stopped it",
         }
     }
 }

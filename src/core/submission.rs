@@ -746,6 +746,12 @@ impl Submission {
         // An attempt the driver has not taken yet is not sent at all (a driver blocked on a
         // write, or a listener that stopped it, had it still queued).
         self.actions.retain(|a| !matches!(a, Action::Send(_)));
+        if p.record.stopped.is_none() {
+            // Written down, as a round the server ended is: a reload or restart that resumes on
+            // its own does not send what the caller stopped; it waits for "Try again".
+            p.record.stopped = Some(GiveUp::Stopped);
+            self.actions.push_back(Action::Persist(p.record.clone()));
+        }
         self.state = State::Unsure;
         self.changed();
     }
