@@ -1355,6 +1355,55 @@ async fn a_held_submit_is_sent_by_the_kit_attached_last_when_one_is_detached_fir
     form.remove();
 }
 
+/// The first-paint snippet as the README gives it, listening on `form` only (a page has it on
+/// the window, for every form; here the other tests' forms are left alone). Returns what takes
+/// it off.
+fn first_paint_snippet_on(form: &HtmlFormElement) -> js_sys::Function {
+    let readme = include_str!("../README.md");
+    let start = readme
+        .find("```html\n<script>")
+        .expect("the snippet in the README")
+        + 16;
+    let end = start + readme[start..].find("</script>").unwrap();
+    let install = js_sys::Function::new_with_args(
+        "form, snippet",
+        "var on = []; new Function('addEventListener', snippet)(function (t, f, c) { \
+         form.addEventListener(t, f, c); on.push([t, f, c]); }); \
+         return function () { on.forEach(function (a) { form.removeEventListener(a[0], a[1], a[2]); }); };",
+    );
+    install
+        .call2(&JsValue::NULL, form, &readme[start..end].into())
+        .unwrap()
+        .unchecked_into()
+}
+
+#[test]
+async fn a_submit_held_before_the_module_loaded_is_sent_with_the_button_that_was_pressed() {
+    // "Publish" pressed on a slow link, before the kit was attached: the snippet held it, and
+    // the kit sent the form without the button's name and value (a draft, to the server).
+    let case = Case::new("held-button");
+    let form = case.form(
+        r#"<button type="submit" name="intent" value="draft">Save draft</button>
+           <button type="submit" name="intent" value="publish">Publish</button>"#,
+    );
+    let off = first_paint_snippet_on(&form);
+    fill_ticket(&form, "Held, then published");
+    button(&form, "Publish").expect("Publish").click();
+    assert!(form.get_attribute("data-oncekey-held").is_some(), "held");
+    case.plan(&["delay=300"]);
+    let _kit = case.attach(&form, 8);
+    off.call0(&JsValue::NULL).unwrap();
+    JsFuture::from(sleep(150)).await.unwrap();
+    let stored = case.stored().expect("stored before the answer");
+    assert!(stored.contains(r#"\"intent\":\"publish\""#), "{stored}");
+    assert!(!stored.contains("draft"), "{stored}");
+    settled(&form, "succeeded").await;
+    assert_eq!(case.keys().len(), 1);
+    assert_eq!(case.count("tickets").await, 1.0);
+    assert_eq!(form.get_attribute("data-oncekey-held"), None, "taken off");
+    form.remove();
+}
+
 /// Two tabs of the origin, as two forms of one name on `localStorage`, both attached before
 /// either submits: tab A's submission is left unsure; then the person fills tab B's form with
 /// another ticket and sends it. B is refused (another submission is pending) and shows A's in

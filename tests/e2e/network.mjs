@@ -27,7 +27,7 @@ export function watchPosts(page) {
 /**
  * An init script: from the moment the marked form is parsed until the kit attaches, probes every
  * 10 ms whether a submit of it would be stopped (a synthetic submit event, which never posts, and
- * whose mark `data-oncekey-held` the probe takes off again). Records in window.__firstPaint, in
+ * whose mark `data-oncekey-held` the probe puts back as it was). Records in window.__firstPaint, in
  * ms since navigation start: `formAt` (the form parsed), `protectedAt` (the first probe after
  * which none was unprotected), `attachedAt` (data-oncekey-state set: the kit attached),
  * `unprotectedMs` (protectedAt - formAt: how long a submit would have been posted natively), and
@@ -59,10 +59,11 @@ export function firstPaintProbe(selector) {
       clearInterval(timer)
       return
     }
-    const held = form.hasAttribute('data-oncekey-held')
+    const held = form.getAttribute('data-oncekey-held')
     const event = new Event('submit', { bubbles: true, cancelable: true })
     form.dispatchEvent(event)
-    if (!held) form.removeAttribute('data-oncekey-held')
+    if (held === null) form.removeAttribute('data-oncekey-held')
+    else form.setAttribute('data-oncekey-held', held)
     fp.probes += 1
     if (event.defaultPrevented) {
       if (fp.protectedAt === null) fp.protectedAt = at

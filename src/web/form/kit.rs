@@ -191,8 +191,11 @@ impl Kit {
             let weak = Rc::downgrade(&kit);
             kit.submitter.when_loaded(move |_| {
                 if let Some(kit) = weak.upgrade() {
-                    if holds(&kit.wiring) && first_paint::take_held(&kit.form) {
-                        Kit::on_submit(&kit, &JsValue::UNDEFINED);
+                    if !holds(&kit.wiring) {
+                        return;
+                    }
+                    if let Some(button) = first_paint::take_held(&kit.form) {
+                        Kit::on_submit(&kit, &button);
                     }
                 }
             });
