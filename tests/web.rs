@@ -1181,47 +1181,6 @@ async fn a_listener_that_discards_what_a_submit_took_up_never_makes_a_submission
     assert_eq!(case.tickets().await, 1.0);
 }
 
-/// Tab A's submission is left unsure; tab B (the same body) takes it up and has its answer, and
-/// removes the record. Returns A and its unsure key.
-async fn unsure_in_a_answered_in_b(case: &Case) -> (Submitter, String) {
-    case.plan(&["fail-before"]);
-    let a = case.submitter(r#""storage":"local","retry":{"attempts":1}"#);
-    let b = case.submitter(r#""storage":"local""#);
-    let unsure = settle(a.submit(json(TICKET), None)).await.unwrap();
-    assert_eq!(text(&unsure, "outcome"), "unsure");
-    let key = text(&unsure, "key");
-    let answered = settle(b.submit(json(TICKET), None)).await.unwrap();
-    assert_eq!(text(&answered, "outcome"), "succeeded");
-    assert_eq!(text(&answered, "key"), key, "B went on with A's key");
-    let local = web_sys::window().unwrap().local_storage().unwrap().unwrap();
-    assert_eq!(
-        local.get_item(&format!("oncekey:{}", case.name)).unwrap(),
-        None
-    );
-    (a, key)
-}
-
-#[test]
-async fn a_submission_another_tab_had_answered_does_not_refuse_the_next_one_of_this_tab() {
-    let case = Case::new("tabs-over");
-    let (a, key) = unsure_in_a_answered_in_b(&case).await;
-    let other = r#"{"subject":"Another","body":"x","email":"ana@example.com"}"#;
-    let next = settle(a.submit(json(other), None)).await.unwrap();
-    assert_eq!(text(&next, "outcome"), "succeeded");
-    assert_ne!(text(&next, "key"), key, "a new submission, a new key");
-    assert_eq!(case.tickets().await, 2.0);
-}
-
-#[test]
-async fn the_same_body_again_after_another_tab_had_its_answer_goes_under_the_first_key() {
-    let case = Case::new("tabs-over-same");
-    let (a, key) = unsure_in_a_answered_in_b(&case).await;
-    let again = settle(a.submit(json(TICKET), None)).await.unwrap();
-    assert_eq!(text(&again, "outcome"), "succeeded");
-    assert_eq!(text(&again, "key"), key, "never sent again under a new key");
-    assert_eq!(case.tickets().await, 1.0);
-}
-
 #[test]
 async fn a_definite_answer_leaves_a_record_another_tab_wrote_since() {
     let case = Case::new("tabs-forget");

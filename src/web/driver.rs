@@ -718,10 +718,7 @@ impl Driver {
         // another submitter of the name in this page) is taken up as a reload would take it
         // up: the same body goes on under its key, another is refused, and neither writes over
         // the other's record.
-        let had = self.machine.borrow().core.pending().is_some();
-        let pending = had || self.take_up_stored();
-        // Kept for a second begin, should the pending one turn out to be over elsewhere.
-        let again = had.then(|| request.clone());
+        let pending = self.machine.borrow().core.pending().is_some() || self.take_up_stored();
         let key = if pending {
             [0; 16]
         } else {
@@ -735,27 +732,12 @@ impl Driver {
                 }
             }
         };
-        let (before, mut begun) = {
+        let (before, begun) = {
             let mut m = self.machine.borrow_mut();
             let before = m.core.settlements();
             m.core.handle_online(now(), on_line());
             (before, m.core.begin(now(), request, NewKey::Random(key)))
         };
-        let mut pending = pending;
-        if let (
-            Some(request),
-            Err(BeginError::PendingMismatch { key, .. } | BeginError::Expired { key }),
-        ) = (again, &begun)
-        {
-            if self.over_elsewhere(key) {
-                if let Ok(bytes) = spare::draw(self) {
-                    let mut m = self.machine.borrow_mut();
-                    m.core.discard();
-                    begun = m.core.begin(now(), request, NewKey::Random(bytes));
-                    pending = false;
-                }
-            }
-        }
         match begun {
             Ok(Begun::Started) => {
                 super::upload::started(self);
@@ -803,25 +785,6 @@ impl Driver {
         // the core's begin, which would then start a submission under the key not drawn for a
         // pending one. Its changes are queued first, and heard in the submit's drive.
         true
-    }
-
-    /// Whether the submission of `key`, pending here but not being sent here (unsure, or
-    /// expired), is over elsewhere: its record is gone from the slot, removed by another tab on
-    /// `localStorage` or another submitter of the name in this page, after its definite answer
-    /// or a discard. A submission of another request then begins in its place, where it would be
-    /// refused (`pending`) for a submission nobody has any more. The same request still joins
-    /// the pending one: whatever removed the record, it is never sent again under a new key.
-    /// Not for IndexedDB, read asynchronously (its begin looks again when nothing is pending).
-    fn over_elsewhere(&self, key: &Key) -> bool {
-        let sent_here = !matches!(
-            self.machine.borrow().core.state(),
-            State::Unsure | State::Expired
-        );
-        if sent_here || self.store.borrow().kind() == StorageKind::IndexedDb {
-            return false;
-        }
-        let (text, _) = self.store.borrow_mut().read(&self.name);
-        !text.is_some_and(|t| Record::is_of_key(&t, key))
     }
 
     /// Whether a submission is pending here.
