@@ -1182,6 +1182,40 @@ async fn a_listener_that_discards_what_a_submit_took_up_never_makes_a_submission
 }
 
 #[test]
+async fn a_new_key_s_lock_is_asked_for_before_its_record_is_written_where_tabs_share_it() {
+    // Another tab reads the record from localStorage and asks for its key's lock: it must find
+    // the lock asked for already, by the tab that made the key, whose first attempt does not
+    // wait for the grant. The key was written first, and its lock asked for a moment later.
+    let case = Case::new("lock-first");
+    let seen = js_sys::Function::new_no_args(
+        "var log = [], request = LockManager.prototype.request, setItem = Storage.prototype.setItem; \
+         LockManager.prototype.request = function (name) { log.push('lock ' + name); return request.apply(this, arguments); }; \
+         Storage.prototype.setItem = function (slot, value) { log.push('write ' + value); return setItem.apply(this, arguments); }; \
+         return { log: log, restore: function () { LockManager.prototype.request = request; Storage.prototype.setItem = setItem; } };",
+    )
+    .call0(&JsValue::NULL)
+    .unwrap();
+    let s = case.submitter(r#""storage":"local""#);
+    let result = submit(&s, TICKET).await;
+    let restore: js_sys::Function = Reflect::get(&seen, &"restore".into())
+        .unwrap()
+        .unchecked_into();
+    restore.call0(&JsValue::NULL).unwrap();
+    assert_eq!(text(&result, "outcome"), "succeeded");
+    let key = text(&result, "key");
+    let log: Vec<String> = js_sys::Array::from(&Reflect::get(&seen, &"log".into()).unwrap())
+        .iter()
+        .map(|e| e.as_string().unwrap())
+        .collect();
+    let lock = log.iter().position(|e| *e == format!("lock oncekey:{key}"));
+    let write = log
+        .iter()
+        .position(|e| e.starts_with("write") && e.contains(&key));
+    assert!(lock.is_some() && write.is_some(), "{log:?}");
+    assert!(lock < write, "the lock first: {log:?}");
+}
+
+#[test]
 async fn a_definite_answer_leaves_a_record_another_tab_wrote_since() {
     let case = Case::new("tabs-forget");
     let (a, _, local, slot) = two_tabs(&case);

@@ -124,7 +124,9 @@ fn prepare(driver: &Rc<Driver>) {
 }
 
 /// The random bytes of a new key: the spare's, whose lock is then kept for the key's first
-/// attempt ([`take_lock`]), or drawn now.
+/// attempt ([`take_lock`]), or drawn now, with its lock asked for now too (where keys are
+/// shared): before the record is written, so that another tab that reads it from
+/// `localStorage` asks for the key's lock after this one, never first.
 pub(crate) fn draw(driver: &Driver) -> Result<[u8; 16], JsValue> {
     let mut s = driver.spares.borrow_mut();
     match s.next.take() {
@@ -133,8 +135,13 @@ pub(crate) fn draw(driver: &Driver) -> Result<[u8; 16], JsValue> {
             Ok(spare.bytes)
         }
         None => {
+            let bytes = random_bytes()?;
             s.made = None;
-            random_bytes()
+            if driver.shares_keys() {
+                let key = Key::from_random_bytes(bytes);
+                s.made = request_lock(&key).map(|lock| (key, lock));
+            }
+            Ok(bytes)
         }
     }
 }
