@@ -1479,3 +1479,59 @@ async fn after_another_tab_s_submission_is_discarded_the_fields_typed_in_this_on
     a.remove();
     b.remove();
 }
+
+#[test]
+async fn another_tab_s_expired_submission_shown_here_is_not_sent_as_new_with_the_secrets_typed_here(
+) {
+    // Tab B's person typed their password for their own ticket; refused for tab A's expired
+    // submission, B shows A's with "Send as a new ticket", which sent A's body with B's
+    // password, not asking for A's.
+    let case = Case::new("tabs-expired-secret");
+    let options = || {
+        let mut o = case.options(1);
+        o.submitter.storage = StorageKind::Local;
+        o.submitter.retry.budget = Duration::from_millis(500);
+        o.submitter.retry.key_lifetime = Duration::from_millis(1000);
+        o
+    };
+    let (a, b) = (case.form(SECRETS), case.form(SECRETS));
+    FormKit::attach(&a, options()).unwrap();
+    FormKit::attach(&b, options()).unwrap();
+    fill_ticket(&a, "From tab A");
+    fill_secrets(&a);
+    case.plan(&["offline"]);
+    a.request_submit().unwrap();
+    settled(&a, "expired").await;
+    fill_ticket(&b, "Typed in tab B");
+    fill(&b, "body", "Second floor.");
+    fill_secrets(&b);
+    b.request_submit().unwrap();
+    settled(&b, "expired").await;
+    // Expired as it was taken up; refused a moment later.
+    JsFuture::from(sleep(50)).await.unwrap();
+    assert_eq!(
+        field(&b, "subject").value(),
+        "From tab A",
+        "A's shown in place"
+    );
+    button(&b, "Send as a new ticket").expect("offered").click();
+    let text = status_text(&b);
+    assert!(
+        text.contains("Password, Card and PIN were not kept"),
+        "{text}"
+    );
+    JsFuture::from(sleep(100)).await.unwrap();
+    assert_eq!(
+        case.keys().len(),
+        1,
+        "nothing sent before the secrets are given"
+    );
+    fill_secrets(&b);
+    b.request_submit().unwrap();
+    settled(&b, "succeeded").await;
+    assert_eq!(case.keys().len(), 2);
+    assert_eq!(case.count("tickets").await, 1.0, "A's, sent as new, once");
+    typed_in_b_is_back(&b);
+    a.remove();
+    b.remove();
+}

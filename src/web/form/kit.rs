@@ -474,6 +474,9 @@ impl Kit {
                             let read =
                                 read_fields(&kit.form, &kit.secret_names, &JsValue::UNDEFINED);
                             kit.typed.replace(read.ok().map(|r| r.body));
+                            // The secrets set for this submit are not that one's: asked for,
+                            // as after a reload, before it is sent again or as new.
+                            let _ = kit.submitter.set_secrets(Fields::new());
                         }
                         // Its fields back, as after a reload: what Try again would send.
                         Kit::take_up_pending(&kit, Resume::Manual);
