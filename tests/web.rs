@@ -1216,6 +1216,34 @@ async fn a_new_key_s_lock_is_asked_for_before_its_record_is_written_where_tabs_s
 }
 
 #[test]
+async fn a_listener_that_submits_in_its_first_call_hears_its_submission_go_out() {
+    // A page that sends a queued ticket as soon as it hears the submitter is idle: the changes
+    // made in that first call were told while the listener was still in it, and so skipped.
+    let case = Case::new("listener-submits");
+    let s = std::rc::Rc::new(case.submitter(""));
+    let heard: std::rc::Rc<std::cell::RefCell<Vec<String>>> = Default::default();
+    let sent: std::rc::Rc<std::cell::RefCell<Option<Promise>>> = Default::default();
+    let (weak, log, out) = (std::rc::Rc::downgrade(&s), heard.clone(), sent.clone());
+    let f = Closure::<dyn FnMut(JsValue)>::new(move |e: JsValue| {
+        log.borrow_mut().push(text(&e, "state"));
+        if log.borrow().len() == 1 {
+            let s = weak.upgrade().unwrap();
+            *out.borrow_mut() = Some(s.submit(json(TICKET), None));
+        }
+    });
+    s.on_change(f.as_ref().clone()).unwrap();
+    f.forget();
+    let promise = sent
+        .borrow_mut()
+        .take()
+        .expect("submitted in the first call");
+    let result = settle(promise).await.unwrap();
+    assert_eq!(text(&result, "outcome"), "succeeded");
+    assert_eq!(*heard.borrow(), ["idle", "sending", "succeeded"]);
+    assert_eq!(case.tickets().await, 1.0);
+}
+
+#[test]
 async fn a_definite_answer_leaves_a_record_another_tab_wrote_since() {
     let case = Case::new("tabs-forget");
     let (a, _, local, slot) = two_tabs(&case);

@@ -625,10 +625,16 @@ impl Submitter {
             warning: Some(w.clone()),
             ..now.clone()
         }));
+        // What the listener changes in these calls (a submit, say) is queued and told after
+        // them, to it too, as a change made in any listener's call is.
+        let outer = d.emitting.replace(true);
         for update in &told {
             if let Ok(mut f) = entry.listener.try_borrow_mut() {
                 f(update);
             }
+        }
+        if !outer {
+            d.deliver();
         }
         Listener { entry: Some(entry) }
     }
@@ -914,6 +920,13 @@ impl Driver {
         if self.emitting.replace(true) {
             return;
         }
+        self.deliver();
+    }
+
+    /// Tells every listener the queued changes in order (a change made by a listener is queued
+    /// and told after the call that made it, never skipped), then lets go of the listeners
+    /// dropped meanwhile, even inside their own calls.
+    fn deliver(&self) {
         loop {
             let Some(update) = self.queue.borrow_mut().pop_front() else {
                 break;
@@ -926,6 +939,7 @@ impl Driver {
                 }
             }
         }
+        self.listeners.borrow_mut().retain(|e| e.live.get());
         self.emitting.set(false);
     }
 
