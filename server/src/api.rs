@@ -23,6 +23,7 @@ use axum::Extension;
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
+use crate::budget::BodyBudget;
 use crate::faults::{self, finish, RandomFaults};
 use crate::idempotency::{self, Keyed};
 pub use crate::problem::InvalidParam;
@@ -45,6 +46,8 @@ pub struct App {
     pub(crate) key_check: bool,
     pub(crate) max_body: usize,
     pub(crate) max_upload: usize,
+    /// `--upload-memory`: the bytes of bodies held at once.
+    pub(crate) bodies: BodyBudget,
     pub(crate) body_read_timeout: Duration,
     pub(crate) counters: Mutex<HashMap<String, Counters>>,
     pub(crate) next_token: AtomicI64,
@@ -149,10 +152,12 @@ pub async fn create_ticket(
         return finish(early, &abort).await;
     }
     let limit = app.body_limit(&headers);
-    let bytes = match read_body(&headers, body, limit, app.body_read_timeout).await {
-        Ok(b) => b,
-        Err(refusal) => return refusal,
-    };
+    // Read before the key is claimed: a body refused here (413, 503, 408) leaves no claim.
+    let (bytes, reserved) =
+        match read_body(&headers, body, limit, app.body_read_timeout, &app.bodies).await {
+            Ok(b) => b,
+            Err(refusal) => return refusal,
+        };
     let request = read_request(&tenant, &headers, bytes).await;
     let keyed = Keyed {
         tenant,
@@ -167,7 +172,11 @@ pub async fn create_ticket(
     };
     // The work runs in its own task, so a client that hangs up cannot cut it between claim and
     // completion.
-    let task = tokio::spawn(async move { idempotency::once(&app, keyed, fault, work).await });
+    let task = tokio::spawn(async move {
+        // The body's room is given back once the ticket holding its bytes is stored.
+        let _reserved = reserved;
+        idempotency::once(&app, keyed, fault, work).await
+    });
     let reply = task.await.unwrap_or_else(|e| {
         tracing::error!("request task failed: {e}");
         Reply::Answer(unavailable("internal error"))
@@ -199,10 +208,11 @@ async fn plain(app: Arc<App>, headers: HeaderMap, body: Body, abort: ConnectionA
         return finish(early, &abort).await;
     }
     let limit = app.body_limit(&headers);
-    let bytes = match read_body(&headers, body, limit, app.body_read_timeout).await {
-        Ok(b) => b,
-        Err(refusal) => return refusal,
-    };
+    let (bytes, reserved) =
+        match read_body(&headers, body, limit, app.body_read_timeout, &app.bodies).await {
+            Ok(b) => b,
+            Err(refusal) => return refusal,
+        };
     let new = match read_request(&tenant, &headers, bytes).await.ticket {
         Ok(t) => t,
         Err(refusal) => {
@@ -211,6 +221,7 @@ async fn plain(app: Arc<App>, headers: HeaderMap, body: Body, abort: ConnectionA
         }
     };
     let task = tokio::spawn(async move {
+        let _reserved = reserved;
         if let Some(d) = faults::hold(fault) {
             tokio::time::sleep(d).await;
         }

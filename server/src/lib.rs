@@ -14,6 +14,7 @@
 #![deny(missing_docs, missing_debug_implementations)]
 
 pub mod api;
+mod budget;
 mod connection;
 pub mod faults;
 mod idempotency;
@@ -42,6 +43,7 @@ use tower_http::services::ServeDir;
 use tower_http::trace::TraceLayer;
 
 use crate::api::{App, ConnectionAbort};
+use crate::budget::BodyBudget;
 use crate::faults::RandomFaults;
 use crate::store::Store;
 
@@ -92,12 +94,20 @@ pub struct Config {
     /// 1024 by default.
     pub max_connections: usize,
     /// The largest request body read, in bytes; a larger one is answered `413`. 64 KiB by
-    /// default.
+    /// default, at most [`api::MAX_UPLOAD_CAP`] (256 MiB).
     pub max_body: usize,
     /// The largest `multipart/form-data` body (a ticket with files) read, in bytes; a larger
     /// one is answered `413`. 25 MiB by default, at most [`api::MAX_UPLOAD_CAP`] (256 MiB):
     /// a body is held in memory while it is read and stored.
     pub max_upload: usize,
+    /// The bytes of request bodies held in memory at once, over every request being served
+    /// (`--upload-memory`): a request reserves its declared `Content-Length` (its limit when it
+    /// declares none) before its body is read and gives it back when it is done; one that
+    /// finds no room is answered `503` with `Retry-After: 1`, nothing read, claimed or stored.
+    /// `None` (the default) is [`UPLOAD_MEMORY_PER_BODY`] times the larger of `max_body` and
+    /// `max_upload` (100 MiB with the defaults). At least that larger limit, or the server
+    /// refuses to start: every body within its limit must fit alone.
+    pub upload_memory: Option<usize>,
     /// How long a client has to send a request's body once its header section is read; then
     /// the answer is `408` and the connection is closed. 30 s by default.
     pub body_read_timeout: Duration,
@@ -110,6 +120,8 @@ pub struct Config {
 pub const DEFAULT_MAX_HEADER_BYTES: usize = 16 * 1024;
 /// The default of [`Config::max_connections`].
 pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
+/// The default [`Config::upload_memory`] is room for this many bodies of the largest size.
+pub const UPLOAD_MEMORY_PER_BODY: usize = 4;
 
 impl Default for Config {
     fn default() -> Config {
@@ -134,6 +146,7 @@ impl Default for Config {
             max_connections: DEFAULT_MAX_CONNECTIONS,
             max_body: api::MAX_BODY,
             max_upload: api::MAX_UPLOAD,
+            upload_memory: None,
             body_read_timeout: Duration::from_secs(30),
             csp: None,
         }
@@ -300,6 +313,7 @@ pub async fn start(config: Config) -> Result<Server, StartError> {
         )));
     }
     let limits = limits(&config)?;
+    let upload_memory = upload_memory(&config)?;
     let db = store::describe(&config.db);
     let (store, writer) =
         Store::open_with(&config.db, config.db_connections).map_err(|error| StartError::Store {
@@ -321,6 +335,7 @@ pub async fn start(config: Config) -> Result<Server, StartError> {
         key_check: config.key_check,
         max_body: config.max_body,
         max_upload: config.max_upload,
+        bodies: BodyBudget::new(upload_memory),
         body_read_timeout: config.body_read_timeout,
         counters: Mutex::new(HashMap::new()),
         // Unique across restarts and across the servers sharing a database, so a dead or other
@@ -382,12 +397,16 @@ fn limits(config: &Config) -> Result<connection::Limits, StartError> {
             config.max_header_bytes
         )));
     }
-    if config.max_upload > api::MAX_UPLOAD_CAP {
-        return Err(StartError::Config(format!(
-            "--max-upload must be at most {} (256 MiB; a body is held in memory), not {}",
-            api::MAX_UPLOAD_CAP,
-            config.max_upload
-        )));
+    for (flag, limit) in [
+        ("--max-body", config.max_body),
+        ("--max-upload", config.max_upload),
+    ] {
+        if limit > api::MAX_UPLOAD_CAP {
+            return Err(StartError::Config(format!(
+                "{flag} must be at most {} (256 MiB; a body is held in memory), not {limit}",
+                api::MAX_UPLOAD_CAP,
+            )));
+        }
     }
     if config.max_connections == 0 {
         return Err(StartError::Config(
@@ -400,6 +419,31 @@ fn limits(config: &Config) -> Result<connection::Limits, StartError> {
         max_header_bytes: config.max_header_bytes,
         max_connections: config.max_connections,
     })
+}
+
+/// `--upload-memory`, or its default, checked against the body limits (already checked).
+fn upload_memory(config: &Config) -> Result<usize, StartError> {
+    let (flag, largest) = if config.max_upload >= config.max_body {
+        ("--max-upload", config.max_upload)
+    } else {
+        ("--max-body", config.max_body)
+    };
+    let Some(budget) = config.upload_memory else {
+        return Ok((largest * UPLOAD_MEMORY_PER_BODY).min(tokio::sync::Semaphore::MAX_PERMITS));
+    };
+    if budget < largest {
+        return Err(StartError::Config(format!(
+            "--upload-memory ({budget}) must be at least {flag} ({largest}): a body within \
+             the limit must fit alone"
+        )));
+    }
+    if budget > tokio::sync::Semaphore::MAX_PERMITS {
+        return Err(StartError::Config(format!(
+            "--upload-memory must be at most {}, not {budget}",
+            tokio::sync::Semaphore::MAX_PERMITS
+        )));
+    }
+    Ok(budget)
 }
 
 /// A random start for this process's claim tokens, in `0..2^62` (the counter after it has room

@@ -70,13 +70,19 @@ struct Args {
     /// The most connections open at once; at the cap new ones wait in the listen backlog.
     #[arg(long, default_value_t = oncekey_server::DEFAULT_MAX_CONNECTIONS)]
     max_connections: usize,
-    /// The largest request body read, in bytes; larger is `413`.
+    /// The largest request body read, in bytes; larger is `413`. At most 268435456 (256 MiB).
     #[arg(long, default_value_t = oncekey_server::api::MAX_BODY)]
     max_body: usize,
     /// The largest `multipart/form-data` body (a ticket with files) read, in bytes; larger is
     /// `413`. At most 268435456 (256 MiB): a body is held in memory while it is read.
     #[arg(long, default_value_t = oncekey_server::api::MAX_UPLOAD)]
     max_upload: usize,
+    /// The bytes of request bodies held in memory at once, over all requests; a request whose
+    /// declared length (its limit, when chunked) finds no room gets `503` + `Retry-After`.
+    /// Default: 4 times the larger of --max-upload and --max-body (100 MiB); at least that
+    /// larger limit.
+    #[arg(long, value_name = "BYTES")]
+    upload_memory: Option<usize>,
     /// How long a client has to send a request's body once its header section is read; then
     /// `408` and the connection is closed.
     #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
@@ -136,6 +142,7 @@ async fn main() {
         max_connections: args.max_connections,
         max_body: args.max_body,
         max_upload: args.max_upload,
+        upload_memory: args.upload_memory,
         body_read_timeout: args.body_read_timeout,
         csp: args.csp,
         ..Config::default()

@@ -14,6 +14,7 @@ use axum::response::Response;
 use oncekey::core::body::{self as canonical, Value};
 use sha2::{Digest, Sha256};
 
+use crate::budget::{BodyBudget, Reserved};
 use crate::problem::{param, problem, respond, JSON};
 use crate::store::{hex, NewAttachment, NewTicket, StoreError, Stored, Tx};
 
@@ -22,8 +23,8 @@ pub const MAX_BODY: usize = 64 * 1024;
 /// The largest `multipart/form-data` body (a ticket with files) read unless configured
 /// otherwise (`--max-upload`), in bytes: 25 MiB.
 pub const MAX_UPLOAD: usize = 25 * 1024 * 1024;
-/// The largest `--max-upload` the server accepts: a body is held in memory while it is read
-/// and stored, so the flag is bounded (256 MiB).
+/// The largest `--max-upload` (and `--max-body`) the server accepts: a body is held in memory
+/// while it is read and stored, so the flag is bounded (256 MiB).
 pub const MAX_UPLOAD_CAP: usize = 256 * 1024 * 1024;
 /// The most files one ticket may carry.
 pub const MAX_ATTACHMENTS: usize = 16;
@@ -434,16 +435,19 @@ fn check_email(email: &str) -> Result<(), String> {
     }
 }
 
-/// The request's body: `413` above `limit` (`--max-body`), `408` when it does not arrive within
-/// `timeout` (a body shorter than its `Content-Length` that never ends), `400` when it cannot be
-/// read (bad chunked encoding). The last two close the connection: what is left of the body
-/// cannot be told from the next request.
+/// The request's body, with the room reserved for it in `budget` (hold it until the request is
+/// done): `413` above `limit` (`--max-body`), `503` when the budget has no room for it now (see
+/// [`crate::budget`]), `408` when it does not arrive within `timeout` (a body shorter than its
+/// `Content-Length` that never ends), `400` when it cannot be read (bad chunked encoding). The
+/// last two close the connection: what is left of the body cannot be told from the next
+/// request.
 pub(crate) async fn read_body(
     headers: &HeaderMap,
     body: Body,
     limit: usize,
     timeout: Duration,
-) -> Result<Bytes, Response> {
+    budget: &BodyBudget,
+) -> Result<(Bytes, Reserved), Response> {
     let too_large = || {
         respond(&problem(
             StatusCode::PAYLOAD_TOO_LARGE,
@@ -472,8 +476,13 @@ pub(crate) async fn read_body(
     if declared.is_some_and(|n| n > limit as u64) {
         return Err(too_large());
     }
+    // Before a byte is read; given back on every way out (the caller's, or an error below).
+    let room = declared.map_or(limit, |n| n as usize);
+    let Some(reserved) = budget.reserve(room) else {
+        return Err(budget.busy(room));
+    };
     match tokio::time::timeout(timeout, axum::body::to_bytes(body, limit)).await {
-        Ok(Ok(bytes)) => Ok(bytes),
+        Ok(Ok(bytes)) => Ok((bytes, reserved)),
         Ok(Err(e)) => {
             let e = e.into_inner();
             if e.is::<http_body_util::LengthLimitError>() {

@@ -2,6 +2,8 @@
 //! key makes one ticket with its files, whose listed SHA-256 is the file's; the same key with
 //! other files is a `422`; an upload over `--max-upload` is a `413`; malformed multipart is a
 //! `400` naming what was wrong; the bytes come back from `GET /api/tickets/{id}/attachments/{n}`.
+//! Past `--upload-memory`, uploads in flight together, one more is a `503` that claims nothing and
+//! whose retry makes its ticket; a body that fails gives its room back.
 //!
 //! The PostgreSQL runs need `ONCEKEY_PG_URL` (`bash scripts/with-pg.sh cargo test -p
 //! oncekey-server --test attachments`); without it they say they are skipped.
@@ -586,6 +588,236 @@ async fn a_max_upload_over_its_cap_stops_the_server_at_start() {
     .await
     .expect_err("refused");
     assert!(refused.to_string().contains("--max-upload"), "{refused}");
+}
+
+/// A desk whose bodies may hold 150,000 bytes of memory at once, each upload at most 100,000.
+fn small_budget() -> Config {
+    Config {
+        max_upload: 100_000,
+        upload_memory: Some(150_000),
+        body_read_timeout: std::time::Duration::from_secs(1),
+        ..faults()
+    }
+}
+
+/// An upload of a file of `size` bytes.
+fn upload_of(desk: &Desk, key: &str, size: usize) -> reqwest::RequestBuilder {
+    let file = vec![7u8; size];
+    upload(
+        desk,
+        Some(key),
+        multipart(
+            FIELDS,
+            &[("attachment", "f.bin", "application/octet-stream", &file)],
+        ),
+    )
+}
+
+/// A multipart body of `size` bytes that is not multipart, sent where nothing is ever stored
+/// for it (a `400`): whether the budget has room for `size` bytes now (`503` when not).
+async fn probe(desk: &Desk, size: usize) -> u16 {
+    let answer = send(
+        desk.client
+            .post(desk.url("/api/plain/tickets"))
+            .header("X-Tenant", &desk.tenant)
+            .header(
+                "Content-Type",
+                format!("multipart/form-data; boundary={BOUNDARY}"),
+            )
+            .body(vec![b'x'; size]),
+    )
+    .await;
+    assert!(matches!(answer.status, 400 | 503), "{answer:?}");
+    answer.status
+}
+
+/// Probes until the budget has no room for `size` bytes (bounded: 200 probes).
+async fn wait_until_full_for(desk: &Desk, size: usize) {
+    for _ in 0..200 {
+        if probe(desk, size).await == 503 {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    panic!("the budget never filled up");
+}
+
+/// Sends a request's header section and the first bytes of its body over raw TCP, and leaves
+/// the rest unsent.
+async fn begin_slow_upload(desk: &Desk, length: Option<usize>) -> tokio::net::TcpStream {
+    use tokio::io::AsyncWriteExt;
+    let mut stream = tokio::net::TcpStream::connect(desk.server.addr())
+        .await
+        .unwrap();
+    let framing = match length {
+        Some(n) => format!("Content-Length: {n}"),
+        None => "Transfer-Encoding: chunked".to_owned(),
+    };
+    let head = format!(
+        "POST /api/tickets HTTP/1.1\r\nHost: x\r\nX-Tenant: {}\r\nIdempotency-Key: k-slow\r\n\
+         Content-Type: multipart/form-data; boundary={BOUNDARY}\r\n{framing}\r\n\r\n",
+        desk.tenant
+    );
+    stream.write_all(head.as_bytes()).await.unwrap();
+    let start = format!("--{BOUNDARY}\r\nContent-Disposition: form-data; name=\"subject\"\r\n\r\n");
+    let first = match length {
+        Some(_) => start,
+        None => format!("{:x}\r\n{start}\r\n", start.len()),
+    };
+    stream.write_all(first.as_bytes()).await.unwrap();
+    stream
+}
+
+#[tokio::test]
+async fn uploads_beyond_the_memory_budget_get_a_503_and_the_retry_makes_one_ticket() {
+    let desk = Desk::with("upload-memory", small_budget()).await;
+    // The first upload holds 90,000 of the 150,000 bytes while its work is held a while.
+    let first = tokio::spawn({
+        let request = upload_of(&desk, "k-first", 90_000).header("X-Fault", "delay=1500");
+        async move { send(request).await }
+    });
+    desk.wait_for_stat("processing", 1).await;
+    // A second one as large does not fit: 503, retry after a second, nothing claimed.
+    let refused = send(upload_of(&desk, "k-second", 90_000)).await;
+    assert_eq!(
+        refused.status,
+        503,
+        "{}",
+        String::from_utf8_lossy(&refused.body)
+    );
+    assert_eq!(refused.retry_after.as_deref(), Some("1"));
+    assert_eq!(refused.content_type, "application/problem+json");
+    let problem = refused.json();
+    assert_eq!(problem["type"], "urn:oncekey:problem:body-memory-busy");
+    assert!(
+        problem["detail"]
+            .as_str()
+            .unwrap()
+            .contains("--upload-memory, 150000 bytes"),
+        "{problem}"
+    );
+    assert_eq!(
+        desk.stat("processing").await,
+        1,
+        "the refused key is not claimed"
+    );
+    // A small ticket fits beside the first.
+    assert_eq!(send(desk.post(Some("k-small"), TICKET)).await.status, 201);
+    assert_eq!(first.await.unwrap().status, 201);
+    // The refused upload's retry, with its key, does the work once the room is back.
+    let retry = send_until_definite(|| upload_of(&desk, "k-second", 90_000)).await;
+    assert_eq!(
+        retry.status,
+        201,
+        "{}",
+        String::from_utf8_lossy(&retry.body)
+    );
+    assert!(!retry.replayed, "the 503 did nothing");
+    let again = send(upload_of(&desk, "k-second", 90_000)).await;
+    assert!(again.replayed);
+    assert_eq!(again.body, retry.body);
+    let tickets = desk.tickets().await;
+    assert_eq!(
+        tickets.len(),
+        3,
+        "k-first, k-small and k-second once: {tickets:?}"
+    );
+    assert_eq!(desk.stat("processing").await, 0);
+    desk.server.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_body_that_never_arrives_or_breaks_off_gives_its_memory_back() {
+    use tokio::io::AsyncReadExt;
+    let desk = Desk::with("upload-memory-back", small_budget()).await;
+    // 90,000 bytes declared, a few sent: the room is held while the rest is awaited...
+    let mut slow = begin_slow_upload(&desk, Some(90_000)).await;
+    wait_until_full_for(&desk, 90_000).await;
+    // ...until the body read timeout (1 s) answers 408.
+    let mut heard = Vec::new();
+    let _ = tokio::time::timeout(
+        std::time::Duration::from_secs(10),
+        slow.read_to_end(&mut heard),
+    )
+    .await
+    .expect("answered");
+    let heard = String::from_utf8_lossy(&heard);
+    assert!(heard.starts_with("HTTP/1.1 408"), "{heard}");
+    // All of it came back: 99,000 bytes fit in 150,000 only if the 90,000 were given back.
+    let after = send(upload_of(&desk, "k-after-timeout", 99_000)).await;
+    assert_eq!(
+        after.status,
+        201,
+        "{}",
+        String::from_utf8_lossy(&after.body)
+    );
+    // A chunked body declares no length: its limit (100,000) is held, so 60,000 more do not fit.
+    let chunked = begin_slow_upload(&desk, None).await;
+    wait_until_full_for(&desk, 60_000).await;
+    // The client goes away mid-body: the body cannot be read, and its room comes back.
+    drop(chunked);
+    let mut after = None;
+    for _ in 0..200 {
+        let answer = send(upload_of(&desk, "k-after-close", 99_000)).await;
+        if answer.status != 503 {
+            after = Some(answer);
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    let after = after.expect("the room came back");
+    assert_eq!(
+        after.status,
+        201,
+        "{}",
+        String::from_utf8_lossy(&after.body)
+    );
+    assert_eq!(desk.tickets().await.len(), 2);
+    assert_eq!(
+        desk.stat("receipts").await,
+        2,
+        "the broken bodies claimed nothing"
+    );
+    assert_eq!(desk.stat("processing").await, 0);
+    desk.server.shutdown().await;
+}
+
+#[tokio::test]
+async fn an_upload_memory_below_a_body_limit_stops_the_server_at_start() {
+    let refused = oncekey_server::start(Config {
+        max_upload: 100_000,
+        upload_memory: Some(99_999),
+        ..Config::default()
+    })
+    .await
+    .expect_err("refused");
+    let said = refused.to_string();
+    assert!(
+        said.contains("--upload-memory (99999) must be at least --max-upload (100000)"),
+        "{said}"
+    );
+    let refused = oncekey_server::start(Config {
+        max_body: 200_000,
+        max_upload: 100_000,
+        upload_memory: Some(150_000),
+        ..Config::default()
+    })
+    .await
+    .expect_err("refused");
+    assert!(
+        refused.to_string().contains("--max-body (200000)"),
+        "{refused}"
+    );
+    let refused = oncekey_server::start(Config {
+        max_body: oncekey_server::api::MAX_UPLOAD_CAP + 1,
+        ..Config::default()
+    })
+    .await
+    .expect_err("refused");
+    assert!(
+        refused.to_string().contains("--max-body must be at most"),
+        "{refused}"
+    );
 }
 
 /// A SQLite desk that answered one ticket under the key `k-old`, then stopped, its database put
