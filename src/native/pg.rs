@@ -5,8 +5,20 @@
 //!
 //! - One row per submission name in `oncekey_pending`: the record (the core's
 //!   [`Record`](crate::core::Record) as JSON text) and a lease (owner, expiry in Unix
-//!   milliseconds). Every [`Store`] method is one statement, atomic on its own; the row lock
-//!   PostgreSQL takes for the statement serialises two instances deciding about one lease.
+//!   milliseconds of the database's clock). Every [`Store`] method is one statement, atomic on
+//!   its own; the row lock PostgreSQL takes for the statement serialises two instances deciding
+//!   about one lease.
+//! - Leases are judged by the database server's clock, never by a host's: the hosts of a fleet
+//!   disagree (a host whose clock runs ahead would take a live lease over, and two instances
+//!   would send one submission at once; one behind would wait out a lease long gone). A caller
+//!   gives only the lease's length, `lease.until` less its own `now` (or less this host's system
+//!   clock, the client's `now`, for [`Store::save`], [`Store::renew`] and [`Store::defer`], which
+//!   are given no `now`); the statement stores that length past the database's
+//!   `statement_timestamp()` and compares stored expiries with that same time, in the same
+//!   statement (no offset is measured, so none goes stale). Leases read back (a
+//!   [`Claim::Busy`] holder's, [`Store::list`]'s) are shown on the caller's clock: its `now`
+//!   (or this host's clock) plus the time left by the database's. A quarantined record's time
+//!   is the caller's `now` as given: a record of when, not a lease.
 //! - [`Store::claim_due`] takes up to `limit` submissions whose lease has run out (or was given
 //!   up) in one `UPDATE … FROM (SELECT … FOR UPDATE SKIP LOCKED)`: instances polling the table
 //!   at once each get different rows and never wait on each other. The partial index
@@ -92,14 +104,29 @@ struct Pool {
     open: usize,
 }
 
-/// The statement [`Store::claim_due`] runs (also shown by [`PostgresStore::explain_claim_due`]).
-const CLAIM_DUE: &str = "UPDATE oncekey_pending AS p SET lease_owner = $1, lease_until = $2
+/// The database's clock in Unix milliseconds, as SQL: the time the statement began, one value
+/// for the whole statement (and stable, so an index can be searched with it).
+macro_rules! db_now {
+    () => {
+        "(extract(epoch FROM statement_timestamp()) * 1000)::bigint"
+    };
+}
+
+/// The statement [`Store::claim_due`] runs (also shown by [`PostgresStore::explain_claim_due`]):
+/// `$2` is the lease's length in milliseconds.
+const CLAIM_DUE: &str = concat!(
+    "UPDATE oncekey_pending AS p SET lease_owner = $1, lease_until = ",
+    db_now!(),
+    " + $2
      FROM (SELECT name FROM oncekey_pending
-           WHERE record IS NOT NULL AND lease_until <= $3
-           ORDER BY lease_until LIMIT $4
+           WHERE record IS NOT NULL AND lease_until <= ",
+    db_now!(),
+    "
+           ORDER BY lease_until LIMIT $3
            FOR UPDATE SKIP LOCKED) AS due
      WHERE p.name = due.name
-     RETURNING p.name, p.record";
+     RETURNING p.name, p.record"
+);
 
 /// A [`Store`] in a PostgreSQL database. See the module docs.
 pub struct PostgresStore {
@@ -110,6 +137,9 @@ pub struct PostgresStore {
     /// Signalled when a connection is put back or closed.
     freed: std::sync::Condvar,
     max_connections: usize,
+    /// This host's clock, which `save`, `renew`, `defer` and `list` count a lease's length
+    /// from (the client's `now`); another in tests, for a host whose clock is off.
+    clock: fn() -> Timestamp,
 }
 
 impl std::fmt::Debug for PostgresStore {
@@ -186,6 +216,24 @@ fn timestamp(ms: i64) -> Timestamp {
     Timestamp::from_millis(u64::try_from(ms).unwrap_or(0))
 }
 
+/// The longest lease length passed to the database, either way: added to its clock it stays
+/// well inside `BIGINT`.
+const MAX_LENGTH: i64 = 1 << 62;
+
+/// The length of a lease running until `until` on a clock that reads `now`, in milliseconds:
+/// negative for one already run out.
+fn length(until: Timestamp, now: Timestamp) -> i64 {
+    let ms = i128::from(until.as_millis()) - i128::from(now.as_millis());
+    i64::try_from(ms.clamp(-i128::from(MAX_LENGTH), i128::from(MAX_LENGTH))).unwrap_or(0)
+}
+
+/// A lease with `left` milliseconds to go by the database's clock, as `now` on the caller's
+/// clock sees it.
+fn until_from(now: Timestamp, left: i64) -> Timestamp {
+    let ms = i128::from(now.as_millis()) + i128::from(left);
+    Timestamp::from_millis(u64::try_from(ms.max(0)).unwrap_or(u64::MAX))
+}
+
 impl PostgresStore {
     /// Connects to the database at `url` (`postgres://user:password@host:port/db`, or the
     /// key-value form `host=… user=…`), and creates or migrates the schema. It blocks while it
@@ -208,6 +256,7 @@ impl PostgresStore {
             pool: Mutex::new(Pool::default()),
             freed: std::sync::Condvar::new(),
             max_connections: MAX_CONNECTIONS,
+            clock: super::client::now,
         };
         let mut conn = store.connection()?;
         match migrate(&mut conn) {
@@ -265,7 +314,7 @@ impl PostgresStore {
             let mut tx = c.transaction()?;
             let rows = tx.query(
                 &format!("EXPLAIN {CLAIM_DUE}"),
-                &[&"explain", &0i64, &0i64, &64i64],
+                &[&"explain", &0i64, &64i64],
             )?;
             tx.rollback()?;
             rows.iter().map(|r| r.try_get::<_, String>(0)).collect()
@@ -519,36 +568,47 @@ impl PostgresStore {
         now: Timestamp,
     ) -> Result<Claim, BoxError> {
         let owner = lease.owner.as_str();
-        let (until, now) = (millis(lease.until), millis(now));
+        let length = length(lease.until, now);
         Ok(self.with(|c| {
             // A held row that does not change is read again: another instance may release or
             // remove it between the two statements, so try a few times.
             for _ in 0..8 {
                 let taken = c.query_opt(
-                    "INSERT INTO oncekey_pending (name, lease_owner, lease_until) VALUES ($1, $2, $3)
-                     ON CONFLICT (name) DO UPDATE
+                    concat!(
+                        "INSERT INTO oncekey_pending (name, lease_owner, lease_until)
+                         VALUES ($1, $2, ",
+                        db_now!(),
+                        " + $3)
+                         ON CONFLICT (name) DO UPDATE
                          SET lease_owner = EXCLUDED.lease_owner, lease_until = EXCLUDED.lease_until
                          WHERE oncekey_pending.lease_owner IS NULL
                             OR oncekey_pending.lease_owner = EXCLUDED.lease_owner
-                            OR oncekey_pending.lease_owner = $5
-                            OR oncekey_pending.lease_until <= $4
-                     RETURNING record",
-                    &[&name, &owner, &until, &now, &dead],
+                            OR oncekey_pending.lease_owner = $4
+                            OR oncekey_pending.lease_until <= ",
+                        db_now!(),
+                        "
+                         RETURNING record"
+                    ),
+                    &[&name, &owner, &length, &dead],
                 )?;
                 if let Some(row) = taken {
                     return Ok(Claim::Taken(row.try_get(0)?));
                 }
                 let held = c.query_opt(
-                    "SELECT lease_owner, lease_until FROM oncekey_pending WHERE name = $1",
+                    concat!(
+                        "SELECT lease_owner, lease_until - ",
+                        db_now!(),
+                        " FROM oncekey_pending WHERE name = $1"
+                    ),
                     &[&name],
                 )?;
                 if let Some(row) = held {
                     if let Some(holder) = row.try_get::<_, Option<String>>(0)? {
-                        let until: i64 = row.try_get(1)?;
-                        if until > now && holder != owner && Some(holder.as_str()) != dead {
+                        let left: i64 = row.try_get(1)?;
+                        if left > 0 && holder != owner && Some(holder.as_str()) != dead {
                             return Ok(Claim::Busy(Lease {
                                 owner: holder,
-                                until: timestamp(until),
+                                until: until_from(now, left),
                             }));
                         }
                     }
@@ -557,7 +617,7 @@ impl PostgresStore {
             // Still changing under us: report it busy to an unknown holder rather than spin.
             Ok(Claim::Busy(Lease {
                 owner: "(changing)".into(),
-                until: timestamp(now),
+                until: now,
             }))
         })?)
     }
@@ -579,21 +639,30 @@ impl Store for PostgresStore {
     }
 
     fn save(&self, name: &str, record: &str, lease: &Lease) -> Result<bool, BoxError> {
+        let length = length(lease.until, (self.clock)());
         Ok(self.with(|c| {
             c.execute(
-                "UPDATE oncekey_pending SET record = $2, lease_until = $4
-                 WHERE name = $1 AND lease_owner = $3",
-                &[&name, &record, &lease.owner, &millis(lease.until)],
+                concat!(
+                    "UPDATE oncekey_pending SET record = $2, lease_until = ",
+                    db_now!(),
+                    " + $4 WHERE name = $1 AND lease_owner = $3"
+                ),
+                &[&name, &record, &lease.owner, &length],
             )
             .map(|n| n == 1)
         })?)
     }
 
     fn renew(&self, name: &str, lease: &Lease) -> Result<bool, BoxError> {
+        let length = length(lease.until, (self.clock)());
         Ok(self.with(|c| {
             c.execute(
-                "UPDATE oncekey_pending SET lease_until = $3 WHERE name = $1 AND lease_owner = $2",
-                &[&name, &lease.owner, &millis(lease.until)],
+                concat!(
+                    "UPDATE oncekey_pending SET lease_until = ",
+                    db_now!(),
+                    " + $3 WHERE name = $1 AND lease_owner = $2"
+                ),
+                &[&name, &lease.owner, &length],
             )
             .map(|n| n == 1)
         })?)
@@ -629,21 +698,29 @@ impl Store for PostgresStore {
 
     fn defer(&self, name: &str, owner: &str, due: Timestamp) -> Result<(), BoxError> {
         // No owner (so a claim by name takes it), but not due before `due`.
+        let length = length(due, (self.clock)());
         Ok(self.with(|c| {
             c.execute(
-                "UPDATE oncekey_pending SET lease_owner = NULL, lease_until = $3
-                 WHERE name = $1 AND lease_owner = $2 AND record IS NOT NULL",
-                &[&name, &owner, &millis(due)],
+                concat!(
+                    "UPDATE oncekey_pending SET lease_owner = NULL, lease_until = ",
+                    db_now!(),
+                    " + $3 WHERE name = $1 AND lease_owner = $2 AND record IS NOT NULL"
+                ),
+                &[&name, &owner, &length],
             )
             .map(|_| ())
         })?)
     }
 
     fn list(&self) -> Result<Vec<Listed>, BoxError> {
+        let now = (self.clock)();
         Ok(self.with(|c| {
             c.query(
-                "SELECT name, record, lease_owner, lease_until FROM oncekey_pending
-                 WHERE record IS NOT NULL ORDER BY name",
+                concat!(
+                    "SELECT name, record, lease_owner, lease_until - ",
+                    db_now!(),
+                    " FROM oncekey_pending WHERE record IS NOT NULL ORDER BY name"
+                ),
                 &[],
             )?
             .iter()
@@ -656,7 +733,7 @@ impl Store for PostgresStore {
                         .map(|owner| -> std::result::Result<Lease, postgres::Error> {
                             Ok(Lease {
                                 owner,
-                                until: timestamp(r.try_get(3)?),
+                                until: until_from(now, r.try_get(3)?),
                             })
                         })
                         .transpose()?,
@@ -711,7 +788,7 @@ impl Store for PostgresStore {
         Ok(self.in_transaction(|tx| {
             tx.query(
                 CLAIM_DUE,
-                &[&lease.owner, &millis(lease.until), &millis(now), &limit],
+                &[&lease.owner, &length(lease.until, now), &limit],
             )?
             .iter()
             .map(|r| {
@@ -728,6 +805,7 @@ impl Store for PostgresStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::native::store::Judged;
 
     /// A fresh database in the cluster at `ONCEKEY_PG_URL` (`None`, with the test named as
     /// skipped, when it is unset).
@@ -763,7 +841,111 @@ mod tests {
         };
         let one = PostgresStore::connect(&url).unwrap();
         let two = PostgresStore::connect(&url).unwrap();
-        crate::native::store::check_semantics(&one, &two);
+        crate::native::store::check_semantics(&one, &two, Judged::ByDatabase);
+    }
+
+    const TEN_MINUTES: u64 = 10 * 60 * 1000;
+
+    /// This host's clock, ten minutes ahead: another host of the fleet whose clock runs fast.
+    fn ahead() -> Timestamp {
+        Timestamp::from_millis(super::super::client::now().as_millis() + TEN_MINUTES)
+    }
+
+    /// This host's clock, ten minutes behind.
+    fn behind() -> Timestamp {
+        Timestamp::from_millis(super::super::client::now().as_millis() - TEN_MINUTES)
+    }
+
+    fn lease(owner: &str, from: Timestamp, ms: u64) -> Lease {
+        Lease {
+            owner: owner.into(),
+            until: from + std::time::Duration::from_millis(ms),
+        }
+    }
+
+    #[test]
+    fn leases_are_judged_by_the_databases_clock_not_each_hosts() {
+        let Some(url) = fresh_database("leases_are_judged_by_the_databases_clock_not_each_hosts")
+        else {
+            return;
+        };
+        // Three hosts on one database: one whose clock is right, one ten minutes ahead, one
+        // ten minutes behind. Each passes its own clock's `now`, as its client would.
+        let right = PostgresStore::connect(&url).unwrap();
+        let mut fast = PostgresStore::connect(&url).unwrap();
+        fast.clock = ahead;
+        let mut slow = PostgresStore::connect(&url).unwrap();
+        slow.clock = behind;
+        let now = super::super::client::now;
+
+        // The right host holds payout-77 for two seconds, as a client does: claim, then save.
+        let t = now();
+        assert_eq!(
+            right
+                .claim("payout-77", &lease("right", t, 2000), t)
+                .unwrap(),
+            Claim::Taken(None)
+        );
+        assert!(right
+            .save("payout-77", "{r}", &lease("right", now(), 2000))
+            .unwrap());
+        // The host ahead does not take the live lease over: busy, and nothing is due.
+        let t = ahead();
+        match fast
+            .claim("payout-77", &lease("fast", t, 60_000), t)
+            .unwrap()
+        {
+            Claim::Busy(held) => {
+                assert_eq!(held.owner, "right");
+                // Shown on the fast host's clock: at most two seconds from its now.
+                assert!(held.until > t && held.until <= t + std::time::Duration::from_secs(2));
+            }
+            taken => panic!("the live lease is stolen by the host ahead: {taken:?}"),
+        }
+        let due = fast.claim_due(&lease("fast", t, 60_000), t, 10).unwrap();
+        assert!(
+            due.is_empty(),
+            "the live lease is stolen by a poll: {due:?}"
+        );
+        let listed = fast.list().unwrap();
+        let shown = listed[0].lease.as_ref().expect("held");
+        assert!(shown.until > t, "listed as live: {shown:?}");
+        // A lease the host behind takes is as long as it says: the right host cannot take it.
+        let t = behind();
+        assert_eq!(
+            slow.claim("payout-78", &lease("slow", t, 60_000), t)
+                .unwrap(),
+            Claim::Taken(None)
+        );
+        let t = now();
+        match right
+            .claim("payout-78", &lease("right", t, 2000), t)
+            .unwrap()
+        {
+            Claim::Busy(held) => assert_eq!(held.owner, "slow"),
+            taken => panic!("the host behind's lease is stolen: {taken:?}"),
+        }
+
+        // Once payout-77's lease truly ran out, the host ahead takes it up.
+        std::thread::sleep(std::time::Duration::from_millis(2300));
+        let t = ahead();
+        let due = fast.claim_due(&lease("fast", t, 500), t, 10).unwrap();
+        assert_eq!(
+            due,
+            [Due {
+                name: "payout-77".into(),
+                record: "{r}".into()
+            }]
+        );
+        // And once the fast host's half second ran out, the host behind sees it run out too.
+        std::thread::sleep(std::time::Duration::from_millis(800));
+        let t = behind();
+        assert_eq!(
+            slow.claim("payout-77", &lease("slow", t, 60_000), t)
+                .unwrap(),
+            Claim::Taken(Some("{r}".into())),
+            "the host behind sees the run-out lease as run out"
+        );
     }
 
     #[test]

@@ -33,6 +33,10 @@
 //! waits for the synced record. [`SqliteStore::syncs`] counts the syncs. Two processes deciding
 //! about the same lease are serialised by SQLite's own write lock (held by the open transaction
 //! until it commits).
+//!
+//! Leases are stored and judged on the caller's clock (the `now` and `until` it passes): the
+//! processes sharing a file are on one host and read one clock. Hosts sharing a store disagree
+//! about the time; `PostgresStore` (feature `postgres`) judges leases by the database's clock.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -1052,7 +1056,7 @@ mod tests {
         let path = dir.path().join("s.db");
         let a = SqliteStore::open(&path).unwrap();
         let b = SqliteStore::open(&path).unwrap();
-        super::super::store::check_semantics(&a, &b);
+        super::super::store::check_semantics(&a, &b, super::super::store::Judged::ByCaller);
     }
 
     /// A fleet starting at once: every process opens the same fresh store, and each of them

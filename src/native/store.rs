@@ -13,6 +13,8 @@
 //! renews its lease before every attempt and every wait; a client that died stops renewing, its
 //! lease runs out, and the next claim takes the submission over, record and key included.
 //!
+//! Whose clock judges a lease: see [`Store`]'s "Whose clock".
+//!
 //! # Bringing another store
 //!
 //! [`Store`] is public: implement its methods with the semantics written on each, each one
@@ -199,14 +201,28 @@ impl StoreCall {
 
 /// Durable storage for pending submissions, shared by every client that opens it.
 ///
+/// # Whose clock
+///
+/// Times (`now`, a lease's `until`) come from the caller: the client passes its host's system
+/// clock. [`MemoryStore`] and [`SqliteStore`](crate::SqliteStore) store and compare them as
+/// they are (one process, or the processes of one host, read one clock). A store shared by
+/// hosts cannot: their clocks disagree, and a host whose clock runs ahead would find a live
+/// lease run out and send the submission beside its holder. Such a store judges leases by one
+/// clock of its own and takes from the caller only how long a lease lasts (`until` less `now`;
+/// less the caller's clock for the calls given no `now`), as `PostgresStore` (feature
+/// `postgres`) does with the database server's clock. A lease it answers (a [`Claim::Busy`]
+/// holder's, [`Store::list`]'s) is shown on the caller's clock: its `now` plus the time left.
+///
+/// # Calls
+///
 /// Each method is one atomic step. Methods block; the client calls them on tokio's blocking
 /// pool unless [`Store::blocks`] says they return at once, or [`Store::starts`] says the store
 /// answers a submission's calls from a thread of its own ([`Store::start`]).
 pub trait Store: Send + Sync + fmt::Debug + 'static {
-    /// In one transaction: when no other owner holds an unexpired lease on `name` (at `now`),
-    /// set the name's lease to `lease` (creating the row if there is none) and answer
-    /// [`Claim::Taken`] with the stored record; otherwise change nothing and answer
-    /// [`Claim::Busy`] with the holder's lease.
+    /// In one transaction: when no other owner holds an unexpired lease on `name` (at `now`, or
+    /// by the store's own clock: see [whose clock](Store#whose-clock)), set the name's lease to
+    /// `lease` (creating the row if there is none) and answer [`Claim::Taken`] with the stored
+    /// record; otherwise change nothing and answer [`Claim::Busy`] with the holder's lease.
     fn claim(&self, name: &str, lease: &Lease, now: Timestamp) -> Result<Claim, BoxError>;
 
     /// [`Store::claim`], with a lease held by `holder` counted as run out: for a client that
@@ -276,10 +292,10 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     }
 
     /// Takes the lease `lease` on up to `limit` stored submissions that no one holds (never
-    /// leased, released, or run out at `now`), oldest lease first, and answers them with their
-    /// records. Two callers at once get different submissions. The default claims them one by
-    /// one from [`Store::list`]; a shared database does it in one statement (see
-    /// `PostgresStore`).
+    /// leased, released, or run out at `now`, or by the store's own clock), oldest lease first,
+    /// and answers them with their records. Two callers at once get different submissions. The
+    /// default claims them one by one from [`Store::list`]; a shared database does it in one
+    /// statement (see `PostgresStore`).
     fn claim_due(&self, lease: &Lease, now: Timestamp, limit: usize) -> Result<Vec<Due>, BoxError> {
         let mut due = Vec::new();
         for listed in self.list()? {
@@ -531,11 +547,29 @@ impl Store for MemoryStore {
     }
 }
 
-/// The semantics every [`Store`] must have, run against one: used by this crate's tests for
-/// [`MemoryStore`] and `SqliteStore`.
+/// Whose clock a store judges leases by, for [`check_semantics`].
 #[cfg(test)]
-pub(crate) fn check_semantics(store: &dyn Store, other: &dyn Store) {
-    let t = Timestamp::from_millis;
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Judged {
+    /// The caller's `now` ([`MemoryStore`], `SqliteStore`): times are simulated, from 0 ms.
+    ByCaller,
+    /// The database's clock (`PostgresStore`): times are this host's clock plus as many
+    /// seconds, a holder's lease is shown on the caller's clock (only its owner is compared),
+    /// and a lease meant to run out is renewed into the past first.
+    ByDatabase,
+}
+
+/// The semantics every [`Store`] must have, run against one: used by this crate's tests for
+/// [`MemoryStore`], `SqliteStore` and `PostgresStore`.
+#[cfg(test)]
+pub(crate) fn check_semantics(store: &dyn Store, other: &dyn Store, judged: Judged) {
+    let by_database = judged == Judged::ByDatabase;
+    let (base, unit) = if by_database {
+        (super::client::now().as_millis(), 1000)
+    } else {
+        (0, 1)
+    };
+    let t = |x: u64| Timestamp::from_millis(base + x * unit);
     let a = |until| Lease {
         owner: "a".into(),
         until: t(until),
@@ -544,6 +578,21 @@ pub(crate) fn check_semantics(store: &dyn Store, other: &dyn Store) {
         owner: "b".into(),
         until: t(until),
     };
+    // The holder's lease, exactly when judged by the caller's clock.
+    let held_by = |claim: Claim, lease: Lease| match (claim, by_database) {
+        (Claim::Busy(held), true) => assert_eq!(held.owner, lease.owner),
+        (claim, _) => assert_eq!(claim, Claim::Busy(lease)),
+    };
+    // By the database's clock, a lease runs out only as time passes: renew it into the past.
+    let run_out = |name: &str, owner: &str| {
+        if by_database {
+            let past = Lease {
+                owner: owner.into(),
+                until: Timestamp::from_millis(0),
+            };
+            assert!(store.renew(name, &past).unwrap());
+        }
+    };
     assert_eq!(store.claim("n", &a(100), t(0)).unwrap(), Claim::Taken(None));
     assert!(
         store.list().unwrap().is_empty(),
@@ -551,26 +600,17 @@ pub(crate) fn check_semantics(store: &dyn Store, other: &dyn Store) {
     );
     assert!(store.save("n", "{r1}", &a(100)).unwrap());
     // The other handle sees the lease and the record.
-    assert_eq!(
-        other.claim("n", &b(200), t(50)).unwrap(),
-        Claim::Busy(a(100))
-    );
+    held_by(other.claim("n", &b(200), t(50)).unwrap(), a(100));
     assert!(!other.save("n", "{evil}", &b(200)).unwrap());
     assert!(!other.remove("n", "b").unwrap());
     assert!(store.renew("n", &a(150)).unwrap());
-    assert_eq!(
-        other.claim("n", &b(300), t(120)).unwrap(),
-        Claim::Busy(a(150))
-    );
+    held_by(other.claim("n", &b(300), t(120)).unwrap(), a(150));
     // A holder found dead is taken over at once; another live holder is not.
     let c = |until| Lease {
         owner: "c".into(),
         until: t(until),
     };
-    assert_eq!(
-        other.take_over("n", "z", &c(300), t(120)).unwrap(),
-        Claim::Busy(a(150))
-    );
+    held_by(other.take_over("n", "z", &c(300), t(120)).unwrap(), a(150));
     assert_eq!(
         other.take_over("n", "a", &c(300), t(120)).unwrap(),
         Claim::Taken(Some("{r1}".into()))
@@ -579,17 +619,15 @@ pub(crate) fn check_semantics(store: &dyn Store, other: &dyn Store) {
         !store.renew("n", &a(150)).unwrap(),
         "the dead holder lost it"
     );
-    assert_eq!(
-        store.take_over("n", "a", &a(150), t(120)).unwrap(),
-        Claim::Busy(c(300)),
-        "and cannot take it back from the live one"
-    );
+    // And cannot take it back from the live one.
+    held_by(store.take_over("n", "a", &a(150), t(120)).unwrap(), c(300));
     other.release("n", "c").unwrap();
     assert_eq!(
         store.claim("n", &a(150), t(120)).unwrap(),
         Claim::Taken(Some("{r1}".into()))
     );
     // Expired: taken over, record included.
+    run_out("n", "a");
     assert_eq!(
         other.claim("n", &b(300), t(151)).unwrap(),
         Claim::Taken(Some("{r1}".into()))
@@ -602,7 +640,14 @@ pub(crate) fn check_semantics(store: &dyn Store, other: &dyn Store) {
     let listed = other.list().unwrap();
     assert_eq!(listed.len(), 1);
     assert_eq!(listed[0].record, "{r1}");
-    assert_eq!(listed[0].lease, Some(b(300)));
+    if by_database {
+        assert_eq!(
+            listed[0].lease.as_ref().map(|l| l.owner.as_str()),
+            Some("b")
+        );
+    } else {
+        assert_eq!(listed[0].lease, Some(b(300)));
+    }
     // Released: the record stays, anyone may claim.
     other.release("n", "b").unwrap();
     assert_eq!(store.list().unwrap()[0].lease, None);
@@ -644,6 +689,8 @@ pub(crate) fn check_semantics(store: &dyn Store, other: &dyn Store) {
     assert_eq!(theirs[0].record, format!("{{{}}}", theirs[0].name));
     assert!(store.claim_due(&a(2000), t(300), 10).unwrap().is_empty());
     // After a's leases run out (at 1000 and 2000), b takes them over.
+    run_out("d3", "a");
+    run_out(&mine[0].name, "a");
     let mut late: Vec<String> = other
         .claim_due(&b(9000), t(2500), 10)
         .unwrap()
@@ -689,6 +736,6 @@ mod tests {
     #[test]
     fn memory_store_has_the_semantics() {
         let store = MemoryStore::new();
-        check_semantics(&store, &store.clone());
+        check_semantics(&store, &store.clone(), Judged::ByCaller);
     }
 }
