@@ -39,6 +39,8 @@ lint: setup
 	# Without the JavaScript face (feature js), as a Rust frontend depends on it.
 	cargo clippy -p oncekey --lib --target $(WASM) --no-default-features -- -D warnings
 	RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --all-features -p oncekey -p oncekey-server
+	# With the default features too, as docs.rs and a user's `cargo doc` build them.
+	RUSTDOCFLAGS="-D warnings" cargo doc --no-deps -p oncekey
 	RUSTDOCFLAGS="-D warnings" cargo doc --no-deps -p oncekey --target $(WASM) --features small-alloc
 	cargo fmt --manifest-path examples/leptos/Cargo.toml --check
 	CARGO_TARGET_DIR=$(LEPTOS_TARGET) cargo clippy --manifest-path examples/leptos/Cargo.toml --target $(WASM) -- -D warnings

@@ -429,7 +429,7 @@ impl SubmissionBuilder {
     }
 
     /// The record this submission would store, made without storing or sending anything: for
-    /// [`PostgresStore::enqueue`](crate::PostgresStore::enqueue), which writes it in the
+    /// `PostgresStore::enqueue` (feature `postgres`), which writes it in the
     /// caller's own transaction (a transactional outbox). Its key is the one given with
     /// [`SubmissionBuilder::key`], or a new random one; it has made no attempt yet.
     pub fn record(mut self) -> Result<Record> {

@@ -161,7 +161,7 @@ impl Client {
     }
 
     /// For a fleet sharing one store: takes up to `limit` stored submissions that no live
-    /// client holds (enqueued with [`PostgresStore::enqueue`](crate::PostgresStore::enqueue),
+    /// client holds (enqueued with `PostgresStore::enqueue`, feature `postgres`,
     /// or left by a client that died, whose lease ran out) in one step of the store
     /// ([`Store::claim_due`]: instances calling it at once get different ones), and finishes
     /// them as [`Client::resume_pending`] does. Call it in a loop, with a pause when it finds
