@@ -548,24 +548,27 @@ async fn a_multipart_ticket_without_files_is_the_same_body_as_its_json_twin() {
     assert_eq!(desk.stat("tickets").await, 1);
 }
 
+/// `body` posted as `multipart/form-data` to the route without keys.
+fn plain_multipart(desk: &Desk, body: Vec<u8>) -> reqwest::RequestBuilder {
+    desk.client
+        .post(desk.url("/api/plain/tickets"))
+        .header("X-Tenant", &desk.tenant)
+        .header(
+            "Content-Type",
+            format!("multipart/form-data; boundary={BOUNDARY}"),
+        )
+        .body(body)
+}
+
 #[tokio::test]
 async fn the_plain_route_takes_uploads_too_and_makes_a_ticket_per_request() {
     let desk = Desk::start("plain-upload").await;
     let file = screenshot();
     for _ in 0..2 {
-        let answer = send(
-            desk.client
-                .post(desk.url("/api/plain/tickets"))
-                .header("X-Tenant", &desk.tenant)
-                .header(
-                    "Content-Type",
-                    format!("multipart/form-data; boundary={BOUNDARY}"),
-                )
-                .body(multipart(
-                    FIELDS,
-                    &[("attachment", "a.png", "image/png", &file)],
-                )),
-        )
+        let answer = send(plain_multipart(
+            &desk,
+            multipart(FIELDS, &[("attachment", "a.png", "image/png", &file)]),
+        ))
         .await;
         assert_eq!(answer.status, 201);
     }
@@ -616,17 +619,7 @@ fn upload_of(desk: &Desk, key: &str, size: usize) -> reqwest::RequestBuilder {
 /// A multipart body of `size` bytes that is not multipart, sent where nothing is ever stored
 /// for it (a `400`): whether the budget has room for `size` bytes now (`503` when not).
 async fn probe(desk: &Desk, size: usize) -> u16 {
-    let answer = send(
-        desk.client
-            .post(desk.url("/api/plain/tickets"))
-            .header("X-Tenant", &desk.tenant)
-            .header(
-                "Content-Type",
-                format!("multipart/form-data; boundary={BOUNDARY}"),
-            )
-            .body(vec![b'x'; size]),
-    )
-    .await;
+    let answer = send(plain_multipart(desk, vec![b'x'; size])).await;
     assert!(matches!(answer.status, 400 | 503), "{answer:?}");
     answer.status
 }
