@@ -1390,6 +1390,13 @@ async fn a_submit_held_before_the_module_loaded_is_sent_with_the_button_that_was
     fill_ticket(&form, "Held, then published");
     button(&form, "Publish").expect("Publish").click();
     assert!(form.get_attribute("data-oncekey-held").is_some(), "held");
+    // A script of the page adds a control before the buttons meanwhile (a token, a widget):
+    // the button pressed is still the one sent, never the one now in its place.
+    form.insert_adjacent_html(
+        "afterbegin",
+        r#"<input type="hidden" name="token" value="t">"#,
+    )
+    .unwrap();
     case.plan(&["delay=300"]);
     let _kit = case.attach(&form, 8);
     off.call0(&JsValue::NULL).unwrap();
@@ -1505,6 +1512,7 @@ async fn another_tab_s_expired_submission_shown_here_is_not_sent_as_new_with_the
     fill_ticket(&b, "Typed in tab B");
     fill(&b, "body", "Second floor.");
     fill_secrets(&b);
+    fill(&b, "password", "b's own password");
     b.request_submit().unwrap();
     settled(&b, "expired").await;
     // Expired as it was taken up; refused a moment later.
@@ -1513,6 +1521,11 @@ async fn another_tab_s_expired_submission_shown_here_is_not_sent_as_new_with_the
         field(&b, "subject").value(),
         "From tab A",
         "A's shown in place"
+    );
+    assert_eq!(
+        field(&b, "password").value(),
+        "",
+        "B's password is not offered for A's"
     );
     button(&b, "Send as a new ticket").expect("offered").click();
     let text = status_text(&b);

@@ -133,7 +133,7 @@ test('on Slow 3G, Send pressed before the module has loaded is held, never poste
   const attachedWhenPressed = await page.getAttribute(KIT, 'data-oncekey-state')
   await page.click(`${KIT} button[type=submit]`)
   assert.equal(attachedWhenPressed, null, 'Send was pressed before the kit attached (else this test proves nothing)')
-  assert.match(await page.getAttribute(KIT, 'data-oncekey-held') ?? 'none', /^\d+$/, 'the snippet held the submit, noting the button pressed')
+  assert.equal(await page.getAttribute(KIT, 'data-oncekey-held'), '["",""]', 'the snippet held the submit, noting the button pressed (the demo\'s has no name)')
   await screenshot(page, 'network-01-held-before-the-module')
   const fp = await attached(page)
   await settled(page, 'succeeded')

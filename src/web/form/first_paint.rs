@@ -6,11 +6,12 @@
 //!
 //! - the inline snippet in the page's head (README.md, "Protected from the first paint"): it
 //!   holds every submit of a `[data-oncekey]` form that has no `data-oncekey-state` yet (the kit
-//!   not attached), and marks the form `data-oncekey-held`, whose value is the place of the
-//!   button pressed among the form's `elements` (empty when none was). The kit sends a held form
+//!   not attached), and marks the form `data-oncekey-held`, whose value is the name and value
+//!   of the button pressed, as a JSON array (empty when none was). The kit sends a held form
 //!   once it has attached and looked in IndexedDB (a submission stored there is the one to send,
 //!   with its key), with the values in its fields then, as if that button were pressed at that
-//!   moment: its name and value go with the fields, as the browser would send them.
+//!   moment: the form's submit button of that name and value (never another one, whatever the
+//!   page added or removed meanwhile; none when it has none of them any more).
 //! - markup only, for a page whose policy allows no inline script: the form's submit buttons
 //!   carry `disabled data-oncekey-wait`, so the form cannot be sent (nor by Enter: its default
 //!   button is disabled) and keeps its values; the kit enables them when it attaches, before it
@@ -19,8 +20,9 @@
 use wasm_bindgen::JsValue;
 use web_sys::HtmlFormElement;
 
-use super::dom::{attr, controls, has_attr, remove_attr};
+use super::dom::{attr, controls, has_attr, remove_attr, text};
 use super::fields::is_submit_button;
+use crate::core::body::Value;
 
 /// The snippet's mark on a form whose submit it held.
 const HELD: &str = "data-oncekey-held";
@@ -42,16 +44,25 @@ pub(super) fn is_held(form: &HtmlFormElement) -> bool {
     has_attr(form, HELD)
 }
 
-/// The submit the snippet held of `form`, if it held one: the button that was pressed
-/// (`undefined` when none was, or the mark names no submit button of the form). The mark is
-/// taken off.
+/// The submit the snippet held of `form`, if it held one: the button that was pressed, found
+/// again by its name and value (`undefined` when none was pressed, or the form has no submit
+/// button of that name and value any more). The mark is taken off.
 pub(super) fn take_held(form: &HtmlFormElement) -> Option<JsValue> {
-    let place = attr(form, HELD)?;
+    let mark = attr(form, HELD)?;
     remove_attr(form, HELD);
-    let button = place
-        .parse::<u32>()
-        .ok()
-        .and_then(|i| form.elements().item(i))
-        .filter(is_submit_button);
+    let pressed = match crate::core::body::parse(&mark) {
+        Ok(Value::Array(pair)) => match pair.as_slice() {
+            [Value::String(name), Value::String(value)] => Some((name.clone(), value.clone())),
+            _ => None,
+        },
+        _ => None,
+    };
+    let button = pressed.and_then(|(name, value)| {
+        controls(form).into_iter().find(|el| {
+            is_submit_button(el)
+                && text(el, "name").as_deref() == Some(&*name)
+                && text(el, "value").as_deref() == Some(&*value)
+        })
+    });
     Some(button.map_or(JsValue::UNDEFINED, JsValue::from))
 }
