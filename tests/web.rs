@@ -1584,6 +1584,47 @@ async fn a_submission_the_caller_aborted_is_not_resent_on_its_own_after_a_reload
     assert_eq!(case.tickets().await, 1.0);
 }
 
+/// A submission on `localStorage` waiting for its retry (a 503 first), with the signal that
+/// stops it, and its slot.
+async fn waiting_on_local(case: &Case) -> (Submitter, web_sys::AbortController, Promise, String) {
+    case.plan(&["fail-before"]);
+    let s = case.submitter(r#""storage":"local""#);
+    let controller = web_sys::AbortController::new().unwrap();
+    let options = js_sys::Object::new();
+    Reflect::set(&options, &"signal".into(), &controller.signal()).unwrap();
+    let waiting = s.submit(json(TICKET), Some(options.into()));
+    reaches(&s, "waiting").await;
+    (s, controller, waiting, format!("oncekey:{}", case.name))
+}
+
+#[test]
+async fn an_abort_never_writes_back_a_record_another_tab_removed_or_replaced() {
+    // The abort's mark (not to be resent on its own) was written wherever the slot stood: a
+    // record another tab had answered and removed came back, unsure, on the next load.
+    let local = web_sys::window().unwrap().local_storage().unwrap().unwrap();
+    let case = Case::new("abort-removed");
+    let (_s, controller, waiting, slot) = waiting_on_local(&case).await;
+    local.remove_item(&slot).unwrap();
+    controller.abort();
+    assert_eq!(text(&settle(waiting).await.unwrap_err(), "code"), "aborted");
+    assert_eq!(local.get_item(&slot).unwrap(), None, "not written back");
+    // Nor over another tab's own record, stored since.
+    let case = Case::new("abort-replaced");
+    let (s, controller, waiting, slot) = waiting_on_local(&case).await;
+    let key = text(&s.pending(), "key");
+    let theirs = "5f0c3e1a-3b7e-4c1d-9a2b-8e7f6d5c4b3a";
+    let mine = local.get_item(&slot).unwrap().unwrap();
+    local.set_item(&slot, &mine.replace(&key, theirs)).unwrap();
+    controller.abort();
+    assert_eq!(text(&settle(waiting).await.unwrap_err(), "code"), "aborted");
+    let stored = local.get_item(&slot).unwrap().unwrap();
+    assert!(
+        stored.contains(theirs) && !stored.contains("stopped"),
+        "{stored}"
+    );
+    local.remove_item(&slot).unwrap();
+}
+
 #[test]
 async fn an_abort_while_another_call_waits_only_rejects_its_own() {
     let case = Case::new("abort-joined");

@@ -99,7 +99,7 @@ export function idb_rekey(name, from, to) {
       const store = tx.objectStore('pending');
       const get = store.get(name);
       get.onsuccess = () => {
-        if (to === null) store.delete(name);
+        if (to == null) store.delete(name);
         else store.put({ ...get.result, record: get.result.record.replace(from, to) }, name);
       };
       tx.oncomplete = () => { open.result.close(); resolve(); };
@@ -829,6 +829,74 @@ async fn an_upload_s_signal_aborts_its_wait_and_try_again_finishes_it_with_the_s
     assert_eq!(text(&again, "key"), key);
     assert!(all_equal(&case.keys()), "{:?}", case.keys());
     assert_one_ticket_with(&case, &bytes, "held.png").await;
+}
+
+#[test]
+async fn an_upload_s_abort_never_writes_back_its_record_another_tab_removed() {
+    // The abort's mark (not to be resent on its own) was written to IndexedDB wherever the
+    // slot stood: an upload another tab had finished and removed came back on the next load.
+    let case = Case::new("upload-abort-removed");
+    case.plan(&["delay=2000"]);
+    let s = case.submitter(r#""retry":{"attempts":1}"#);
+    let bytes = file_bytes(20_000, 11);
+    let controller = web_sys::AbortController::new().unwrap();
+    let options = js_sys::Object::new();
+    Reflect::set(&options, &"signal".into(), &controller.signal()).unwrap();
+    let sending = JsFuture::from(s.submit(
+        ticket_form(&bytes, "gone.png", "image/png").into(),
+        Some(options.into()),
+    ));
+    for _ in 0..100 {
+        if !case.stored().await.is_null() {
+            break;
+        }
+        JsFuture::from(sleep(10)).await.unwrap();
+    }
+    // Another tab took it up, had its answer and removed it.
+    JsFuture::from(idb_rekey(&case.name, "", None))
+        .await
+        .unwrap();
+    controller.abort();
+    let aborted = sending.await.expect_err("aborted");
+    assert_eq!(error_code(&aborted), "aborted");
+    JsFuture::from(sleep(300)).await.unwrap();
+    assert!(case.stored().await.is_null(), "not written back");
+}
+
+#[test]
+async fn an_upload_s_new_key_has_its_lock_asked_for_before_its_record_is_written() {
+    // An upload's record is IndexedDB's, shared by tabs, even with storage 'memory': its key's
+    // lock was asked for only as the first attempt started, after the record was written.
+    let case = Case::new("upload-lock-first");
+    let seen = js_sys::Function::new_no_args(
+        "var log = [], request = LockManager.prototype.request, put = IDBObjectStore.prototype.put; \
+         LockManager.prototype.request = function (name) { log.push('lock ' + name); return request.apply(this, arguments); }; \
+         IDBObjectStore.prototype.put = function (value) { log.push('write ' + (value && value.record)); return put.apply(this, arguments); }; \
+         return { log: log, restore: function () { LockManager.prototype.request = request; IDBObjectStore.prototype.put = put; } };",
+    )
+    .call0(&JsValue::NULL)
+    .unwrap();
+    let s = case.submitter(r#""storage":"memory""#);
+    let bytes = file_bytes(5_000, 12);
+    let result = JsFuture::from(s.submit(ticket_form(&bytes, "a.png", "image/png").into(), None))
+        .await
+        .expect("resolves");
+    let restore: js_sys::Function = Reflect::get(&seen, &"restore".into())
+        .unwrap()
+        .unchecked_into();
+    restore.call0(&JsValue::NULL).unwrap();
+    assert_eq!(text(&result, "outcome"), "succeeded");
+    let key = text(&result, "key");
+    let log: Vec<String> = js_sys::Array::from(&Reflect::get(&seen, &"log".into()).unwrap())
+        .iter()
+        .map(|e| e.as_string().unwrap_or_default())
+        .collect();
+    let lock = log.iter().position(|e| *e == format!("lock oncekey:{key}"));
+    let write = log
+        .iter()
+        .position(|e| e.starts_with("write") && e.contains(&key));
+    assert!(lock.is_some() && write.is_some(), "{log:?}");
+    assert!(lock < write, "the lock first: {log:?}");
 }
 
 #[test]

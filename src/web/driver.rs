@@ -181,8 +181,8 @@ impl Pending {
         self.started_at
     }
 
-    /// The server ended its round (said not to retry, or redirected): only a deliberate "Try
-    /// again" sends it.
+    /// Its round was ended by the server (said not to retry, or redirected) or by its caller
+    /// (an abort): only a deliberate "Try again" sends it.
     pub fn stopped(&self) -> Option<GiveUp> {
         self.stopped
     }
@@ -953,9 +953,21 @@ impl Driver {
             let action = self.machine.borrow_mut().core.poll_action();
             let Some(action) = action else { break };
             match action {
-                Action::Persist(record) if super::upload::persist(self, record.to_json()) => {}
                 Action::Persist(record) => {
-                    let warning = self.store.borrow_mut().write(&self.name, &record.to_json());
+                    // A mark on a submission this submitter is not sending (unsure: stopped by
+                    // its caller or by the server) is written only where its record still is:
+                    // another tab may have had its answer and removed it (written back, it
+                    // would come back on the next load as unsure), or stored its own since.
+                    let only_of = (self.machine.borrow().core.state() == State::Unsure)
+                        .then(|| record.key.clone());
+                    let text = record.to_json();
+                    if super::upload::persist(self, text.clone(), only_of.clone()) {
+                        continue;
+                    }
+                    let warning = match &only_of {
+                        Some(key) => self.store.borrow_mut().rewrite(&self.name, key, &text),
+                        None => self.store.borrow_mut().write(&self.name, &text),
+                    };
                     if let Some(warning) = warning {
                         warn(&warning);
                         self.emit(self.snapshot(Some(warning)));

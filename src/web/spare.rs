@@ -135,9 +135,10 @@ pub(crate) fn draw(driver: &Driver) -> Result<[u8; 16], JsValue> {
             Ok(spare.bytes)
         }
         None => {
-            let bytes = random_bytes()?;
             s.made = None;
-            if driver.shares_keys() {
+            let bytes = random_bytes()?;
+            // An upload's record is IndexedDB's, shared by tabs, whatever storage was asked.
+            if driver.shares_keys() || super::upload::begins(driver) {
                 let key = Key::from_random_bytes(bytes);
                 s.made = request_lock(&key).map(|lock| (key, lock));
             }

@@ -176,6 +176,17 @@ impl Store {
         None
     }
 
+    /// Writes `text` only where the record stored under `name` is still of `key` (in web
+    /// storage, or in memory when that is where it is kept): one removed or replaced by another
+    /// writer since stays as that writer left it.
+    pub(crate) fn rewrite(&mut self, name: &str, key: &Key, text: &str) -> Option<String> {
+        let (stored, warning) = self.read(name);
+        if warning.is_some() || !stored.is_some_and(|t| Record::is_of_key(&t, key)) {
+            return warning;
+        }
+        self.write(name, text)
+    }
+
     /// Removes the record of `key` (from memory too, where a failure may have put it). A record
     /// of another key in its place is another writer's, written since this one's (another tab
     /// on `localStorage`, another submitter of the name in the page), and stays: it is pending.

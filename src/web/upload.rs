@@ -228,8 +228,9 @@ pub(crate) fn started(d: &Driver) {
 /// `Persist` of an upload, or of any record under `storage: 'indexeddb'`: writes the record
 /// with its payload (none for a JSON body) in one IndexedDB transaction, once IndexedDB was
 /// looked at, and blocks the driver until it has committed. `false` when the record is not
-/// IndexedDB's to keep (the driver writes it to its web storage as usual).
-pub(crate) fn persist(d: &Rc<Driver>, record: String) -> bool {
+/// IndexedDB's to keep (the driver writes it to its web storage as usual). With `only_of`, the
+/// record is rewritten only where the stored one is still of that key (see `Driver::drive`).
+pub(crate) fn persist(d: &Rc<Driver>, record: String, only_of: Option<Key>) -> bool {
     let (payload, ready, json_in_idb) = {
         let u = d.uploads.borrow();
         (u.payload.clone(), u.ready.clone(), u.json_in_idb)
@@ -245,6 +246,7 @@ pub(crate) fn persist(d: &Rc<Driver>, record: String) -> bool {
         }
         // None: in memory only (the warning was given when IndexedDB failed).
         let written = match db(&d) {
+            Some(db) if !still_of(&db, &d.name, only_of.as_ref()).await => Ok(()),
             Some(db) => {
                 let stored = match payload {
                     Some(p) => Stored {
@@ -307,6 +309,17 @@ pub(crate) fn forget(d: &Driver, key: &Key) {
             let _ = idb::delete(&db, &name).await;
         });
     }
+}
+
+/// Whether the record stored under `name` is of `key` (`true` when no key is asked about).
+async fn still_of(db: &IdbDatabase, name: &str, key: Option<&Key>) -> bool {
+    let Some(key) = key else { return true };
+    matches!(idb::get(db, name).await, Ok(Some(Ok(stored))) if Record::is_of_key(&stored.record, key))
+}
+
+/// Whether the submission being begun is an upload.
+pub(crate) fn begins(d: &Driver) -> bool {
+    d.uploads.borrow().next.is_some()
 }
 
 /// Whether the pending submission is an upload (kept in IndexedDB, whatever storage was asked).

@@ -326,8 +326,8 @@ impl Kit {
         } else if !kit.secret_names.is_empty() {
             kit.ask_for_secrets();
         } else if resume == Resume::Auto && pending.stopped().is_none() {
-            // Not a round the server ended (x-should-retry: false, a redirect): that one waits
-            // for the person's Try again, as it did before the reload.
+            // Not a round the server or the caller ended (x-should-retry: false, a redirect,
+            // an abort): that one waits for the person's Try again, as it did before the reload.
             Kit::resend(kit);
         } else {
             kit.show_unsure(Message::Reloaded);
