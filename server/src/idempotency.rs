@@ -6,7 +6,9 @@
 //! 1. **Key**: the `Idempotency-Key` header, bare or as a structured-field string; missing or
 //!    malformed is a `400` problem that names the header (`key`).
 //! 2. **Claim**: a lease on (tenant, key), taken in its own transaction, with the request's
-//!    fingerprint.
+//!    fingerprint. The request's times are this process's clock; PostgreSQL, shared by a
+//!    fleet, takes from them only the lease's length and the receipts' time to live, and
+//!    judges them by the database's clock (see the store's "Whose clock").
 //! 3. **Decide** (the store's pure `Found::decide`): another body is `422`; a lease held by
 //!    another request is `409` with `Retry-After`; a completed receipt is replayed byte for
 //!    byte with `Idempotent-Replayed: true`; a lease that ran out is taken over.
@@ -241,12 +243,9 @@ pub(crate) async fn sweep(store: Store, ttl: Duration, every: Duration) {
     let mut ticker = tokio::time::interval(every.max(Duration::from_millis(10)));
     loop {
         ticker.tick().await;
-        let before = SystemTime::now()
-            .checked_sub(ttl)
-            .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
-            .map(|d| d.as_millis() as i64)
-            .unwrap_or(0);
-        match store.run_light(move |tx| tx.sweep(before)).await {
+        let now = now_ms();
+        let before = now.saturating_sub(ms(ttl));
+        match store.run_light(move |tx| tx.sweep(now, before)).await {
             Ok(0) => {}
             Ok(n) => tracing::info!(removed = n, "swept expired receipts"),
             Err(StoreError::Closed) => return,

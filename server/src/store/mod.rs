@@ -17,6 +17,17 @@
 //! - PostgreSQL: a small pool of connections, each owned by a thread of its own, each job in a
 //!   transaction of its own. The claim reads an existing receipt `FOR UPDATE`, so claimers in
 //!   several server processes on one database take turns. See `pg.rs`.
+//!
+//! # Whose clock
+//!
+//! Times come from the caller, in Unix milliseconds on its clock ([`ClaimRequest`]'s `now`,
+//! `lease_until`, `expired_before`; [`Tx::sweep`]'s). SQLite stores and compares them as they
+//! are: the servers on one file are on one host and read one clock. PostgreSQL is shared by
+//! the servers of a fleet, whose clocks disagree: a server whose clock runs ahead would find a
+//! live claim's lease ended and do the key's work a second time. So it takes from the caller
+//! only durations (a lease's length, `lease_until` less `now`; the receipts' time to live,
+//! `now` less `expired_before`) and judges them by the database server's clock. Both decide
+//! about a receipt with the same rule (`Found::decide`), on the caller's clock.
 
 mod pg;
 mod sqlite;
@@ -95,11 +106,13 @@ impl std::error::Error for StoreError {}
 pub trait Tx {
     /// Claims a key, or reports why not: the key is new (or its receipt expired), its holder's
     /// lease ended (a takeover), another request holds it, it was used with another body, or
-    /// its work is done.
+    /// its work is done. Leases and receipt ages are judged by the clock of the
+    /// [module docs](self#whose-clock).
     fn claim(&mut self, c: &ClaimRequest) -> Result<KeyClaim, StoreError>;
 
     /// Completes a claim with its answer, if the lease is still this request's; otherwise
     /// [`StoreError::LostLease`], and the job's other work (the ticket) is rolled back with it.
+    /// `now` is the completion's time, on the caller's clock (PostgreSQL writes its own).
     fn complete(
         &mut self,
         c: &ClaimRequest,
@@ -129,8 +142,10 @@ pub trait Tx {
     /// The tenant's counts.
     fn counts(&mut self, tenant: &str) -> Result<Counts, StoreError>;
 
-    /// Removes receipts created before `before` (Unix milliseconds); returns how many.
-    fn sweep(&mut self, before: i64) -> Result<usize, StoreError>;
+    /// Removes receipts created before `expired_before` when the caller's clock reads `now`
+    /// (Unix milliseconds; PostgreSQL: older than `now` less `expired_before` by the database's
+    /// clock); returns how many.
+    fn sweep(&mut self, now: i64, expired_before: i64) -> Result<usize, StoreError>;
 }
 
 /// Whether `db` names a PostgreSQL database (`postgres://...` or `postgresql://...`) rather
@@ -330,7 +345,8 @@ pub enum KeyClaim {
     },
     /// Another request holds the key's lease.
     InProgress {
-        /// When its lease ends, in Unix milliseconds.
+        /// When its lease ends, in Unix milliseconds on the claiming request's clock (its `now`
+        /// plus the time left).
         lease_until: i64,
     },
     /// The key was used with another body.
@@ -339,7 +355,8 @@ pub enum KeyClaim {
     Done(Stored),
 }
 
-/// The request's side of a claim.
+/// The request's side of a claim. Its times are Unix milliseconds on the request's clock; see
+/// the [module docs](self#whose-clock) for whose clock judges them.
 #[derive(Debug, Clone)]
 pub struct ClaimRequest {
     /// The tenant.
@@ -351,15 +368,18 @@ pub struct ClaimRequest {
     /// This request's token, presented again at completion; unique across the processes that
     /// share a database.
     pub token: i64,
-    /// The time now, Unix milliseconds.
+    /// The time now.
     pub now: i64,
-    /// When this request's lease ends, Unix milliseconds.
+    /// When this request's lease ends (PostgreSQL: only its length, less `now`, is used).
     pub lease_until: i64,
-    /// Receipts created before this are expired (treated as absent).
+    /// Receipts created before this are expired (treated as absent; PostgreSQL: only the time
+    /// to live, `now` less this, is used).
     pub expired_before: i64,
 }
 
-/// What a receipt row holds, read by a claim; both backends decide the same way.
+/// What a receipt row holds, read by a claim; both backends decide the same way. Its times are
+/// on the request's clock: as stored (SQLite), or its `now` plus the time from now by the
+/// database's clock (PostgreSQL).
 struct Found {
     fingerprint: Vec<u8>,
     state: String,

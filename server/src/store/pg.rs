@@ -17,6 +17,17 @@
 //!   'processing'`. No row updated means the lease was taken over: the transaction is rolled
 //!   back, ticket included.
 //! - Tokens are unique across processes (a random start per process plus a counter).
+//! - Leases and receipt ages are judged by the database server's clock, never by a server
+//!   process's: the hosts of a fleet disagree, and one whose clock runs ahead would find a live
+//!   claim's lease ended and do the key's work beside its holder (one behind would have its own
+//!   claims taken over at once, and forget or sweep receipts late or early likewise). A request
+//!   gives only durations, on its own clock: its lease's length (`lease_until` less `now`) and
+//!   the receipts' time to live (`now` less `expired_before`). The statements store and compare
+//!   times as the database's `statement_timestamp()` (in Unix milliseconds) plus or less those,
+//!   so no offset between clocks is measured, nor goes stale. A receipt read by a claim is put on
+//!   the request's clock (its `now` plus the time left by the database's) before the shared
+//!   decision (`Found::decide`), and a lease answered (`KeyClaim::InProgress`) is shown so.
+//!   `created_at` and `completed_at` are the database's clock too.
 //!
 //! The schema is created by the first server on an empty database, under an advisory lock, and
 //! versioned in `oncekey_server_schema`; a version this server does not know is refused.
@@ -96,6 +107,23 @@ const SCHEMA_LOCK: i64 = 0x006f_6e63_656b_6579;
 /// How long a connection attempt may take when the URL does not say (`connect_timeout`).
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// The database's clock in Unix milliseconds, as SQL: the time the statement began, one value
+/// for the whole statement (and stable, so `receipts_by_age` can be searched with it).
+macro_rules! db_now {
+    () => {
+        "(extract(epoch FROM statement_timestamp()) * 1000)::bigint"
+    };
+}
+
+/// The longest duration passed to the database, either way: added to its clock it stays well
+/// inside `BIGINT`.
+const MAX_LENGTH: i64 = 1 << 62;
+
+/// The time from `from` to `to` on one clock, in milliseconds (negative when `to` is earlier).
+fn length(from: i64, to: i64) -> i64 {
+    to.saturating_sub(from).clamp(-MAX_LENGTH, MAX_LENGTH)
+}
+
 /// The statements every connection prepares once.
 struct Statements {
     insert_receipt: Statement,
@@ -117,30 +145,45 @@ struct Statements {
 impl Statements {
     fn prepare(client: &mut Client) -> Result<Statements, postgres::Error> {
         Ok(Statements {
-            insert_receipt: client.prepare(
+            // $5: the lease's length.
+            insert_receipt: client.prepare(concat!(
                 "INSERT INTO receipts (tenant, key, fingerprint, state, claim_token, lease_until, created_at)
-                 VALUES ($1, $2, $3, 'processing', $4, $5, $6)
-                 ON CONFLICT (tenant, key) DO NOTHING",
-            )?,
-            lock_receipt: client.prepare(
-                "SELECT fingerprint, state, lease_until, created_at, status, content_type, response
-                 FROM receipts WHERE tenant = $1 AND key = $2 FOR UPDATE",
-            )?,
-            renew_receipt: client.prepare(
+                 VALUES ($1, $2, $3, 'processing', $4, ",
+                db_now!(),
+                " + $5, ",
+                db_now!(),
+                ") ON CONFLICT (tenant, key) DO NOTHING"
+            ))?,
+            // The lease's end and the creation as times from now by the database's clock.
+            lock_receipt: client.prepare(concat!(
+                "SELECT fingerprint, state, lease_until - ",
+                db_now!(),
+                ", created_at - ",
+                db_now!(),
+                ", status, content_type, response
+                 FROM receipts WHERE tenant = $1 AND key = $2 FOR UPDATE"
+            ))?,
+            renew_receipt: client.prepare(concat!(
                 "UPDATE receipts SET fingerprint = $3, state = 'processing', claim_token = $4,
-                     lease_until = $5, created_at = $6, status = NULL, content_type = NULL,
+                     lease_until = ",
+                db_now!(),
+                " + $5, created_at = ",
+                db_now!(),
+                ", status = NULL, content_type = NULL,
                      response = NULL, ticket_id = NULL, completed_at = NULL
-                 WHERE tenant = $1 AND key = $2",
-            )?,
-            take_over: client.prepare(
-                "UPDATE receipts SET claim_token = $3, lease_until = $4
-                 WHERE tenant = $1 AND key = $2",
-            )?,
-            complete: client.prepare(
+                 WHERE tenant = $1 AND key = $2"
+            ))?,
+            take_over: client.prepare(concat!(
+                "UPDATE receipts SET claim_token = $3, lease_until = ",
+                db_now!(),
+                " + $4 WHERE tenant = $1 AND key = $2"
+            ))?,
+            complete: client.prepare(concat!(
                 "UPDATE receipts SET state = 'done', status = $4, content_type = $5, response = $6,
-                     ticket_id = $7, completed_at = $8
-                 WHERE tenant = $1 AND key = $2 AND claim_token = $3 AND state = 'processing'",
-            )?,
+                     ticket_id = $7, completed_at = ",
+                db_now!(),
+                " WHERE tenant = $1 AND key = $2 AND claim_token = $3 AND state = 'processing'"
+            ))?,
             release: client.prepare(
                 "DELETE FROM receipts
                  WHERE tenant = $1 AND key = $2 AND claim_token = $3 AND state = 'processing'",
@@ -171,7 +214,12 @@ impl Statements {
                 "SELECT count(*) FILTER (WHERE state = 'done'), count(*) FILTER (WHERE state = 'processing')
                  FROM receipts WHERE tenant = $1",
             )?,
-            sweep: client.prepare("DELETE FROM receipts WHERE created_at < $1")?,
+            // $1: the receipts' time to live.
+            sweep: client.prepare(concat!(
+                "DELETE FROM receipts WHERE created_at < ",
+                db_now!(),
+                " - $1"
+            ))?,
         })
     }
 }
@@ -245,19 +293,17 @@ fn insert_receipt(
     st: &Statements,
     c: &ClaimRequest,
 ) -> Result<u64, postgres::Error> {
-    client.execute(&st.insert_receipt, &claim_params(c))
+    let lease = length(c.now, c.lease_until);
+    client.execute(&st.insert_receipt, &claim_params(c, &lease))
 }
 
-/// The parameters of the statements that write a claim (`insert_receipt`, `renew_receipt`).
-fn claim_params(c: &ClaimRequest) -> [&(dyn postgres::types::ToSql + Sync); 6] {
-    [
-        &c.tenant,
-        &c.key,
-        &c.fingerprint,
-        &c.token,
-        &c.lease_until,
-        &c.now,
-    ]
+/// The parameters of the statements that write a claim (`insert_receipt`, `renew_receipt`):
+/// `lease` is its length.
+fn claim_params<'a>(
+    c: &'a ClaimRequest,
+    lease: &'a i64,
+) -> [&'a (dyn postgres::types::ToSql + Sync); 5] {
+    [&c.tenant, &c.key, &c.fingerprint, &c.token, lease]
 }
 
 /// Creates the schema on an empty database, or checks its version.
@@ -501,26 +547,27 @@ impl Tx for PgTx<'_> {
             else {
                 continue;
             };
+            // On the request's clock: its now plus the time from now by the database's.
             let found = Found {
                 fingerprint: row.try_get(0)?,
                 state: row.try_get(1)?,
-                lease_until: row.try_get(2)?,
-                created_at: row.try_get(3)?,
+                lease_until: c.now.saturating_add(row.try_get(2)?),
+                created_at: c.now.saturating_add(row.try_get(3)?),
                 status: row.try_get::<_, Option<i32>>(4)?.map(i64::from),
                 content_type: row.try_get(5)?,
                 response: row.try_get(6)?,
             };
+            let lease = length(c.now, c.lease_until);
             return match found.decide(c)? {
                 Decision::Answer(claim) => Ok(claim),
                 Decision::Renew => {
-                    self.client.execute(&st.renew_receipt, &claim_params(c))?;
+                    self.client
+                        .execute(&st.renew_receipt, &claim_params(c, &lease))?;
                     Ok(KeyClaim::Taken { took_over: false })
                 }
                 Decision::TakeOver => {
-                    self.client.execute(
-                        &st.take_over,
-                        &[&c.tenant, &c.key, &c.token, &c.lease_until],
-                    )?;
+                    self.client
+                        .execute(&st.take_over, &[&c.tenant, &c.key, &c.token, &lease])?;
                     Ok(KeyClaim::Taken { took_over: true })
                 }
             };
@@ -528,12 +575,13 @@ impl Tx for PgTx<'_> {
         Ok(KeyClaim::InProgress { lease_until: c.now })
     }
 
+    /// `completed_at` is the database's clock, as `created_at` is: `_now` is not used.
     fn complete(
         &mut self,
         c: &ClaimRequest,
         answer: &Stored,
         ticket_id: Option<i64>,
-        now: i64,
+        _now: i64,
     ) -> Result<(), StoreError> {
         let changed = self.client.execute(
             &self.st.complete,
@@ -545,7 +593,6 @@ impl Tx for PgTx<'_> {
                 &answer.content_type,
                 &answer.body,
                 &ticket_id,
-                &now,
             ],
         )?;
         if changed == 1 {
@@ -670,8 +717,9 @@ impl Tx for PgTx<'_> {
         })
     }
 
-    fn sweep(&mut self, before: i64) -> Result<usize, StoreError> {
-        let removed = self.client.execute(&self.st.sweep, &[&before])?;
+    fn sweep(&mut self, now: i64, expired_before: i64) -> Result<usize, StoreError> {
+        let ttl = length(expired_before, now);
+        let removed = self.client.execute(&self.st.sweep, &[&ttl])?;
         Ok(usize::try_from(removed).unwrap_or(usize::MAX))
     }
 }

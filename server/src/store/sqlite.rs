@@ -480,8 +480,8 @@ impl Tx for Unwritten<'_> {
         Ok(counts)
     }
 
-    fn sweep(&mut self, before: i64) -> Result<usize, StoreError> {
-        self.conn.sweep(before)
+    fn sweep(&mut self, now: i64, expired_before: i64) -> Result<usize, StoreError> {
+        self.conn.sweep(now, expired_before)
     }
 }
 
@@ -979,7 +979,8 @@ impl Tx for Db {
         })
     }
 
-    fn sweep(&mut self, before: i64) -> Result<usize, StoreError> {
+    /// On the caller's clock, as given (one host): `_now` is not needed.
+    fn sweep(&mut self, _now: i64, before: i64) -> Result<usize, StoreError> {
         // Their entries in `receipt_keys` first, found by the same condition; the map's stale
         // entries are passed over until the next merge.
         self.prepare_cached(
@@ -1254,7 +1255,7 @@ mod tests {
         assert!(is_new(&send(&w, "held", 20).await));
         // Swept: every receipt and every entry.
         let swept = w
-            .run(Kind::Light, Box::new(|tx| tx.sweep(i64::MAX)))
+            .run(Kind::Light, Box::new(|tx| tx.sweep(0, i64::MAX)))
             .await
             .unwrap();
         assert_eq!(swept, 5);
