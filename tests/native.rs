@@ -987,6 +987,91 @@ async fn a_corrupt_store_file_and_an_unreadable_record_are_clear_errors() {
     }
 }
 
+/// `resume_due` (`oncekey work`) on SQLite with records no client can read, written by a
+/// foreign writer beside two good due ones: bytes that are not UTF-8 (a blob) and a text that
+/// is no record. The good ones are sent, the unreadable ones moved aside into the quarantine
+/// (listed, kept as they were stored), and the next poll is not blocked by them.
+#[tokio::test]
+async fn an_unreadable_due_record_on_sqlite_is_moved_aside_and_the_others_are_still_resumed() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("pending.db");
+    let server = Server::start();
+    let tenant = tenant("unreadable-due");
+    let client = Client::builder()
+        .store(SqliteStore::open(&path).unwrap())
+        .retry(fast())
+        .build()
+        .unwrap();
+    let record = |name: &str| {
+        Client::builder()
+            .store(MemoryStore::new())
+            .build()
+            .unwrap()
+            .submission(name)
+            .post(&server.tickets_url())
+            .header("X-Tenant", &tenant)
+            .json(&ticket(name))
+            .unwrap()
+            .record()
+            .unwrap()
+            .to_json()
+    };
+    let bytes = b"{\"v\":1,\xff\xfe}".to_vec();
+    let raw = rusqlite::Connection::open(&path).unwrap();
+    for name in ["payout-1", "payout-2"] {
+        raw.execute(
+            "INSERT INTO oncekey_pending (name, record) VALUES (?1, ?2)",
+            [name, &record(name)],
+        )
+        .unwrap();
+    }
+    raw.execute(
+        "INSERT INTO oncekey_pending (name, record) VALUES ('payout-bytes', ?1), ('payout-text', ?2)",
+        rusqlite::params![bytes, "{\"v\":1,\"key\":"],
+    )
+    .unwrap();
+    drop(raw);
+
+    let mut resumed = client.resume_due(10).await.expect("the poll goes on");
+    resumed.sort_by(|a, b| a.name.cmp(&b.name));
+    let names: Vec<&str> = resumed.iter().map(|r| r.name.as_str()).collect();
+    assert_eq!(
+        names,
+        ["payout-1", "payout-2", "payout-bytes", "payout-text"]
+    );
+    for good in &resumed[..2] {
+        let settled = good.result.as_ref().unwrap();
+        assert_eq!(settled.outcome(), Outcome::Succeeded, "{}", good.name);
+    }
+    for bad in &resumed[2..] {
+        let e = bad.result.as_ref().unwrap_err();
+        assert!(e.is_unreadable_record(), "{}: {e}", bad.name);
+        assert!(e.to_string().contains("quarantine"), "{e}");
+    }
+    let mut moved: Vec<String> = client
+        .quarantined()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|q| q.name)
+        .collect();
+    moved.sort();
+    assert_eq!(moved, ["payout-bytes", "payout-text"]);
+    let raw = rusqlite::Connection::open(&path).unwrap();
+    let kept: Vec<u8> = raw
+        .query_row(
+            "SELECT record FROM oncekey_quarantine WHERE name = 'payout-bytes'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(kept, bytes, "kept byte for byte");
+    drop(raw);
+    assert!(client.pending().await.unwrap().is_empty());
+    assert!(client.resume_due(10).await.unwrap().is_empty());
+    assert_eq!(server.tickets(&tenant).await, 2, "each sent once");
+}
+
 #[tokio::test]
 async fn a_client_needs_a_store_and_a_working_policy() {
     let e = Client::builder().build().unwrap_err();

@@ -469,3 +469,97 @@ async fn connections_the_server_closed_while_idle_are_replaced_not_failed() {
     assert_eq!(subjects, ["after a restart", "before", "queued"]);
     assert_eq!(rows(&url, "SELECT count(*) FROM oncekey_pending"), 0);
 }
+
+/// A record no client can read, written by a foreign writer beside two good due ones: bytes
+/// that are not UTF-8 (a `SQL_ASCII` database stores whatever bytes it is given) and a text
+/// that is no record. The fleet's workers go on: the good ones are sent, the unreadable ones
+/// moved aside into the quarantine (listed, kept byte for byte), and the next poll is not
+/// blocked by them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_unreadable_due_record_is_moved_aside_and_the_others_are_still_resumed() {
+    let test = "an_unreadable_due_record_is_moved_aside_and_the_others_are_still_resumed";
+    let Some(url) = pg_database_with(test, "ENCODING 'SQL_ASCII' TEMPLATE template0") else {
+        return;
+    };
+    let server = Server::start();
+    let tenant = tenant("unreadable-due");
+    let client = client(&url);
+    let record = |name: &str| {
+        client
+            .submission(name)
+            .post(&server.tickets_url())
+            .header("X-Tenant", &tenant)
+            .json(&ticket(name))
+            .unwrap()
+            .record()
+            .unwrap()
+    };
+    enqueue_all(&url, &[record("payout-1"), record("payout-2")]);
+    pg_blocking(|| {
+        let mut db = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+        db.batch_execute(
+            r#"INSERT INTO oncekey_pending (name, record) VALUES
+                   ('payout-bytes', E'{"v":1,\xff\xfe}'),
+                   ('payout-text', '{"v":1,"key":')"#,
+        )
+        .unwrap();
+    });
+
+    // Listed (`oncekey list`), the unreadable ones as such.
+    let pending = client.pending().await.expect("the list goes on");
+    let unreadable: Vec<&str> = pending
+        .iter()
+        .filter(|p| p.record.is_err())
+        .map(|p| p.name.as_str())
+        .collect();
+    assert_eq!(
+        (pending.len(), unreadable),
+        (4, vec!["payout-bytes", "payout-text"])
+    );
+
+    let mut resumed = client.resume_due(10).await.expect("the poll goes on");
+    resumed.sort_by(|a, b| a.name.cmp(&b.name));
+    let names: Vec<&str> = resumed.iter().map(|r| r.name.as_str()).collect();
+    assert_eq!(
+        names,
+        ["payout-1", "payout-2", "payout-bytes", "payout-text"]
+    );
+    for good in &resumed[..2] {
+        let settled = good.result.as_ref().unwrap();
+        assert_eq!(settled.outcome(), Outcome::Succeeded, "{}", good.name);
+    }
+    for bad in &resumed[2..] {
+        let e = bad.result.as_ref().unwrap_err();
+        assert!(e.is_unreadable_record(), "{}: {e}", bad.name);
+        assert!(e.to_string().contains("quarantine"), "{e}");
+    }
+    assert_eq!(server.subjects(&tenant).await.len(), 2);
+
+    // Moved aside, never deleted: listed as quarantined (`oncekey list --quarantined`), kept as
+    // they were stored; nothing is pending, and the next polls find nothing, without an error.
+    let moved = client.quarantined().await.unwrap();
+    let mut listed: Vec<&str> = moved.iter().map(|q| q.name.as_str()).collect();
+    listed.sort();
+    assert_eq!(listed, ["payout-bytes", "payout-text"]);
+    let kept: Vec<(String, Vec<u8>)> = pg_blocking(|| {
+        let mut db = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+        db.query(
+            "SELECT name, convert_to(record, 'SQL_ASCII') FROM oncekey_quarantine ORDER BY name",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect()
+    });
+    assert_eq!(
+        kept,
+        [
+            ("payout-bytes".into(), b"{\"v\":1,\xff\xfe}".to_vec()),
+            ("payout-text".into(), b"{\"v\":1,\"key\":".to_vec()),
+        ]
+    );
+    assert!(client.pending().await.unwrap().is_empty());
+    assert!(client.resume_due(10).await.unwrap().is_empty());
+    assert_eq!(server.subjects(&tenant).await.len(), 2, "each sent once");
+}

@@ -23,6 +23,12 @@
 //!   up) in one `UPDATE … FROM (SELECT … FOR UPDATE SKIP LOCKED)`: instances polling the table
 //!   at once each get different rows and never wait on each other. The partial index
 //!   `oncekey_pending_due (lease_until) WHERE record IS NOT NULL` serves it.
+//! - A record no client can read is moved aside into `oncekey_quarantine`, never deleted
+//!   (CONTRACT.md section 5), by the client that claims it (with a warning): a text that is no
+//!   record, as in every store, and bytes that are not UTF-8, which a `SQL_ASCII` database keeps
+//!   as a foreign writer gave them. Those are read as they are and answered as an empty text
+//!   ([`Due::record`]), so one such row never fails [`Store::claim_due`] (every worker's poll),
+//!   a claim of its name or [`Store::list`]; the quarantine keeps its bytes.
 //! - [`PostgresStore::enqueue`] writes a new submission inside the caller's own transaction (a
 //!   transactional outbox): the withdrawal row and the submission that pays it commit together
 //!   or not at all, and a worker's [`Client::resume_due`](crate::Client::resume_due) sends it.
@@ -67,7 +73,7 @@ use std::sync::Mutex;
 use postgres::{Config, GenericClient, NoTls};
 
 use super::error::{BoxError, Error, Result};
-use super::store::{Claim, Due, Lease, Listed, Quarantined, Store};
+use super::store::{record_text, Claim, Due, Lease, Listed, Quarantined, Store};
 use crate::core::{Record, Timestamp};
 
 /// The schema, one step per version: `MIGRATIONS[i]` takes the version from `i` to `i + 1`.
@@ -112,6 +118,21 @@ macro_rules! db_now {
     };
 }
 
+/// A stored record (the column `$column`) as the bytes of its UTF-8 text, as SQL: converted
+/// to UTF-8 as PostgreSQL would send it, except from a `SQL_ASCII` database, which stores the
+/// bytes a writer gave it, UTF-8 or not, and refuses to send a UTF-8 client those that are not
+/// (one foreign record would fail every statement that reads it): those are read as they are,
+/// and judged here ([`record_text`]).
+macro_rules! record_bytes {
+    ($column:literal) => {
+        concat!(
+            "convert_to(",
+            $column,
+            ", CASE WHEN current_setting('server_encoding') = 'SQL_ASCII' THEN 'SQL_ASCII' ELSE 'UTF8' END)"
+        )
+    };
+}
+
 /// The statement [`Store::claim_due`] runs (also shown by [`PostgresStore::explain_claim_due`]):
 /// `$2` is the lease's length in milliseconds.
 const CLAIM_DUE: &str = concat!(
@@ -125,7 +146,8 @@ const CLAIM_DUE: &str = concat!(
            ORDER BY lease_until LIMIT $3
            FOR UPDATE SKIP LOCKED) AS due
      WHERE p.name = due.name
-     RETURNING p.name, p.record"
+     RETURNING p.name, ",
+    record_bytes!("p.record")
 );
 
 /// A [`Store`] in a PostgreSQL database. See the module docs.
@@ -219,6 +241,13 @@ fn timestamp(ms: i64) -> Timestamp {
 /// The longest lease length passed to the database, either way: added to its clock it stays
 /// well inside `BIGINT`.
 const MAX_LENGTH: i64 = 1 << 62;
+
+/// A stored record's bytes as text to show ([`Store::list`], [`Store::quarantined`]): bytes
+/// that are not UTF-8 become replacement characters, and the record then fails to parse (one
+/// unreadable record) instead of failing the whole list.
+fn lossy(bytes: Vec<u8>) -> String {
+    String::from_utf8(bytes).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
+}
 
 /// The length of a lease running until `until` on a clock that reads `now`, in milliseconds:
 /// negative for one already run out.
@@ -587,12 +616,14 @@ impl PostgresStore {
                             OR oncekey_pending.lease_until <= ",
                         db_now!(),
                         "
-                         RETURNING record"
+                         RETURNING ",
+                        record_bytes!("record")
                     ),
                     &[&name, &owner, &length, &dead],
                 )?;
                 if let Some(row) = taken {
-                    return Ok(Claim::Taken(row.try_get(0)?));
+                    let record: Option<Vec<u8>> = row.try_get(0)?;
+                    return Ok(Claim::Taken(record.map(record_text)));
                 }
                 let held = c.query_opt(
                     concat!(
@@ -717,7 +748,9 @@ impl Store for PostgresStore {
         Ok(self.with(|c| {
             c.query(
                 concat!(
-                    "SELECT name, record, lease_owner, lease_until - ",
+                    "SELECT name, ",
+                    record_bytes!("record"),
+                    ", lease_owner, lease_until - ",
                     db_now!(),
                     " FROM oncekey_pending WHERE record IS NOT NULL ORDER BY name"
                 ),
@@ -727,7 +760,7 @@ impl Store for PostgresStore {
             .map(|r| {
                 Ok(Listed {
                     name: r.try_get(0)?,
-                    record: r.try_get(1)?,
+                    record: lossy(r.try_get(1)?),
                     lease: r
                         .try_get::<_, Option<String>>(2)?
                         .map(|owner| -> std::result::Result<Lease, postgres::Error> {
@@ -767,14 +800,18 @@ impl Store for PostgresStore {
     fn quarantined(&self) -> Result<Vec<Quarantined>, BoxError> {
         Ok(self.with(|c| {
             c.query(
-                "SELECT name, record, reason, quarantined_at FROM oncekey_quarantine ORDER BY id",
+                concat!(
+                    "SELECT name, ",
+                    record_bytes!("record"),
+                    ", reason, quarantined_at FROM oncekey_quarantine ORDER BY id"
+                ),
                 &[],
             )?
             .iter()
             .map(|r| {
                 Ok(Quarantined {
                     name: r.try_get(0)?,
-                    record: r.try_get::<_, Option<String>>(1)?.unwrap_or_default(),
+                    record: lossy(r.try_get::<_, Option<Vec<u8>>>(1)?.unwrap_or_default()),
                     reason: r.try_get(2)?,
                     at: timestamp(r.try_get(3)?),
                 })
@@ -794,7 +831,7 @@ impl Store for PostgresStore {
             .map(|r| {
                 Ok(Due {
                     name: r.try_get(0)?,
-                    record: r.try_get(1)?,
+                    record: record_text(r.try_get(1)?),
                 })
             })
             .collect()

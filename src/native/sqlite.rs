@@ -922,15 +922,12 @@ fn lossy(value: rusqlite::types::ValueRef<'_>) -> String {
     }
 }
 
-/// A stored record's text: its bytes when they are UTF-8 (text or blob); otherwise nothing
-/// (an empty text, which no record is). Not read with replacement characters: bytes changed
-/// inside a string of the body would still parse, and be sent under its key.
+/// A stored record's text ([`record_text`](super::store::record_text)) from its bytes, text or
+/// blob.
 fn stored_text(value: rusqlite::types::ValueRef<'_>) -> String {
     match value {
         rusqlite::types::ValueRef::Text(t) | rusqlite::types::ValueRef::Blob(t) => {
-            std::str::from_utf8(t)
-                .map(str::to_owned)
-                .unwrap_or_default()
+            super::store::record_text(t.to_vec())
         }
         other => lossy(other),
     }

@@ -39,7 +39,8 @@ pub struct Lease {
 /// What [`Store::claim`] found.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Claim {
-    /// The lease is ours now. The record stored under the name, if any, as its text.
+    /// The lease is ours now. The record stored under the name, if any, as its text (empty
+    /// when its bytes are not UTF-8: see [`Due::record`]).
     Taken(Option<String>),
     /// Another owner holds a lease that has not run out.
     Busy(Lease),
@@ -50,7 +51,7 @@ pub enum Claim {
 pub struct Listed {
     /// The submission's name.
     pub name: String,
-    /// Its record's text.
+    /// Its record's text (lossy if it was not UTF-8).
     pub record: String,
     /// Its lease, if one was taken and not released (it may have run out).
     pub lease: Option<Lease>,
@@ -75,8 +76,20 @@ pub struct Quarantined {
 pub struct Due {
     /// The submission's name.
     pub name: String,
-    /// Its record's text.
+    /// Its record's text. A record whose bytes are not UTF-8 (written by a foreign writer) is
+    /// answered as an empty text, which no record is: the caller finds it unreadable and moves
+    /// it aside ([`Store::quarantine`]) as it is stored, as it does a text that is no record,
+    /// and the others are taken as ever. The client does so, with a warning.
     pub record: String,
+}
+
+/// The text a store answers for a stored record's bytes ([`Claim::Taken`], [`Due`]): the bytes
+/// when they are UTF-8; otherwise nothing (an empty text, which no record is), so the client
+/// finds the record unreadable and moves it aside as it is stored, rather than every call that
+/// reads it failing. Never read with replacement characters: bytes changed inside a string of
+/// the body would still parse, and be sent under its key.
+pub(crate) fn record_text(bytes: Vec<u8>) -> String {
+    String::from_utf8(bytes).unwrap_or_default()
 }
 
 /// One of the calls a submission makes as it goes, for [`Store::start`].

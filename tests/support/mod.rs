@@ -354,6 +354,13 @@ impl Drop for Stub {
 /// then named as skipped on stderr (past the harness's capture) and should return.
 #[cfg(feature = "postgres")]
 pub fn pg_database(test: &str) -> Option<String> {
+    pg_database_with(test, "")
+}
+
+/// [`pg_database`], created with `options` (`CREATE DATABASE name options`, say
+/// `ENCODING 'SQL_ASCII' TEMPLATE template0`).
+#[cfg(feature = "postgres")]
+pub fn pg_database_with(test: &str, options: &str) -> Option<String> {
     use std::io::Write;
     let Ok(base) = std::env::var("ONCEKEY_PG_URL") else {
         let _ = writeln!(
@@ -376,7 +383,7 @@ pub fn pg_database(test: &str) -> Option<String> {
         let mut admin = postgres::Client::connect(&base, postgres::NoTls)
             .unwrap_or_else(|e| panic!("the test cluster at {base}: {e}"));
         admin
-            .batch_execute(&format!("CREATE DATABASE {name}"))
+            .batch_execute(&format!("CREATE DATABASE {name} {options}"))
             .expect("create the test's database");
     });
     let (head, _) = base.rsplit_once('/').expect("a URL ending in /database");
