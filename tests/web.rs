@@ -1187,32 +1187,11 @@ async fn a_new_key_s_lock_is_asked_for_before_its_record_is_written_where_tabs_s
     // the lock asked for already, by the tab that made the key, whose first attempt does not
     // wait for the grant. The key was written first, and its lock asked for a moment later.
     let case = Case::new("lock-first");
-    let seen = js_sys::Function::new_no_args(
-        "var log = [], request = LockManager.prototype.request, setItem = Storage.prototype.setItem; \
-         LockManager.prototype.request = function (name) { log.push('lock ' + name); return request.apply(this, arguments); }; \
-         Storage.prototype.setItem = function (slot, value) { log.push('write ' + value); return setItem.apply(this, arguments); }; \
-         return { log: log, restore: function () { LockManager.prototype.request = request; Storage.prototype.setItem = setItem; } };",
-    )
-    .call0(&JsValue::NULL)
-    .unwrap();
+    let seen = LockAndWrites::watch("Storage.prototype.setItem", "arguments[1]");
     let s = case.submitter(r#""storage":"local""#);
     let result = submit(&s, TICKET).await;
-    let restore: js_sys::Function = Reflect::get(&seen, &"restore".into())
-        .unwrap()
-        .unchecked_into();
-    restore.call0(&JsValue::NULL).unwrap();
+    seen.lock_first(&text(&result, "key"));
     assert_eq!(text(&result, "outcome"), "succeeded");
-    let key = text(&result, "key");
-    let log: Vec<String> = js_sys::Array::from(&Reflect::get(&seen, &"log".into()).unwrap())
-        .iter()
-        .map(|e| e.as_string().unwrap())
-        .collect();
-    let lock = log.iter().position(|e| *e == format!("lock oncekey:{key}"));
-    let write = log
-        .iter()
-        .position(|e| e.starts_with("write") && e.contains(&key));
-    assert!(lock.is_some() && write.is_some(), "{log:?}");
-    assert!(lock < write, "the lock first: {log:?}");
 }
 
 #[test]

@@ -868,35 +868,17 @@ async fn an_upload_s_new_key_has_its_lock_asked_for_before_its_record_is_written
     // An upload's record is IndexedDB's, shared by tabs, even with storage 'memory': its key's
     // lock was asked for only as the first attempt started, after the record was written.
     let case = Case::new("upload-lock-first");
-    let seen = js_sys::Function::new_no_args(
-        "var log = [], request = LockManager.prototype.request, put = IDBObjectStore.prototype.put; \
-         LockManager.prototype.request = function (name) { log.push('lock ' + name); return request.apply(this, arguments); }; \
-         IDBObjectStore.prototype.put = function (value) { log.push('write ' + (value && value.record)); return put.apply(this, arguments); }; \
-         return { log: log, restore: function () { LockManager.prototype.request = request; IDBObjectStore.prototype.put = put; } };",
-    )
-    .call0(&JsValue::NULL)
-    .unwrap();
+    let seen = LockAndWrites::watch(
+        "IDBObjectStore.prototype.put",
+        "arguments[0] && arguments[0].record",
+    );
     let s = case.submitter(r#""storage":"memory""#);
     let bytes = file_bytes(5_000, 12);
     let result = JsFuture::from(s.submit(ticket_form(&bytes, "a.png", "image/png").into(), None))
         .await
         .expect("resolves");
-    let restore: js_sys::Function = Reflect::get(&seen, &"restore".into())
-        .unwrap()
-        .unchecked_into();
-    restore.call0(&JsValue::NULL).unwrap();
+    seen.lock_first(&text(&result, "key"));
     assert_eq!(text(&result, "outcome"), "succeeded");
-    let key = text(&result, "key");
-    let log: Vec<String> = js_sys::Array::from(&Reflect::get(&seen, &"log".into()).unwrap())
-        .iter()
-        .map(|e| e.as_string().unwrap_or_default())
-        .collect();
-    let lock = log.iter().position(|e| *e == format!("lock oncekey:{key}"));
-    let write = log
-        .iter()
-        .position(|e| e.starts_with("write") && e.contains(&key));
-    assert!(lock.is_some() && write.is_some(), "{log:?}");
-    assert!(lock < write, "the lock first: {log:?}");
 }
 
 #[test]

@@ -1,5 +1,6 @@
-//! Shared by the browser tests (`tests/web.rs`, `tests/web_form.rs`): the reference server's
-//! address, names unique to a run, the session storage and the server's counts per tenant.
+//! Shared by the browser tests (`tests/web.rs`, `tests/web_form.rs`, `tests/web_upload.rs`):
+//! the reference server's address, names unique to a run, the session storage, the server's
+//! counts per tenant, and a log of the page's lock requests and record writes in order.
 #![allow(dead_code)]
 
 use wasm_bindgen::{JsCast, JsValue};
@@ -49,4 +50,45 @@ pub async fn stats(tenant: &str) -> JsValue {
         .unwrap()
         .unchecked_into();
     JsFuture::from(response.json().unwrap()).await.unwrap()
+}
+
+/// The page's Web Lock requests and its writes through `method` (a prototype's method, such as
+/// `Storage.prototype.setItem`), logged in the order they are made (`lock NAME`, `write TEXT`,
+/// `text` a JavaScript expression of the write's `arguments`) until [`LockAndWrites::lock_first`].
+pub struct LockAndWrites(JsValue);
+
+impl LockAndWrites {
+    pub fn watch(method: &str, text: &str) -> LockAndWrites {
+        let body = format!(
+            "var log = [], request = LockManager.prototype.request, write = {method}; \
+             LockManager.prototype.request = function (name) {{ log.push('lock ' + name); return request.apply(this, arguments); }}; \
+             {method} = function () {{ log.push('write ' + ({text})); return write.apply(this, arguments); }}; \
+             return {{ log: log, restore: function () {{ LockManager.prototype.request = request; {method} = write; }} }};"
+        );
+        LockAndWrites(
+            js_sys::Function::new_no_args(&body)
+                .call0(&JsValue::NULL)
+                .unwrap(),
+        )
+    }
+
+    /// Stops watching, and asserts that the lock of `key` was asked for before the first write
+    /// holding the key.
+    pub fn lock_first(self, key: &str) {
+        let get = |name: &str| js_sys::Reflect::get(&self.0, &name.into()).unwrap();
+        get("restore")
+            .unchecked_into::<js_sys::Function>()
+            .call0(&JsValue::NULL)
+            .unwrap();
+        let log: Vec<String> = js_sys::Array::from(&get("log"))
+            .iter()
+            .map(|e| e.as_string().unwrap_or_default())
+            .collect();
+        let lock = log.iter().position(|e| *e == format!("lock oncekey:{key}"));
+        let write = log
+            .iter()
+            .position(|e| e.starts_with("write") && e.contains(key));
+        assert!(lock.is_some() && write.is_some(), "{log:?}");
+        assert!(lock < write, "the lock first: {log:?}");
+    }
 }
