@@ -1032,31 +1032,7 @@ async fn an_unreadable_due_record_on_sqlite_is_moved_aside_and_the_others_are_st
     .unwrap();
     drop(raw);
 
-    let mut resumed = client.resume_due(10).await.expect("the poll goes on");
-    resumed.sort_by(|a, b| a.name.cmp(&b.name));
-    let names: Vec<&str> = resumed.iter().map(|r| r.name.as_str()).collect();
-    assert_eq!(
-        names,
-        ["payout-1", "payout-2", "payout-bytes", "payout-text"]
-    );
-    for good in &resumed[..2] {
-        let settled = good.result.as_ref().unwrap();
-        assert_eq!(settled.outcome(), Outcome::Succeeded, "{}", good.name);
-    }
-    for bad in &resumed[2..] {
-        let e = bad.result.as_ref().unwrap_err();
-        assert!(e.is_unreadable_record(), "{}: {e}", bad.name);
-        assert!(e.to_string().contains("quarantine"), "{e}");
-    }
-    let mut moved: Vec<String> = client
-        .quarantined()
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|q| q.name)
-        .collect();
-    moved.sort();
-    assert_eq!(moved, ["payout-bytes", "payout-text"]);
+    resume_two_good_and_two_unreadable(&client).await;
     let raw = rusqlite::Connection::open(&path).unwrap();
     let kept: Vec<u8> = raw
         .query_row(

@@ -459,3 +459,39 @@ pub fn now_ms() -> u64 {
         .unwrap()
         .as_millis() as u64
 }
+
+/// The store's due submissions resumed (`resume_due`): two it can read, `payout-1` and
+/// `payout-2`, succeed; two it cannot, `payout-bytes` and `payout-text`, answer an unreadable
+/// record moved to the quarantine, and are listed there.
+pub async fn resume_two_good_and_two_unreadable(client: &Client) {
+    let mut resumed = client.resume_due(10).await.expect("the poll goes on");
+    resumed.sort_by(|a, b| a.name.cmp(&b.name));
+    let names: Vec<&str> = resumed.iter().map(|r| r.name.as_str()).collect();
+    assert_eq!(
+        names,
+        ["payout-1", "payout-2", "payout-bytes", "payout-text"]
+    );
+    for good in &resumed[..2] {
+        let settled = good.result.as_ref().unwrap();
+        assert_eq!(
+            settled.outcome(),
+            oncekey::Outcome::Succeeded,
+            "{}",
+            good.name
+        );
+    }
+    for bad in &resumed[2..] {
+        let e = bad.result.as_ref().unwrap_err();
+        assert!(e.is_unreadable_record(), "{}: {e}", bad.name);
+        assert!(e.to_string().contains("quarantine"), "{e}");
+    }
+    let mut moved: Vec<String> = client
+        .quarantined()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|q| q.name)
+        .collect();
+    moved.sort();
+    assert_eq!(moved, ["payout-bytes", "payout-text"]);
+}
