@@ -1002,20 +1002,8 @@ async fn an_unreadable_due_record_on_sqlite_is_moved_aside_and_the_others_are_st
         .retry(fast())
         .build()
         .unwrap();
-    let record = |name: &str| {
-        Client::builder()
-            .store(MemoryStore::new())
-            .build()
-            .unwrap()
-            .submission(name)
-            .post(&server.tickets_url())
-            .header("X-Tenant", &tenant)
-            .json(&ticket(name))
-            .unwrap()
-            .record()
-            .unwrap()
-            .to_json()
-    };
+    let record =
+        |name: &str| ticket_record(&client, &server.tickets_url(), &tenant, name, name).to_json();
     let bytes = b"{\"v\":1,\xff\xfe}".to_vec();
     let raw = rusqlite::Connection::open(&path).unwrap();
     for name in ["payout-1", "payout-2"] {

@@ -54,14 +54,7 @@ async fn the_outbox_commits_or_rolls_back_with_the_callers_transaction() {
     let tenant = tenant("outbox");
     let client = client(&url);
     let record = |name: &str, subject: &str| {
-        client
-            .submission(name)
-            .post(&server.tickets_url())
-            .header("X-Tenant", &tenant)
-            .json(&ticket(subject))
-            .unwrap()
-            .record()
-            .unwrap()
+        ticket_record(&client, &server.tickets_url(), &tenant, name, subject)
     };
     let (r1, r2, r2_again) = (
         record("payout-1", "one"),
@@ -484,16 +477,7 @@ async fn an_unreadable_due_record_is_moved_aside_and_the_others_are_still_resume
     let server = Server::start();
     let tenant = tenant("unreadable-due");
     let client = client(&url);
-    let record = |name: &str| {
-        client
-            .submission(name)
-            .post(&server.tickets_url())
-            .header("X-Tenant", &tenant)
-            .json(&ticket(name))
-            .unwrap()
-            .record()
-            .unwrap()
-    };
+    let record = |name: &str| ticket_record(&client, &server.tickets_url(), &tenant, name, name);
     enqueue_all(&url, &[record("payout-1"), record("payout-2")]);
     pg_blocking(|| {
         let mut db = postgres::Client::connect(&url, postgres::NoTls).unwrap();

@@ -495,3 +495,22 @@ pub async fn resume_two_good_and_two_unreadable(client: &Client) {
     moved.sort();
     assert_eq!(moved, ["payout-bytes", "payout-text"]);
 }
+
+/// The record `client` would store for a ticket of `subject` to `tickets_url` under `name` for
+/// `tenant`, made without storing or sending anything.
+pub fn ticket_record(
+    client: &Client,
+    tickets_url: &str,
+    tenant: &str,
+    name: &str,
+    subject: &str,
+) -> Record {
+    client
+        .submission(name)
+        .post(tickets_url)
+        .header("X-Tenant", tenant)
+        .json(&ticket(subject))
+        .unwrap()
+        .record()
+        .unwrap()
+}
