@@ -961,7 +961,8 @@ impl Driver {
                     let only_of = (self.machine.borrow().core.state() == State::Unsure)
                         .then(|| record.key.clone());
                     let text = record.to_json();
-                    if super::upload::persist(self, text.clone(), only_of.clone()) {
+                    if super::upload::keeps(self) {
+                        super::upload::persist(self, text, only_of);
                         continue;
                     }
                     let warning = match &only_of {

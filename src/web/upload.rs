@@ -225,19 +225,22 @@ pub(crate) fn started(d: &Driver) {
     u.payload = u.next.take();
 }
 
-/// `Persist` of an upload, or of any record under `storage: 'indexeddb'`: writes the record
-/// with its payload (none for a JSON body) in one IndexedDB transaction, once IndexedDB was
-/// looked at, and blocks the driver until it has committed. `false` when the record is not
-/// IndexedDB's to keep (the driver writes it to its web storage as usual). With `only_of`, the
-/// record is rewritten only where the stored one is still of that key (see `Driver::drive`).
-pub(crate) fn persist(d: &Rc<Driver>, record: String, only_of: Option<Key>) -> bool {
-    let (payload, ready, json_in_idb) = {
+/// Whether the pending record is IndexedDB's to keep: an upload's, any under `storage:
+/// 'indexeddb'`, and a JSON body found there. Otherwise the driver writes it to its web storage.
+pub(crate) fn keeps(d: &Driver) -> bool {
+    let u = d.uploads.borrow();
+    u.payload.is_some() || d.options.storage == StorageKind::IndexedDb || u.json_in_idb
+}
+
+/// `Persist` of a record IndexedDB keeps ([`keeps`]): writes the record with its payload (none
+/// for a JSON body) in one IndexedDB transaction, once IndexedDB was looked at, and blocks the
+/// driver until it has committed. With `only_of`, the record is rewritten only where the stored
+/// one is still of that key (see `Driver::drive`).
+pub(crate) fn persist(d: &Rc<Driver>, record: String, only_of: Option<Key>) {
+    let (payload, ready) = {
         let u = d.uploads.borrow();
-        (u.payload.clone(), u.ready.clone(), u.json_in_idb)
+        (u.payload.clone(), u.ready.clone())
     };
-    if payload.is_none() && d.options.storage != StorageKind::IndexedDb && !json_in_idb {
-        return false;
-    }
     d.uploads.borrow_mut().blocked = true;
     let d = d.clone();
     spawn_local(async move {
@@ -283,21 +286,20 @@ pub(crate) fn persist(d: &Rc<Driver>, record: String, only_of: Option<Key>) -> b
         }
         d.drive();
     });
-    true
 }
 
 /// `Forget` of `key`: the upload's record and files (or the record kept by `storage:
 /// 'indexeddb'`) are removed, unless another writer stored its own submission under the name
 /// since (IndexedDB is the origin's: another tab's upload, pending, stays).
 pub(crate) fn forget(d: &Driver, key: &Key) {
-    let (had, json_in_idb) = {
+    // A JSON body found there too: settled here, it was resent on every load ever after.
+    let kept = keeps(d);
+    {
         let mut u = d.uploads.borrow_mut();
         u.forgotten = Some(key.clone());
-        let json = ::core::mem::replace(&mut u.json_in_idb, false);
-        (u.payload.take().is_some(), json)
-    };
-    // A JSON body found there: settled here, it was resent on every load ever after.
-    let kept = had || json_in_idb || d.options.storage == StorageKind::IndexedDb;
+        u.json_in_idb = false;
+        u.payload = None;
+    }
     if let (true, Some(db)) = (kept, db(d)) {
         let (name, key) = (d.name.clone(), key.clone());
         spawn_local(async move {
