@@ -48,6 +48,16 @@ pub(crate) fn secret_field_names(form: &HtmlFormElement) -> Vec<String> {
     names
 }
 
+/// Empties the form's secret fields (a password typed for another submission is not offered
+/// for the one the form shows now).
+pub(crate) fn empty_secret_fields(form: &HtmlFormElement) {
+    for el in controls(form) {
+        if is_secret(&el) {
+            put(&el, "value", &JsValue::from_str(""));
+        }
+    }
+}
+
 /// The form's controls named `name`, in document order.
 pub(crate) fn named_controls(form: &HtmlFormElement, name: &str) -> Vec<Element> {
     let mut found = controls(form);

@@ -19,7 +19,7 @@ use web_sys::{Element, Event, HtmlFormElement};
 
 use super::answer::clear_field_errors;
 use super::dom::{attr, call2, call_str, get, put, remove_attr, run, set_attr, set_text, text};
-use super::fields::{named_controls, read_fields, restore_fields, secret_field_names};
+use super::fields::{empty_secret_fields, read_fields, restore_fields, secret_field_names};
 use super::first_paint;
 use super::messages::{Message, Messages};
 use super::view::status_of;
@@ -478,11 +478,7 @@ impl Kit {
                             // as after a reload, before it is sent again or as new, in emptied
                             // fields (read from them then, what is typed here would go too).
                             let _ = kit.submitter.set_secrets(Fields::new());
-                            for name in secret_field_names(&kit.form) {
-                                for el in named_controls(&kit.form, &name) {
-                                    put(&el, "value", &JsValue::from_str(""));
-                                }
-                            }
+                            empty_secret_fields(&kit.form);
                         }
                         // Its fields back, as after a reload: what Try again would send.
                         Kit::take_up_pending(&kit, Resume::Manual);
