@@ -178,6 +178,7 @@ if_wasm! {
 
 /// Why a body cannot be read or written.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum BodyError {
     /// The text is not JSON.
     Syntax {

@@ -26,6 +26,7 @@ pub struct Key(String);
 
 /// Why a string is not a usable key.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum KeyError {
     /// The key is empty.
     Empty,

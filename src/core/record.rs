@@ -98,6 +98,7 @@ pub struct Request {
 
 /// Why a request cannot be made.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum RequestError {
     /// The method is not an HTTP token.
     Method(String),

@@ -96,6 +96,7 @@ impl PolicyError {
 
 /// Why a round of retries ended without a definite answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum GiveUp {
     /// The attempt limit is reached.
     AttemptsSpent,

@@ -216,6 +216,7 @@ pub enum Begun {
 
 /// Why a [`Submission::begin`] was refused. Nothing was stored or sent.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum BeginError {
     /// The pending submission's key is past its lifetime ([`State::Expired`]): whatever the body,
     /// nothing is sent until the caller has checked whether it was done and chosen
@@ -261,6 +262,7 @@ impl BeginError {
 
 /// Why [`Submission::try_again`] or [`Submission::restore`] could not act.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum StateError {
     /// Nothing is pending.
     NothingPending,
