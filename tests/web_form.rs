@@ -170,6 +170,13 @@ impl Case {
         stored(&self.name)
     }
 
+    /// The key of the record in `storage`'s `slot`, if one is there.
+    fn keys_stored(&self, storage: &web_sys::Storage, slot: &str) -> Option<String> {
+        let text = storage.get_item(slot).unwrap()?;
+        let record = oncekey::core::Record::from_json(&text).unwrap();
+        Some(record.key.as_str().to_owned())
+    }
+
     async fn count(&self, what: &str) -> f64 {
         let stats = stats(&self.tenant).await;
         js_sys::Reflect::get(&stats, &what.into())
@@ -611,7 +618,8 @@ async fn discard_unlocks_the_form_forgets_the_record_and_the_next_send_has_a_new
     button(&form, "Discard")
         .expect("Discard is offered")
         .click();
-    assert_eq!(state(&form), "idle");
+    // Done once the key's Web Lock is known to be free (nobody else sends it).
+    settled(&form, "idle").await;
     assert!(status_text(&form).starts_with("Discarded."));
     assert_eq!(busy(&form), None);
     assert!(!disabled(&form, "[name=subject]"));
@@ -1209,6 +1217,7 @@ async fn asked_for_the_secrets_after_a_reload_a_person_can_discard_or_try_again_
     button(&form, "Discard")
         .expect("Discard, while asked")
         .click();
+    settled(&form, "idle").await;
     assert_eq!(case.stored(), None, "the record is gone");
     assert!(!disabled(&form, "[name=subject]") && busy(&form).is_none());
     form.remove();
@@ -1478,11 +1487,76 @@ async fn after_another_tab_s_submission_is_discarded_the_fields_typed_in_this_on
     let case = Case::new("tabs-typed-discard");
     let (a, b) = refused_for_another_tab_s_submission(&case).await;
     button(&b, "Discard").unwrap().click();
-    assert_eq!(state(&b), "idle");
+    settled(&b, "idle").await;
     typed_in_b_is_back(&b);
     b.request_submit().unwrap();
     settled(&b, "succeeded").await;
     assert_eq!(case.count("tickets").await, 1.0, "B's, once");
+    a.remove();
+    b.remove();
+}
+
+#[test]
+async fn a_discard_here_of_a_submission_another_tab_is_sending_keeps_its_record() {
+    // Tab A is sending (its answer slow); tab B's person submits another ticket, is refused for
+    // A's and shown it in place, and presses Discard. That removed A's record while A sent it:
+    // a reload of A then found nothing to resume, and its person wrote the ticket again under
+    // a new key. Now B keeps it, says so, and "Try again" shows A's answer (a replay).
+    let case = Case::new("tabs-discard-sending");
+    let on_local = || {
+        let mut o = case.options(1);
+        o.submitter.storage = StorageKind::Local;
+        o
+    };
+    let local = web_sys::window().unwrap().local_storage().unwrap().unwrap();
+    let slot = format!("oncekey:{}", case.name);
+    let (a, b) = (case.form(""), case.form(""));
+    FormKit::attach(&a, on_local()).unwrap();
+    FormKit::attach(&b, on_local()).unwrap();
+    fill_ticket(&a, "From tab A");
+    case.plan(&["delay=1500"]);
+    a.request_submit().unwrap();
+    settled(&a, "sending").await;
+    let key = case.keys_stored(&local, &slot).expect("A's record");
+    fill_ticket(&b, "Typed in tab B");
+    fill(&b, "body", "Second floor.");
+    b.request_submit().unwrap();
+    settled(&b, "unsure").await;
+    assert_eq!(
+        field(&b, "subject").value(),
+        "From tab A",
+        "A's shown in place"
+    );
+    button(&b, "Discard").expect("Discard is offered").click();
+    JsFuture::from(sleep(100)).await.unwrap();
+    assert_eq!(
+        case.keys_stored(&local, &slot).as_deref(),
+        Some(key.as_str()),
+        "A's record is kept while A sends it"
+    );
+    assert_eq!(state(&b), "unsure", "B still shows it");
+    assert!(
+        status_text(&b).starts_with("This request is being sent from another tab"),
+        "{}",
+        status_text(&b)
+    );
+    assert!(button(&b, "Try again").is_some() && button(&b, "Discard").is_some());
+    settled(&a, "succeeded").await;
+    assert_eq!(
+        local.get_item(&slot).unwrap(),
+        None,
+        "removed by A, after its answer"
+    );
+    button(&b, "Try again").unwrap().click();
+    settled(&b, "succeeded").await;
+    typed_in_b_is_back(&b);
+    let keys = case.keys();
+    assert_eq!(
+        keys,
+        [key.clone(), key],
+        "A's ticket under A's key, replayed to B"
+    );
+    assert_eq!(case.count("tickets").await, 1.0);
     a.remove();
     b.remove();
 }

@@ -71,6 +71,16 @@ extern "C" {
 
     #[wasm_bindgen(method, catch)]
     fn request(this: &LockManager, name: &str, callback: &Function) -> Result<Promise, JsValue>;
+
+    /// `locks.request(name, { ifAvailable: true }, callback)`: the callback gets `null` when
+    /// the lock is held or asked for elsewhere.
+    #[wasm_bindgen(method, catch, js_name = request)]
+    fn request_if_available(
+        this: &LockManager,
+        name: &str,
+        options: &JsValue,
+        callback: &JsValue,
+    ) -> Result<Promise, JsValue>;
 }
 
 /// 16 bytes from the platform CSPRNG (`crypto.getRandomValues`), for a key.
@@ -394,6 +404,50 @@ pub(crate) fn request_lock(key: &Key) -> Option<Lock> {
         .unchecked_ref::<Callee>()
         .then_call(&JsValue::UNDEFINED, &on_refuse);
     Some(lock)
+}
+
+/// The answer [`if_lock_taken`] gives once, to whichever of its callbacks comes first.
+type Answer = Rc<RefCell<Option<Box<dyn FnOnce(bool)>>>>;
+
+/// Whether anyone (another tab, or another submitter of this page) holds or waits for the
+/// Web Lock of `key` now, that is, sends under that key: `then(false)` when no one does, called
+/// with the lock held (taken only if no one wanted it, and let go when `then` returns, so no
+/// attempt under the key starts meanwhile); `then(true)` when someone does. Answered in a later
+/// task. `false` (and `then` dropped unanswered) where the global has no Web Locks; a request
+/// the browser refuses (an opaque origin) answers `false`, as nothing can be known then.
+pub(crate) fn if_lock_taken(key: &Key, then: impl FnOnce(bool) + 'static) -> bool {
+    if LOCKS.with(|l| l.is_none()) {
+        return false;
+    }
+    // Whichever comes first answers: the grant (`null`: not available) or the refusal. This
+    // is asked for once per discard of a pending submission, so a closure of its own is fine;
+    // the one of the two JavaScript never calls stays with the page.
+    let once: Answer = Rc::new(RefCell::new(Some(Box::new(then))));
+    let answer = move |once: &Answer, taken: bool| {
+        let then = once.borrow_mut().take();
+        if let Some(then) = then {
+            then(taken);
+        }
+    };
+    let (on_grant, on_refuse) = (once.clone(), once.clone());
+    let granted = Closure::once_into_js(move |lock: JsValue| answer(&on_grant, lock.is_null()));
+    let refused = Closure::once_into_js(move |_: JsValue| answer(&on_refuse, false));
+    let options = js_sys::Object::new();
+    let _ = Reflect::set(&options, &"ifAvailable".into(), &JsValue::TRUE);
+    let name = "oncekey:".to_owned() + key.as_str();
+    let request = LOCKS.with(|l| {
+        l.as_ref()
+            .map(|l| l.request_if_available(&name, &options, &granted))
+    });
+    match request.unwrap_or(Err(JsValue::UNDEFINED)) {
+        Ok(request) => {
+            let _ = request
+                .unchecked_ref::<Callee>()
+                .then_call(&JsValue::UNDEFINED, &refused);
+        }
+        Err(_) => answer(&once, false),
+    }
+    true
 }
 
 /// A Web Lock asked for ([`request_lock`]): held once granted, let go when dropped.

@@ -15,6 +15,8 @@ const FR = {
   expired:
     'Nous n’avons pas pu confirmer l’arrivée de ce ticket, et il est trop ancien pour être renvoyé sans risque : il est peut-être arrivé, peut-être pas. Vérifiez avant de l’envoyer de nouveau. « Envoyer comme nouveau ticket » l’envoie comme un nouveau ; « Abandonner » le supprime.',
   discarded: 'Abandonnée. Rien n’a été confirmé ; un nouvel envoi fera une nouvelle demande.',
+  sentElsewhere:
+    'Cette demande est en cours d’envoi depuis un autre onglet : elle n’a pas été abandonnée. Réessayer affiche sa réponse dès qu’elle arrive ; le serveur ne la traitera pas deux fois.',
   succeeded: 'Envoyé et confirmé.',
   created: 'Ticket n° {id} créé.',
   sent: 'Envoyé.',

@@ -58,6 +58,8 @@ export interface FormKitMessages {
   expired?: string;
   /** Discarded. Nothing was confirmed; sending again makes a new request. */
   discarded?: string;
+  /** This request is being sent from another tab right now, so it was not discarded. Try again shows its answer once it comes; the server will not do it twice. */
+  sentElsewhere?: string;
   /** Sent and confirmed. */
   succeeded?: string;
   /** Created #{id}. — {id}, or any field of the answer. */

@@ -248,7 +248,7 @@ impl Kit {
             }
             Some(TRY_AGAIN) => Kit::resend(kit),
             Some(SEND_AS_NEW) => Kit::send_as_new(kit),
-            Some(DISCARD) => kit.discard(),
+            Some(DISCARD) => Kit::discard(kit),
             _ => {}
         }
     }
@@ -434,7 +434,44 @@ impl Kit {
         Kit::settle_later(kit, Box::pin(kit.submitter.send_as_new()), false);
     }
 
-    pub(super) fn discard(&self) {
+    /// "Discard". A submission this kit shows but is not sending (unsure or expired) may be
+    /// another tab's, found in shared storage, which that tab is sending right now: its record
+    /// is that tab's until its answer, and removing it here would leave a reload there with
+    /// nothing to resume. So where tabs share records, the discard is done only if no one holds
+    /// or waits for the key's Web Lock (with the lock held, so that no attempt starts
+    /// meanwhile); otherwise the form says so and keeps the submission, for "Try again" (which
+    /// waits for that tab's attempt and gets its answer) or a later discard.
+    pub(super) fn discard(kit: &Rc<Kit>) {
+        let submitter = &kit.submitter;
+        let driver = submitter.driver();
+        let shared = driver.shares_keys() || crate::web::upload::is_upload(driver);
+        let key = matches!(submitter.state(), State::Unsure | State::Expired)
+            .then(|| submitter.pending())
+            .flatten()
+            .filter(|_| shared)
+            .map(|p| p.key().clone());
+        if let Some(key) = key {
+            let round = kit.round.get();
+            let later = kit.clone();
+            let asked = crate::web::global::if_lock_taken(&key, move |taken| {
+                // The person or the page moved on meanwhile (a "Try again", another discard).
+                if later.round.get() != round || !holds(&later.wiring) {
+                    return;
+                }
+                if taken {
+                    later.say(later.messages.text(Message::SentElsewhere));
+                } else {
+                    later.discard_now();
+                }
+            });
+            if asked {
+                return;
+            }
+        }
+        kit.discard_now();
+    }
+
+    fn discard_now(&self) {
         self.submitter.discard();
         // Shown now, whether or not an attempt was under way.
         self.discarded();

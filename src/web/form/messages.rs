@@ -23,6 +23,7 @@ pub(crate) enum Message {
     Reloaded,
     Expired,
     Discarded,
+    SentElsewhere,
     Succeeded,
     Created,
     Sent,
@@ -44,7 +45,7 @@ pub(crate) enum Message {
 
 /// Each message's key and its English text, in the order of [`Message`]. README.md ("A plain
 /// HTML form") and the `FormKitMessages` declarations list the same.
-const TEXTS: [(&str, &str); 25] = [
+const TEXTS: [(&str, &str); 26] = [
     ("sending", "Sending…"),
     // {attempt}: the attempt's number.
     ("sendingAgain", "Sending again (attempt {attempt}), with the same key…"),
@@ -55,6 +56,7 @@ const TEXTS: [(&str, &str); 25] = [
     ("reloaded", "This request was sent before the page reloaded, and its answer was lost. Try again sends the same request; the server will not do it twice."),
     ("expired", "We could not confirm that this ticket arrived, and it is now too old to be sent again safely: it may or may not have arrived. Please check whether it did before you send it again. Send as a new ticket sends it again as a new one; Discard drops it."),
     ("discarded", "Discarded. Nothing was confirmed; sending again makes a new request."),
+    ("sentElsewhere", "This request is being sent from another tab right now, so it was not discarded. Try again shows its answer once it comes; the server will not do it twice."),
     ("succeeded", "Sent and confirmed."),
     // {id}, or any field of the answer.
     ("created", "Created #{id}."),
@@ -134,7 +136,7 @@ impl Messages {
     }
 }
 
-const ALL: [Message; 25] = [
+const ALL: [Message; 26] = [
     Message::Sending,
     Message::SendingAgain,
     Message::Waiting,
@@ -143,6 +145,7 @@ const ALL: [Message; 25] = [
     Message::Reloaded,
     Message::Expired,
     Message::Discarded,
+    Message::SentElsewhere,
     Message::Succeeded,
     Message::Created,
     Message::Sent,

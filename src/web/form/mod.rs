@@ -199,8 +199,10 @@ impl FormKit {
         kit::Kit::send_as_new(&self.kit);
     }
 
-    /// "Discard", as the button does: the unconfirmed submission is dropped, the form unlocked.
+    /// "Discard", as the button does: the unconfirmed submission is dropped, the form unlocked;
+    /// one that another tab is sending right now is kept, and the form says so (a moment
+    /// later: the key's Web Lock is asked about first).
     pub fn discard(&self) {
-        self.kit.discard();
+        kit::Kit::discard(&self.kit);
     }
 }
