@@ -130,6 +130,16 @@ pub trait Tx {
     /// The tenant's newest tickets, newest first, each with its attachments' descriptions.
     fn list_tickets(&mut self, tenant: &str, limit: i64) -> Result<Vec<Ticket>, StoreError>;
 
+    /// The length of the tenant's ticket `ticket_id`'s attachment `n`, from the database
+    /// without reading its bytes: the length of the stored value, what [`Tx::attachment`]
+    /// reads (a download reserves it first); `None` when there is no such attachment.
+    fn attachment_size(
+        &mut self,
+        tenant: &str,
+        ticket_id: i64,
+        n: i64,
+    ) -> Result<Option<usize>, StoreError>;
+
     /// The bytes of the tenant's ticket `ticket_id`'s attachment `n` (0-based, in the order of
     /// `attachments`), with their media type; `None` when there is no such attachment.
     fn attachment(
@@ -495,6 +505,12 @@ pub(crate) fn attach(tickets: &mut [Ticket], files: Vec<(i64, Attachment)>) {
             tickets[i].attachments.push(file);
         }
     }
+}
+
+/// A stored value's length as the database gave it (`length`, `octet_length`).
+pub(crate) fn stored_length(length: i64) -> Result<usize, StoreError> {
+    usize::try_from(length)
+        .map_err(|_| StoreError::Corrupt(format!("an attachment's length is {length}")))
 }
 
 /// Lower-case hex of `bytes`.

@@ -41,8 +41,8 @@ use postgres::{Client, Config, NoTls, Statement};
 use tokio::sync::oneshot;
 
 use super::{
-    attach, chain, hex, Attachment, ClaimRequest, Claimed, Counts, Decision, File, Found, KeyClaim,
-    Kind, NewTicket, StoreError, Stored, Ticket, Tx, Work,
+    attach, chain, hex, stored_length, Attachment, ClaimRequest, Claimed, Counts, Decision, File,
+    Found, KeyClaim, Kind, NewTicket, StoreError, Stored, Ticket, Tx, Work,
 };
 
 /// The schema version this server writes: 2 added `attachments` (a version 1 database is
@@ -136,6 +136,7 @@ struct Statements {
     list_tickets: Statement,
     insert_attachment: Statement,
     list_attachments: Statement,
+    attachment_size: Statement,
     attachment: Statement,
     count_tickets: Statement,
     count_receipts: Statement,
@@ -204,6 +205,12 @@ impl Statements {
                 "SELECT a.ticket_id, a.name, a.media_type, a.size, a.sha256
                  FROM attachments a JOIN tickets t ON t.id = a.ticket_id
                  WHERE t.tenant = $1 AND a.ticket_id >= $2 ORDER BY a.ticket_id, a.n",
+            )?,
+            // octet_length() of a bytea reads its header (a TOAST pointer holds the length), not
+            // its bytes.
+            attachment_size: client.prepare(
+                "SELECT octet_length(a.bytes) FROM attachments a JOIN tickets t ON t.id = a.ticket_id
+                 WHERE t.tenant = $1 AND a.ticket_id = $2 AND a.n = $3",
             )?,
             attachment: client.prepare(
                 "SELECT a.name, a.media_type, a.bytes FROM attachments a JOIN tickets t ON t.id = a.ticket_id
@@ -680,6 +687,24 @@ impl Tx for PgTx<'_> {
                 attach(&mut tickets, files);
                 Ok(tickets)
             })
+    }
+
+    fn attachment_size(
+        &mut self,
+        tenant: &str,
+        ticket_id: i64,
+        n: i64,
+    ) -> Result<Option<usize>, StoreError> {
+        let Ok(n) = i32::try_from(n) else {
+            return Ok(None);
+        };
+        let row = self
+            .client
+            .query_opt(&self.st.attachment_size, &[&tenant, &ticket_id, &n])?;
+        match row {
+            Some(r) => stored_length(r.try_get::<_, i32>(0)?.into()).map(Some),
+            None => Ok(None),
+        }
     }
 
     fn attachment(

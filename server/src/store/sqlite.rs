@@ -28,8 +28,8 @@ use rusqlite::{params, Connection};
 use tokio::sync::oneshot;
 
 use super::{
-    attach, hex, Attachment, ClaimRequest, Claimed, Counts, Decision, File, Found, KeyClaim, Kind,
-    NewTicket, StoreError, Stored, Ticket, Tx, Work,
+    attach, hex, stored_length, Attachment, ClaimRequest, Claimed, Counts, Decision, File, Found,
+    KeyClaim, Kind, NewTicket, StoreError, Stored, Ticket, Tx, Work,
 };
 
 /// The schema version this server writes: 2 added `attachments`, 3 keeps `receipts` in a rowid
@@ -460,6 +460,15 @@ impl Tx for Unwritten<'_> {
 
     fn list_tickets(&mut self, tenant: &str, limit: i64) -> Result<Vec<Ticket>, StoreError> {
         self.conn.list_tickets(tenant, limit)
+    }
+
+    fn attachment_size(
+        &mut self,
+        tenant: &str,
+        ticket_id: i64,
+        n: i64,
+    ) -> Result<Option<usize>, StoreError> {
+        self.conn.attachment_size(tenant, ticket_id, n)
     }
 
     fn attachment(
@@ -939,6 +948,24 @@ impl Tx for Db {
         })?;
         attach(&mut tickets, files.collect::<Result<Vec<_>, _>>()?);
         Ok(tickets)
+    }
+
+    fn attachment_size(
+        &mut self,
+        tenant: &str,
+        ticket_id: i64,
+        n: i64,
+    ) -> Result<Option<usize>, StoreError> {
+        // length() of a blob reads the record's header, not the blob's overflow pages.
+        let mut stmt = self.prepare_cached(
+            "SELECT length(a.bytes) FROM attachments a JOIN tickets t ON t.id = a.ticket_id
+             WHERE t.tenant = ?1 AND a.ticket_id = ?2 AND a.n = ?3",
+        )?;
+        let mut rows = stmt.query(params![tenant, ticket_id, n])?;
+        match rows.next()? {
+            Some(r) => stored_length(r.get(0)?).map(Some),
+            None => Ok(None),
+        }
     }
 
     fn attachment(
