@@ -8,7 +8,8 @@
 //! - `POST /api/plain/tickets`: the tickets handler alone: every request makes a ticket.
 //! - `GET /api/tickets`, `GET /api/stats`: a tenant's tickets, and counts for the tests.
 //! - `GET /api/tickets/{id}/attachments/{n}`: the bytes of a ticket's file `n` (0-based, in
-//!   the order of the ticket's `attachments`).
+//!   the order of the ticket's `attachments`), held in memory within `--upload-memory` like an
+//!   upload's (`budget`).
 
 use std::collections::HashMap;
 use std::sync::atomic::AtomicI64;
@@ -23,12 +24,12 @@ use axum::Extension;
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
-use crate::budget::BodyBudget;
+use crate::budget::{BodyBudget, Reserved};
 use crate::faults::{self, finish, RandomFaults};
 use crate::idempotency::{self, Keyed};
 pub use crate::problem::InvalidParam;
 use crate::problem::{problem, respond, unavailable};
-use crate::store::{Store, StoreError, Tx};
+use crate::store::{File, Store, StoreError, Tx};
 use crate::tickets::{self, read_body, read_request, tenant};
 pub use crate::tickets::{
     MAX_ATTACHMENTS, MAX_BODY, MAX_EMAIL, MAX_FILE_NAME, MAX_MEDIA_TYPE, MAX_SUBJECT, MAX_TENANT,
@@ -46,7 +47,7 @@ pub struct App {
     pub(crate) key_check: bool,
     pub(crate) max_body: usize,
     pub(crate) max_upload: usize,
-    /// `--upload-memory`: the bytes of bodies held at once.
+    /// `--upload-memory`: the bytes of bodies held at once, uploads and downloads.
     pub(crate) bodies: BodyBudget,
     pub(crate) body_read_timeout: Duration,
     pub(crate) counters: Mutex<HashMap<String, Counters>>,
@@ -286,6 +287,13 @@ pub async fn list_tickets(
 /// (0-based), with the media type it was sent with. Served as a download
 /// (`Content-Disposition: attachment`, `nosniff`, a sandboxing CSP), never rendered as a page of
 /// this origin: a file is whatever its sender wrote.
+///
+/// The file is held in memory while it is sent, so it counts against `--upload-memory` like an
+/// upload's body: its stored length is reserved before its bytes are read from the store, and
+/// given back once the answer's body has been handed to the connection whole, or dropped (the
+/// client gone). Without room, the answer is `503` with `Retry-After: 1` at once, nothing read.
+/// A file larger than the whole budget (stored under an earlier, larger `--max-upload`) takes
+/// all of it: it is sent when nothing else is held.
 pub async fn get_attachment(
     State(app): State<Arc<App>>,
     Path((id, n)): Path<(String, String)>,
@@ -307,13 +315,27 @@ pub async fn get_attachment(
     let (Ok(id), Ok(n)) = (id.parse::<i64>(), n.parse::<i64>()) else {
         return not_found();
     };
-    match app
+    let job = app.clone();
+    let found = app
         .store
-        .run_light(move |tx| tx.attachment(&tenant, id, n))
-        .await
-    {
-        Ok(Some(file)) => {
-            let mut r = Response::new(Body::from(file.bytes));
+        .run_light(move |tx| {
+            let Some(size) = tx.attachment_size(&tenant, id, n)? else {
+                return Ok(Download::Missing);
+            };
+            // Reserved before the bytes are read: a download past the budget reads none.
+            let Some(reserved) = job.bodies.reserve_download(size) else {
+                return Ok(Download::Busy(size));
+            };
+            Ok(match tx.attachment(&tenant, id, n)? {
+                Some(file) => Download::Ready(file, reserved),
+                None => Download::Missing,
+            })
+        })
+        .await;
+    match found {
+        Ok(Download::Ready(file, reserved)) => {
+            // The body holds the room: given back when it is sent whole or dropped, not here.
+            let mut r = Response::new(reserved.into_body(file.bytes));
             let h = r.headers_mut();
             h.insert(
                 header::CONTENT_TYPE,
@@ -333,12 +355,23 @@ pub async fn get_attachment(
             );
             r
         }
-        Ok(None) => not_found(),
+        Ok(Download::Busy(size)) => app.bodies.busy(size),
+        Ok(Download::Missing) => not_found(),
         Err(e) => {
             tracing::error!("reading an attachment failed: {e}");
             unavailable("the store is unavailable; retry")
         }
     }
+}
+
+/// What a download found in the store.
+enum Download {
+    /// No such attachment.
+    Missing,
+    /// No room in the budget for a file of this many bytes now; its bytes were not read.
+    Busy(usize),
+    /// The file, read within the room reserved for it.
+    Ready(File, Reserved),
 }
 
 /// `attachment; filename*=UTF-8''...` (RFC 6266 and 8187): the name percent-encoded, so any

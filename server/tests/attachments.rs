@@ -3,7 +3,8 @@
 //! other files is a `422`; an upload over `--max-upload` is a `413`; malformed multipart is a
 //! `400` naming what was wrong; the bytes come back from `GET /api/tickets/{id}/attachments/{n}`.
 //! Past `--upload-memory`, uploads in flight together, one more is a `503` that claims nothing and
-//! whose retry makes its ticket; a body that fails gives its room back.
+//! whose retry makes its ticket; a body that fails gives its room back. Downloads count against
+//! the same budget until their answer is sent or dropped.
 //!
 //! The PostgreSQL runs need `ONCEKEY_PG_URL` (`bash scripts/with-pg.sh cargo test -p
 //! oncekey-server --test attachments`); without it they say they are skipped.
@@ -773,6 +774,226 @@ async fn a_body_that_never_arrives_or_breaks_off_gives_its_memory_back() {
     );
     assert_eq!(desk.stat("processing").await, 0);
     desk.server.shutdown().await;
+}
+
+/// The size of the file the download budget tests send: larger than what the kernel's socket
+/// buffers take from a connection whose client reads nothing, so its answer's body stays
+/// unsent.
+const LARGE: usize = 8 * 1024 * 1024;
+
+/// A desk whose bodies may hold 12,000,000 bytes of memory at once: one download of a
+/// [`LARGE`] file, not two.
+fn download_budget() -> Config {
+    Config {
+        max_upload: 9_000_000,
+        upload_memory: Some(12_000_000),
+        ..faults()
+    }
+}
+
+/// Uploads a ticket with these files (name, bytes) under `key`; its id.
+async fn ticket_with(desk: &Desk, key: &str, files: &[(&str, &[u8])]) -> i64 {
+    let parts: Vec<FilePart> = files
+        .iter()
+        .map(|(name, bytes)| ("attachment", *name, "application/octet-stream", *bytes))
+        .collect();
+    let created = send(upload(desk, Some(key), multipart(FIELDS, &parts))).await;
+    assert_eq!(
+        created.status,
+        201,
+        "{}",
+        String::from_utf8_lossy(&created.body)
+    );
+    created.json()["id"].as_i64().unwrap()
+}
+
+async fn download(desk: &Desk, path: &str) -> Answer {
+    get_attachment(desk, &desk.tenant, path).await.0
+}
+
+/// Gets `path` until it is answered `status` (bounded: 200 tries, 10 ms apart); that answer.
+async fn download_until(desk: &Desk, path: &str, status: u16) -> Answer {
+    for _ in 0..200 {
+        let answer = download(desk, path).await;
+        if answer.status == status {
+            return answer;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    panic!("{path} was never answered {status}");
+}
+
+/// Reads from `stream` until the end of an answer's header section (bounded: 10 s), and no
+/// further; that section.
+async fn read_head(stream: &mut tokio::net::TcpStream) -> String {
+    use tokio::io::AsyncReadExt;
+    let mut heard = Vec::new();
+    let mut byte = [0u8; 1];
+    tokio::time::timeout(std::time::Duration::from_secs(10), async {
+        while !heard.ends_with(b"\r\n\r\n") && stream.read(&mut byte).await.unwrap() == 1 {
+            heard.push(byte[0]);
+        }
+    })
+    .await
+    .expect("a header section");
+    String::from_utf8_lossy(&heard).into_owned()
+}
+
+/// Sends `GET path` over raw TCP with a small receive buffer and reads the answer's header
+/// section, then nothing more: the client of a download that stalls mid-way.
+async fn begin_unread_download(desk: &Desk, path: &str) -> tokio::net::TcpStream {
+    use tokio::io::AsyncWriteExt;
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(16 * 1024).unwrap();
+    let mut stream = socket.connect(desk.server.addr()).await.unwrap();
+    let request = format!(
+        "GET {path} HTTP/1.1\r\nHost: x\r\nX-Tenant: {}\r\n\r\n",
+        desk.tenant
+    );
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let head = read_head(&mut stream).await;
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    stream
+}
+
+/// Asserts that `answer` is the budget's `503`.
+fn assert_busy(answer: &Answer) {
+    let start = &answer.body[..answer.body.len().min(300)];
+    assert_eq!(answer.status, 503, "{}", String::from_utf8_lossy(start));
+    assert_eq!(answer.retry_after.as_deref(), Some("1"));
+    assert_eq!(answer.content_type, "application/problem+json");
+    assert_eq!(
+        answer.json()["type"],
+        "urn:oncekey:problem:body-memory-busy"
+    );
+}
+
+async fn downloads_count_against_the_memory_budget(desk: &Desk) {
+    let large: Vec<u8> = (0..LARGE).map(|i| (i % 251) as u8).collect();
+    let small = vec![3u8; 1000];
+    let id = ticket_with(
+        desk,
+        "k-files",
+        &[("large.bin", &large), ("small.bin", &small)],
+    )
+    .await;
+    let large_path = format!("/api/tickets/{id}/attachments/0");
+    let small_path = format!("/api/tickets/{id}/attachments/1");
+    // One after another, two downloads fit: each gives its room back once sent.
+    for _ in 0..2 {
+        let got = download(desk, &large_path).await;
+        assert_eq!(got.status, 200);
+        assert!(got.body == large, "the file's bytes");
+    }
+    // An upload that declared 9,000,000 bytes holds them while it waits for its body: the large
+    // file does not fit beside it (503, retry after a second), the small one does.
+    let slow = begin_slow_upload(desk, Some(9_000_000)).await;
+    assert_busy(&download_until(desk, &large_path, 503).await);
+    let got = download(desk, &small_path).await;
+    assert_eq!(got.status, 200);
+    assert_eq!(got.body, small);
+    // The client goes away: the room comes back, and the file is whole.
+    drop(slow);
+    let got = download_until(desk, &large_path, 200).await;
+    assert!(got.body == large, "the file's bytes after the 503");
+    // A download whose client reads nothing holds its room while its body is unsent: another
+    // download of the large file is a 503, and so is an upload that does not fit beside it.
+    let unread = begin_unread_download(desk, &large_path).await;
+    assert_busy(&download(desk, &large_path).await);
+    let mut upload = begin_slow_upload(desk, Some(5_000_000)).await;
+    let head = read_head(&mut upload).await;
+    assert!(head.starts_with("HTTP/1.1 503"), "{head}");
+    assert!(head.contains("retry-after: 1\r\n"), "{head}");
+    drop(upload);
+    assert_eq!(download(desk, &small_path).await.status, 200);
+    // Its client goes away mid-body: the room comes back, and the file is whole.
+    drop(unread);
+    let got = download_until(desk, &large_path, 200).await;
+    assert!(
+        got.body == large,
+        "the file's bytes after a dropped download"
+    );
+    // The same for a client that read some of it first.
+    let mut unread = begin_unread_download(desk, &large_path).await;
+    let mut some = vec![0u8; 100_000];
+    tokio::io::AsyncReadExt::read_exact(&mut unread, &mut some)
+        .await
+        .unwrap();
+    assert_eq!(some, large[..100_000]);
+    assert_busy(&download(desk, &large_path).await);
+    drop(unread);
+    let got = download_until(desk, &large_path, 200).await;
+    assert!(
+        got.body == large,
+        "the file's bytes after a dropped download"
+    );
+    assert_eq!(desk.stat("tickets").await, 1);
+}
+
+on_both_stores!(
+    downloads_count_against_the_memory_budget_sqlite,
+    downloads_count_against_the_memory_budget_pg,
+    downloads_count_against_the_memory_budget,
+    download_budget()
+);
+
+/// Starts a desk on `db` that stores a ticket with a file of 150,000 bytes (`--max-upload`
+/// 200,000), stops it, and starts one on `db` whose whole budget is 120,000 bytes: the file,
+/// stored under the larger limit, does not fit it.
+async fn a_file_larger_than_the_whole_budget_is_sent_alone(db: &str) {
+    let file: Vec<u8> = (0..150_000u32).map(|i| (i % 253) as u8).collect();
+    let desk = Desk::with(
+        "download-larger",
+        Config {
+            db: db.to_owned(),
+            db_connections: 2,
+            max_upload: 200_000,
+            ..faults()
+        },
+    )
+    .await;
+    let id = ticket_with(&desk, "k-large", &[("large.bin", &file)]).await;
+    let tenant = desk.tenant.clone();
+    desk.server.shutdown().await;
+    let mut desk = Desk::with(
+        "download-larger",
+        Config {
+            db: db.to_owned(),
+            db_connections: 2,
+            max_upload: 100_000,
+            upload_memory: Some(120_000),
+            ..faults()
+        },
+    )
+    .await;
+    desk.tenant = tenant;
+    let path = format!("/api/tickets/{id}/attachments/0");
+    // Nothing else held: sent, holding the whole budget.
+    let got = download(&desk, &path).await;
+    assert_eq!(got.status, 200, "{}", String::from_utf8_lossy(&got.body));
+    assert!(got.body == file);
+    // Anything else held, even 10,000 bytes: not beside it.
+    let slow = begin_slow_upload(&desk, Some(10_000)).await;
+    assert_busy(&download_until(&desk, &path, 503).await);
+    drop(slow);
+    let got = download_until(&desk, &path, 200).await;
+    assert!(got.body == file);
+    desk.server.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_file_larger_than_the_whole_budget_is_sent_alone_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("desk.db").to_str().unwrap().to_owned();
+    a_file_larger_than_the_whole_budget_is_sent_alone(&db).await;
+}
+
+#[tokio::test]
+async fn a_file_larger_than_the_whole_budget_is_sent_alone_pg() {
+    let Some(db) = common::pg::fresh("attachments::download_larger_pg") else {
+        return;
+    };
+    a_file_larger_than_the_whole_budget_is_sent_alone(&db.url).await;
 }
 
 #[tokio::test]
