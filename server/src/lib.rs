@@ -100,10 +100,11 @@ pub struct Config {
     /// one is answered `413`. 25 MiB by default, at most [`api::MAX_UPLOAD_CAP`] (256 MiB):
     /// a body is held in memory while it is read and stored.
     pub max_upload: usize,
-    /// The bytes of request bodies held in memory at once, over every request being served
-    /// (`--upload-memory`): a request reserves its declared `Content-Length` (its limit when it
-    /// declares none) before its body is read and gives it back when it is done; one that
-    /// finds no room is answered `503` with `Retry-After: 1`, nothing read, claimed or stored.
+    /// The bytes of bodies held in memory at once, over every request being served, uploads
+    /// and downloads (`--upload-memory`): a request reserves its declared `Content-Length` (its
+    /// limit when it declares none) before its body is read and gives it back when it is done,
+    /// a download its file's length until its answer is sent; one that finds no room is
+    /// answered `503` with `Retry-After: 1`, nothing read, claimed or stored.
     /// `None` (the default) is [`UPLOAD_MEMORY_PER_BODY`] times the larger of `max_body` and
     /// `max_upload` (100 MiB with the defaults). At least that larger limit, or the server
     /// refuses to start: every body within its limit must fit alone.
