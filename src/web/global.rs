@@ -79,7 +79,7 @@ extern "C" {
         this: &LockManager,
         name: &str,
         options: &JsValue,
-        callback: &JsValue,
+        callback: &Function,
     ) -> Result<Promise, JsValue>;
 }
 
@@ -188,7 +188,7 @@ thread_local! {
                 fire(n / KINDS);
                 JsValue::UNDEFINED
             }
-            LOCK => lock_answered(n / KINDS),
+            LOCK => lock_answered(n / KINDS, &value),
             STEP => {
                 super::attempt::step_of(n / KINDS, value);
                 JsValue::UNDEFINED
@@ -317,13 +317,27 @@ thread_local! {
 const GRANTED: u32 = 0;
 const REFUSED: u32 = 1;
 
-/// The browser answered lock request `n` (the lock's number and [`GRANTED`] or [`REFUSED`]):
-/// what the lock's callback returns.
-fn lock_answered(n: u32) -> JsValue {
+/// The browser answered lock request `n` (the lock's number and [`GRANTED`] or [`REFUSED`];
+/// `lock`, what the grant was given): what the lock's callback returns.
+fn lock_answered(n: u32, lock: &JsValue) -> JsValue {
+    let id = n / 2;
+    let if_free = ASKED.with(|a| {
+        let mut a = a.borrow_mut();
+        match a.get(id) {
+            Some(Asked::IfFree(_)) => a.take(id),
+            _ => None,
+        }
+    });
+    if let Some(Asked::IfFree(then)) = if_free {
+        // Granted `null`: held or asked for elsewhere. Granted a lock: `then` runs with it held
+        // (let go when this returns). Refused: nothing can be known.
+        then(n % 2 == GRANTED && lock.is_null());
+        return JsValue::UNDEFINED;
+    }
     match n % 2 {
-        GRANTED => granted(n / 2),
+        GRANTED => granted(id),
         _ => {
-            answered(n / 2, Asked::Refused);
+            answered(id, Asked::Refused);
             JsValue::UNDEFINED
         }
     }
@@ -337,6 +351,8 @@ enum Asked {
     Granted(Function),
     /// The browser refused it (an opaque origin, say).
     Refused,
+    /// Asked for only if available ([`if_lock_taken`]): told whether someone else has it.
+    IfFree(Box<dyn FnOnce(bool)>),
 }
 
 /// The browser granted lock `id`: the promise that holds it until it is let go, or nothing
@@ -406,46 +422,41 @@ pub(crate) fn request_lock(key: &Key) -> Option<Lock> {
     Some(lock)
 }
 
-/// The answer [`if_lock_taken`] gives once, to whichever of its callbacks comes first.
-type Answer = Rc<RefCell<Option<Box<dyn FnOnce(bool)>>>>;
-
 /// Whether anyone (another tab, or another submitter of this page) holds or waits for the
 /// Web Lock of `key` now, that is, sends under that key: `then(false)` when no one does, called
 /// with the lock held (taken only if no one wanted it, and let go when `then` returns, so no
 /// attempt under the key starts meanwhile); `then(true)` when someone does. Answered in a later
-/// task. `false` (and `then` dropped unanswered) where the global has no Web Locks; a request
-/// the browser refuses (an opaque origin) answers `false`, as nothing can be known then.
+/// task, through the one callback locks are answered by (no closure of its own). `false` (and
+/// `then` dropped unanswered) where the global has no Web Locks; a request the browser refuses
+/// (an opaque origin) answers `false`, as nothing can be known then.
 pub(crate) fn if_lock_taken(key: &Key, then: impl FnOnce(bool) + 'static) -> bool {
     if LOCKS.with(|l| l.is_none()) {
         return false;
     }
-    // Whichever comes first answers: the grant (`null`: not available) or the refusal. This
-    // is asked for once per discard of a pending submission, so a closure of its own is fine;
-    // the one of the two JavaScript never calls stays with the page.
-    let once: Answer = Rc::new(RefCell::new(Some(Box::new(then))));
-    let answer = move |once: &Answer, taken: bool| {
-        let then = once.borrow_mut().take();
-        if let Some(then) = then {
-            then(taken);
-        }
-    };
-    let (on_grant, on_refuse) = (once.clone(), once.clone());
-    let granted = Closure::once_into_js(move |lock: JsValue| answer(&on_grant, lock.is_null()));
-    let refused = Closure::once_into_js(move |_: JsValue| answer(&on_refuse, false));
+    let id = ASKED.with(|a| {
+        let mut a = a.borrow_mut();
+        let id = a.number(2);
+        a.keep(id, Asked::IfFree(Box::new(then)));
+        id
+    });
     let options = js_sys::Object::new();
     let _ = Reflect::set(&options, &"ifAvailable".into(), &JsValue::TRUE);
     let name = "oncekey:".to_owned() + key.as_str();
+    let on_grant = bound(LOCK, id * 2 + GRANTED);
+    let on_refuse = bound(LOCK, id * 2 + REFUSED);
     let request = LOCKS.with(|l| {
         l.as_ref()
-            .map(|l| l.request_if_available(&name, &options, &granted))
+            .map(|l| l.request_if_available(&name, &options, &on_grant))
     });
     match request.unwrap_or(Err(JsValue::UNDEFINED)) {
         Ok(request) => {
             let _ = request
                 .unchecked_ref::<Callee>()
-                .then_call(&JsValue::UNDEFINED, &refused);
+                .then_call(&JsValue::UNDEFINED, &on_refuse);
         }
-        Err(_) => answer(&once, false),
+        Err(_) => {
+            lock_answered(id * 2 + REFUSED, &JsValue::UNDEFINED);
+        }
     }
     true
 }
