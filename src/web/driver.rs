@@ -798,6 +798,11 @@ impl Driver {
         self.machine.borrow().core.pending().is_some()
     }
 
+    /// The pending submission's key, if one is pending (its body neither read nor copied).
+    pub(crate) fn pending_key(&self) -> Option<Key> {
+        self.machine.borrow().core.pending().map(|r| r.key.clone())
+    }
+
     /// Takes up a record found after start-up (an upload in IndexedDB): `Ok(false)` when
     /// another submission is pending already, `Err` with why it cannot be taken up.
     pub(crate) fn take_up(&self, text: &str) -> Result<bool, String> {

@@ -161,7 +161,7 @@ impl Kit {
         Kit::wire(&kit);
         set_attr(form, "data-oncekey-state", kit.submitter.state().as_str());
         first_paint::enable_waiting(form);
-        let had = kit.submitter.pending().is_some();
+        let had = kit.submitter.driver().has_pending();
         Kit::take_up_pending(&kit, o.resume);
         if !had {
             // An upload is found in IndexedDB a moment later: taken up the same way.
@@ -446,10 +446,9 @@ impl Kit {
         let driver = submitter.driver();
         let shared = driver.shares_keys() || crate::web::upload::is_upload(driver);
         let key = matches!(submitter.state(), State::Unsure | State::Expired)
-            .then(|| submitter.pending())
+            .then(|| driver.pending_key())
             .flatten()
-            .filter(|_| shared)
-            .map(|p| p.key().clone());
+            .filter(|_| shared);
         if let Some(key) = key {
             let round = kit.round.get();
             let later = kit.clone();
