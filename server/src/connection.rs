@@ -9,10 +9,17 @@
 //!   written for [`Limits::keep_alive_timeout`] is closed. A request is in flight from its head
 //!   until its answer's body has been written out (or dropped), so a slow answer or a handler
 //!   waiting on the database never counts as idle.
+//! - a send timeout: a write of an answer that the socket takes not one byte of for
+//!   [`Limits::send_timeout`] fails, and the connection is reset, which drops the answer's body
+//!   and with it any room it holds in the memory budget (a download's). The timer starts when
+//!   the socket refuses a write and stops when it takes a byte, so a handler slow to answer never
+//!   starts it. One `WARN` line says so, naming the client and the timeout.
 //! - the cap on open connections ([`Limits::max_connections`]): at the cap the loop stops
 //!   accepting, so new connections wait in the listen backlog until one closes, and says so in
 //!   one log line each time the cap is reached.
 
+use std::future::Future;
+use std::io;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -23,13 +30,15 @@ use axum::body::Body;
 use axum::response::Response;
 use http_body_util::BodyExt;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::time::Instant;
+use tokio::net::TcpStream;
+use tokio::time::{Instant, Sleep};
 
 /// The limits of one server's connections (see [`crate::Config`] for their defaults).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Limits {
     pub header_read_timeout: Duration,
     pub keep_alive_timeout: Duration,
+    pub send_timeout: Duration,
     pub max_header_bytes: usize,
     pub max_connections: usize,
 }
@@ -121,25 +130,83 @@ impl InFlight {
     }
 }
 
-/// A socket that notes every byte it moves in its connection's [`Activity`].
+/// A connection's socket: notes every byte it moves in its connection's [`Activity`], and
+/// fails a write that the socket has taken nothing of for the send timeout.
 #[derive(Debug)]
-pub(crate) struct Watched<S> {
-    inner: S,
+pub(crate) struct Watched {
+    inner: TcpStream,
     activity: Arc<Activity>,
+    send_timeout: Duration,
+    /// When a write the socket takes nothing of gives up: set when the socket refuses one,
+    /// cleared when it takes a byte.
+    stalled: Option<Pin<Box<Sleep>>>,
+    /// The send timeout has passed: every write fails.
+    timed_out: bool,
 }
 
-impl<S> Watched<S> {
-    pub fn new(inner: S, activity: Arc<Activity>) -> Watched<S> {
-        Watched { inner, activity }
+impl Watched {
+    pub fn new(inner: TcpStream, activity: Arc<Activity>, send_timeout: Duration) -> Watched {
+        Watched {
+            inner,
+            activity,
+            send_timeout,
+            stalled: None,
+            timed_out: false,
+        }
+    }
+
+    /// A write through tokio, failed once the socket has taken nothing for the send timeout.
+    fn poll_send(
+        &mut self,
+        cx: &mut Context<'_>,
+        write: impl FnOnce(Pin<&mut TcpStream>, &mut Context<'_>) -> Poll<io::Result<usize>>,
+    ) -> Poll<io::Result<usize>> {
+        if self.timed_out {
+            return Poll::Ready(Err(io::ErrorKind::TimedOut.into()));
+        }
+        match write(Pin::new(&mut self.inner), cx) {
+            Poll::Ready(Ok(n)) if n > 0 => return Poll::Ready(Ok(self.sent(n))),
+            Poll::Pending => {}
+            other => return other,
+        }
+        let timeout = self.send_timeout;
+        let stalled = self
+            .stalled
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep(timeout)));
+        if stalled.as_mut().poll(cx).is_pending() {
+            return Poll::Pending;
+        }
+        Poll::Ready(Err(self.time_out()))
+    }
+
+    /// `n` bytes taken: the connection is active, and a stall over.
+    fn sent(&mut self, n: usize) -> usize {
+        self.activity.touch();
+        self.stalled = None;
+        n
+    }
+
+    /// The send timeout has passed: this write, and every later one, fails.
+    fn time_out(&mut self) -> io::Error {
+        self.timed_out = true;
+        tracing::warn!(
+            peer = ?self.inner.peer_addr().ok(),
+            "send timeout: the socket took no byte of an answer for {}; connection closed \
+             (--send-timeout)",
+            humantime::format_duration(self.send_timeout)
+        );
+        // A reset: the answer cannot be finished, so the kernel need not keep sending it.
+        let _ = self.inner.set_zero_linger();
+        io::ErrorKind::TimedOut.into()
     }
 }
 
-impl<S: AsyncRead + Unpin> AsyncRead for Watched<S> {
+impl AsyncRead for Watched {
     fn poll_read(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
-    ) -> Poll<std::io::Result<()>> {
+    ) -> Poll<io::Result<()>> {
         let before = buf.filled().len();
         let polled = Pin::new(&mut self.inner).poll_read(cx, buf);
         if buf.filled().len() > before {
@@ -149,37 +216,29 @@ impl<S: AsyncRead + Unpin> AsyncRead for Watched<S> {
     }
 }
 
-impl<S: AsyncWrite + Unpin> AsyncWrite for Watched<S> {
+impl AsyncWrite for Watched {
     fn poll_write(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &[u8],
-    ) -> Poll<std::io::Result<usize>> {
-        let polled = Pin::new(&mut self.inner).poll_write(cx, buf);
-        if matches!(polled, Poll::Ready(Ok(n)) if n > 0) {
-            self.activity.touch();
-        }
-        polled
+    ) -> Poll<io::Result<usize>> {
+        self.poll_send(cx, |inner, cx| inner.poll_write(cx, buf))
     }
 
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         Pin::new(&mut self.inner).poll_flush(cx)
     }
 
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         Pin::new(&mut self.inner).poll_shutdown(cx)
     }
 
     fn poll_write_vectored(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-        bufs: &[std::io::IoSlice<'_>],
-    ) -> Poll<std::io::Result<usize>> {
-        let polled = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
-        if matches!(polled, Poll::Ready(Ok(n)) if n > 0) {
-            self.activity.touch();
-        }
-        polled
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        self.poll_send(cx, |inner, cx| inner.poll_write_vectored(cx, bufs))
     }
 
     fn is_write_vectored(&self) -> bool {

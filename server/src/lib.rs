@@ -112,6 +112,12 @@ pub struct Config {
     /// How long a client has to send a request's body once its header section is read; then
     /// the answer is `408` and the connection is closed. 30 s by default.
     pub body_read_timeout: Duration,
+    /// How long an answer being written may wait on a client that takes none of it (not one
+    /// byte accepted by the connection's socket); then the connection is closed (reset), which
+    /// drops the answer and gives back any memory it holds (a download's room in
+    /// `upload_memory`). A client that reads slowly but takes some bytes within each such
+    /// window is not cut. 30 s by default.
+    pub send_timeout: Duration,
     /// A `Content-Security-Policy` sent with every answer that has none (`--csp`); none by
     /// default.
     pub csp: Option<HeaderValue>,
@@ -149,6 +155,7 @@ impl Default for Config {
             max_upload: api::MAX_UPLOAD,
             upload_memory: None,
             body_read_timeout: Duration::from_secs(30),
+            send_timeout: Duration::from_secs(30),
             csp: None,
         }
     }
@@ -381,6 +388,7 @@ fn limits(config: &Config) -> Result<connection::Limits, StartError> {
         ("--header-read-timeout", config.header_read_timeout),
         ("--keep-alive-timeout", config.keep_alive_timeout),
         ("--body-read-timeout", config.body_read_timeout),
+        ("--send-timeout", config.send_timeout),
     ];
     if let Some((flag, _)) = positive.iter().find(|(_, d)| d.is_zero()) {
         return Err(StartError::Config(format!("{flag} must be positive")));
@@ -417,6 +425,7 @@ fn limits(config: &Config) -> Result<connection::Limits, StartError> {
     Ok(connection::Limits {
         header_read_timeout: config.header_read_timeout,
         keep_alive_timeout: config.keep_alive_timeout,
+        send_timeout: config.send_timeout,
         max_header_bytes: config.max_header_bytes,
         max_connections: config.max_connections,
     })
@@ -509,7 +518,11 @@ async fn serve(
             }
         });
         let connection = builder.serve_connection(
-            TokioIo::new(connection::Watched::new(stream, activity.clone())),
+            TokioIo::new(connection::Watched::new(
+                stream,
+                activity.clone(),
+                limits.send_timeout,
+            )),
             service,
         );
         let connection = graceful.watch(connection);

@@ -88,6 +88,11 @@ struct Args {
     /// `408` and the connection is closed.
     #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
     body_read_timeout: Duration,
+    /// How long an answer being written may wait on a client that takes none of it (not one
+    /// byte); then the connection is closed, and the answer's memory given back. A client that
+    /// reads slowly but steadily is not cut.
+    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
+    send_timeout: Duration,
     /// A `Content-Security-Policy` header sent with every answer, e.g. `script-src 'self'
     /// 'wasm-unsafe-eval'; require-trusted-types-for 'script'` (the end-to-end CSP test's).
     #[arg(long, value_parser = parse_csp)]
@@ -145,6 +150,7 @@ async fn main() {
         max_upload: args.max_upload,
         upload_memory: args.upload_memory,
         body_read_timeout: args.body_read_timeout,
+        send_timeout: args.send_timeout,
         csp: args.csp,
         ..Config::default()
     };

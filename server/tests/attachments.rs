@@ -811,16 +811,17 @@ async fn download(desk: &Desk, path: &str) -> Answer {
     get_attachment(desk, &desk.tenant, path).await.0
 }
 
-/// Gets `path` until it is answered `status` (bounded: 200 tries, 10 ms apart); that answer.
+/// Gets `path` until it is answered `status` (bounded: 15 s, 10 ms apart); that answer.
 async fn download_until(desk: &Desk, path: &str, status: u16) -> Answer {
-    for _ in 0..200 {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+    while std::time::Instant::now() < deadline {
         let answer = download(desk, path).await;
         if answer.status == status {
             return answer;
         }
         tokio::time::sleep(std::time::Duration::from_millis(10)).await;
     }
-    panic!("{path} was never answered {status}");
+    panic!("{path} was never answered {status} within 15 s");
 }
 
 /// Reads from `stream` until the end of an answer's header section (bounded: 10 s), and no
@@ -994,6 +995,53 @@ async fn a_file_larger_than_the_whole_budget_is_sent_alone_pg() {
         return;
     };
     a_file_larger_than_the_whole_budget_is_sent_alone(&db.url).await;
+}
+
+/// A desk like [`download_budget`]'s whose answers wait at most `send_timeout` on a client
+/// that takes none of their bytes.
+fn send_timeout_budget(send_timeout: std::time::Duration) -> Config {
+    Config {
+        send_timeout,
+        ..download_budget()
+    }
+}
+
+#[tokio::test]
+async fn a_download_whose_client_stops_reading_is_closed_after_the_send_timeout_and_gives_its_room_back(
+) {
+    use tokio::io::AsyncReadExt;
+    let send_timeout = std::time::Duration::from_secs(2);
+    let desk = Desk::with("send-timeout", send_timeout_budget(send_timeout)).await;
+    let large: Vec<u8> = (0..LARGE).map(|i| (i % 251) as u8).collect();
+    let id = ticket_with(&desk, "k-large", &[("large.bin", &large)]).await;
+    let path = format!("/api/tickets/{id}/attachments/0");
+    let asked = std::time::Instant::now();
+    let mut unread = begin_unread_download(&desk, &path).await;
+    // Before the send timeout its answer holds the room: another download of it is a 503.
+    assert_busy(&download(&desk, &path).await);
+    // After it, the server has closed that connection and dropped the answer: the room is back.
+    let got = download_until(&desk, &path, 200).await;
+    let freed = asked.elapsed();
+    assert!(got.body == large, "the file's bytes");
+    assert!(
+        freed >= send_timeout && freed < send_timeout + std::time::Duration::from_secs(10),
+        "the room came back after {freed:?}; the send timeout is {send_timeout:?}"
+    );
+    // The client, reading on, finds its connection ended (a reset, or the end of what was
+    // sent), never the whole file.
+    let mut rest = Vec::new();
+    let read = tokio::time::timeout(
+        std::time::Duration::from_secs(10),
+        unread.read_to_end(&mut rest),
+    )
+    .await
+    .expect("the connection is closed, not waiting");
+    assert!(
+        rest.len() < LARGE,
+        "{} bytes of {LARGE} ({read:?}): the answer was cut",
+        rest.len()
+    );
+    desk.server.shutdown().await;
 }
 
 #[tokio::test]

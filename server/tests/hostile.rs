@@ -5,7 +5,7 @@
 //! bystander must be served meanwhile. The suite prints its table to stderr past the test
 //! harness's capture.
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Once};
@@ -1073,6 +1073,7 @@ fn an_idle_connection_is_closed_after_the_keep_alive_timeout_but_a_slow_answer_i
     let desk = Desk::start(|c| {
         c.keep_alive_timeout = Duration::from_secs(1);
         c.header_read_timeout = Duration::from_secs(6);
+        c.send_timeout = Duration::from_secs(1);
     });
     let mut reader = BufReader::new(desk.connect());
     reader
@@ -1093,6 +1094,7 @@ fn an_idle_connection_is_closed_after_the_keep_alive_timeout_but_a_slow_answer_i
 
     // A request the server holds for 2.5 s (longer than the keep-alive timeout) is in flight,
     // not idle: it is answered on its connection, and the connection is kept for the next one.
+    // Nor is it cut by the send timeout (1 s), which runs only while the socket refuses bytes.
     let mut reader = BufReader::new(desk.connect());
     let held = format!(
         "POST /api/tickets HTTP/1.1\r\nHost: t\r\nX-Tenant: held\r\nIdempotency-Key: k-held\r\nX-Fault: delay=2500\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{TICKET}",
@@ -1105,6 +1107,58 @@ fn an_idle_connection_is_closed_after_the_keep_alive_timeout_but_a_slow_answer_i
         .write_all(b"GET /api/stats HTTP/1.1\r\nHost: t\r\nX-Tenant: held\r\n\r\n")
         .unwrap();
     assert_eq!(read_reply(&mut reader).unwrap().unwrap().status, 200);
+}
+
+#[test]
+fn an_answer_whose_client_stops_reading_is_cut_after_the_send_timeout_and_the_log_says_so() {
+    // Any answer, not only a download: a static file of 8 MiB, more than the socket buffers
+    // of a client with a 16 KiB receive buffer that reads nothing take.
+    const SIZE: usize = 8 * 1024 * 1024;
+    let desk = Desk::start(|c| {
+        c.send_timeout = Duration::from_secs(1);
+        let www = c.www.as_ref().unwrap();
+        std::fs::write(www.join("large.bin"), vec![b'x'; SIZE]).unwrap();
+    });
+    let mut stream = desk.runtime.block_on(async {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.set_recv_buffer_size(16 * 1024).unwrap();
+        socket.connect(desk.addr).await.unwrap().into_std().unwrap()
+    });
+    stream.set_nonblocking(false).unwrap();
+    let client = stream.local_addr().unwrap().to_string();
+    stream
+        .write_all(b"GET /large.bin HTTP/1.1\r\nHost: t\r\n\r\n")
+        .unwrap();
+    // Nothing read until the server says it gave up on this client (bounded: 15 s).
+    let asked = Instant::now();
+    let said = loop {
+        let log = String::from_utf8_lossy(&LOG.lock().unwrap()).into_owned();
+        if let Some(line) = log.lines().find(|l| l.contains(&client)) {
+            break line.to_owned();
+        }
+        assert!(
+            asked.elapsed() < Duration::from_secs(15),
+            "no log line for {client} in 15 s: {log}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(
+        said.contains("WARN")
+            && said.contains("took no byte of an answer for 1s")
+            && said.contains("(--send-timeout)"),
+        "{said}"
+    );
+    assert!(asked.elapsed() >= Duration::from_secs(1), "{said}");
+    // Reading on, the client finds the connection reset, short of the whole file.
+    let mut heard = Vec::new();
+    let read = stream.read_to_end(&mut heard);
+    assert!(
+        matches!(&read, Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset),
+        "{read:?} after {} bytes",
+        heard.len()
+    );
+    assert!(heard.len() < SIZE, "{} bytes", heard.len());
+    assert_eq!(desk.bystander("after-the-send-timeout"), 201);
 }
 
 #[test]
@@ -1186,6 +1240,11 @@ fn limits_that_cannot_work_stop_the_server_at_start() {
         text.contains("--header-read-timeout must be positive"),
         "{text}"
     );
+    let text = refused(Config {
+        send_timeout: Duration::ZERO,
+        ..Config::default()
+    });
+    assert!(text.contains("--send-timeout must be positive"), "{text}");
     // Receipts kept for less than a claim holds: a claim at work would be taken over (and a
     // TTL of 0 makes every repeat a new ticket).
     for receipt_ttl in [Duration::ZERO, Duration::from_secs(5)] {
