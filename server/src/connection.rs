@@ -13,7 +13,12 @@
 //!   [`Limits::send_timeout`] fails, and the connection is reset, which drops the answer's body
 //!   and with it any room it holds in the memory budget (a download's). The timer starts when
 //!   the socket refuses a write and stops when it takes a byte, so a handler slow to answer never
-//!   starts it. One `WARN` line says so, naming the client and the timeout.
+//!   starts it, and a client that reads slowly but steadily never lets it run out. The kernel
+//!   wakes a writer only once a third of its send buffer is free, which a slow reader may take
+//!   longer than the timeout to free (the buffer grows to megabytes); so when the timer runs out
+//!   the socket is asked directly, outside tokio, and any room it has counts as progress. Room
+//!   the kernel adds to the buffer meanwhile counts too, so a client that reads nothing is cut
+//!   after one to two timeouts. One `WARN` line says so, naming the client and the timeout.
 //! - the cap on open connections ([`Limits::max_connections`]): at the cap the loop stops
 //!   accepting, so new connections wait in the listen backlog until one closes, and says so in
 //!   one log line each time the cap is reached.
@@ -29,6 +34,7 @@ use std::time::Duration;
 use axum::body::Body;
 use axum::response::Response;
 use http_body_util::BodyExt;
+use socket2::SockRef;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tokio::time::{Instant, Sleep};
@@ -140,9 +146,19 @@ pub(crate) struct Watched {
     /// When a write the socket takes nothing of gives up: set when the socket refuses one,
     /// cleared when it takes a byte.
     stalled: Option<Pin<Box<Sleep>>>,
+    /// The socket took the last write outside tokio, which still thinks it full: the next
+    /// write is tried outside too, until the socket refuses one.
+    direct: bool,
     /// The send timeout has passed: every write fails.
     timed_out: bool,
 }
+
+/// The flags of a `send` made outside tokio: no `SIGPIPE` for a client gone, as tokio's own
+/// writes.
+#[cfg(any(target_os = "linux", target_os = "android"))]
+const SEND_FLAGS: std::ffi::c_int = libc::MSG_NOSIGNAL;
+#[cfg(not(any(target_os = "linux", target_os = "android")))]
+const SEND_FLAGS: std::ffi::c_int = 0;
 
 impl Watched {
     pub fn new(inner: TcpStream, activity: Arc<Activity>, send_timeout: Duration) -> Watched {
@@ -151,32 +167,62 @@ impl Watched {
             activity,
             send_timeout,
             stalled: None,
+            direct: false,
             timed_out: false,
         }
     }
 
-    /// A write through tokio, failed once the socket has taken nothing for the send timeout.
+    /// A write: `write` through tokio, or `send_now` on the socket itself when tokio's idea of
+    /// it may be stale (see [`Watched::direct`]); failed once the socket has taken nothing for
+    /// the send timeout.
     fn poll_send(
         &mut self,
         cx: &mut Context<'_>,
         write: impl FnOnce(Pin<&mut TcpStream>, &mut Context<'_>) -> Poll<io::Result<usize>>,
+        send_now: impl FnOnce(&SockRef<'_>) -> io::Result<usize>,
     ) -> Poll<io::Result<usize>> {
         if self.timed_out {
             return Poll::Ready(Err(io::ErrorKind::TimedOut.into()));
         }
         match write(Pin::new(&mut self.inner), cx) {
-            Poll::Ready(Ok(n)) if n > 0 => return Poll::Ready(Ok(self.sent(n))),
+            Poll::Ready(Ok(n)) if n > 0 => {
+                self.direct = false;
+                return Poll::Ready(Ok(self.sent(n)));
+            }
             Poll::Pending => {}
             other => return other,
         }
-        let timeout = self.send_timeout;
-        let stalled = self
-            .stalled
-            .get_or_insert_with(|| Box::pin(tokio::time::sleep(timeout)));
-        if stalled.as_mut().poll(cx).is_pending() {
-            return Poll::Pending;
+        let due = match &mut self.stalled {
+            Some(stalled) => stalled.as_mut().poll(cx).is_ready(),
+            None => false,
+        };
+        // The kernel wakes a writer only once a third of its send buffer is free (megabytes on
+        // loopback): a client that reads slowly but steadily may free less than that within a
+        // send timeout. So at the deadline the socket is asked directly, and takes what room
+        // there is; tokio, never told, says full until the socket refuses a write again.
+        if self.direct || due {
+            match send_now(&SockRef::from(&self.inner)) {
+                Ok(n) if n > 0 => {
+                    self.direct = true;
+                    return Poll::Ready(Ok(self.sent(n)));
+                }
+                Err(e) if e.kind() != io::ErrorKind::WouldBlock => return Poll::Ready(Err(e)),
+                _ => {}
+            }
         }
-        Poll::Ready(Err(self.time_out()))
+        self.direct = false;
+        if due {
+            return Poll::Ready(Err(self.time_out()));
+        }
+        if self.stalled.is_none() {
+            let mut stalled = Box::pin(tokio::time::sleep(self.send_timeout));
+            // Polled once so that it wakes this connection when it is due.
+            if stalled.as_mut().poll(cx).is_ready() {
+                return Poll::Ready(Err(self.time_out()));
+            }
+            self.stalled = Some(stalled);
+        }
+        Poll::Pending
     }
 
     /// `n` bytes taken: the connection is active, and a stall over.
@@ -222,7 +268,11 @@ impl AsyncWrite for Watched {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        self.poll_send(cx, |inner, cx| inner.poll_write(cx, buf))
+        self.poll_send(
+            cx,
+            |inner, cx| inner.poll_write(cx, buf),
+            |socket| socket.send_with_flags(buf, SEND_FLAGS),
+        )
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
@@ -238,7 +288,11 @@ impl AsyncWrite for Watched {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        self.poll_send(cx, |inner, cx| inner.poll_write_vectored(cx, bufs))
+        self.poll_send(
+            cx,
+            |inner, cx| inner.poll_write_vectored(cx, bufs),
+            |socket| socket.send_vectored_with_flags(bufs, SEND_FLAGS),
+        )
     }
 
     fn is_write_vectored(&self) -> bool {

@@ -1045,6 +1045,38 @@ async fn a_download_whose_client_stops_reading_is_closed_after_the_send_timeout_
 }
 
 #[tokio::test]
+async fn a_download_whose_client_reads_slowly_but_steadily_is_not_cut() {
+    use tokio::io::AsyncReadExt;
+    let send_timeout = std::time::Duration::from_secs(1);
+    let desk = Desk::with("send-steady", send_timeout_budget(send_timeout)).await;
+    let large: Vec<u8> = (0..LARGE).map(|i| (i % 251) as u8).collect();
+    let id = ticket_with(&desk, "k-large", &[("large.bin", &large)]).await;
+    let path = format!("/api/tickets/{id}/attachments/0");
+    let mut reader = begin_unread_download(&desk, &path).await;
+    // 16 KiB every 100 ms for three send timeouts: the socket's buffers stay full all along
+    // (the kernel wakes a writer only once a third of its send buffer is free, megabytes on
+    // loopback), yet the client takes bytes within every timeout.
+    let mut got = vec![0u8; 16 * 1024];
+    let mut taken = Vec::new();
+    for _ in 0..30 {
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        reader.read_exact(&mut got).await.expect("still open");
+        taken.extend_from_slice(&got);
+    }
+    // Then the rest at once: the whole file, byte for byte.
+    tokio::time::timeout(
+        std::time::Duration::from_secs(30),
+        reader.read_to_end(&mut taken),
+    )
+    .await
+    .expect("the rest within 30 s")
+    .expect("the rest, not a reset");
+    assert_eq!(taken.len(), LARGE);
+    assert!(taken == large, "the file's bytes");
+    desk.server.shutdown().await;
+}
+
+#[tokio::test]
 async fn an_upload_memory_below_a_body_limit_stops_the_server_at_start() {
     let refused = oncekey_server::start(Config {
         max_upload: 100_000,
