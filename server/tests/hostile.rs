@@ -1232,19 +1232,41 @@ fn limits_that_cannot_work_stop_the_server_at_start() {
         ..Config::default()
     });
     assert!(text.contains("--max-connections"), "{text}");
-    let text = refused(Config {
-        header_read_timeout: Duration::ZERO,
-        ..Config::default()
-    });
-    assert!(
-        text.contains("--header-read-timeout must be positive"),
-        "{text}"
-    );
-    let text = refused(Config {
-        send_timeout: Duration::ZERO,
-        ..Config::default()
-    });
-    assert!(text.contains("--send-timeout must be positive"), "{text}");
+    // Each timeout at zero, alone: the message names that one.
+    let zero = Duration::ZERO;
+    for (flag, config) in [
+        (
+            "--header-read-timeout",
+            Config {
+                header_read_timeout: zero,
+                ..Config::default()
+            },
+        ),
+        (
+            "--keep-alive-timeout",
+            Config {
+                keep_alive_timeout: zero,
+                ..Config::default()
+            },
+        ),
+        (
+            "--body-read-timeout",
+            Config {
+                body_read_timeout: zero,
+                ..Config::default()
+            },
+        ),
+        (
+            "--send-timeout",
+            Config {
+                send_timeout: zero,
+                ..Config::default()
+            },
+        ),
+    ] {
+        let text = refused(config);
+        assert!(text.contains(&format!("{flag} must be positive")), "{text}");
+    }
     // Receipts kept for less than a claim holds: a claim at work would be taken over (and a
     // TTL of 0 makes every repeat a new ticket).
     for receipt_ttl in [Duration::ZERO, Duration::from_secs(5)] {
