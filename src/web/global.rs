@@ -404,22 +404,10 @@ pub(crate) fn request_lock(key: &Key) -> Option<Lock> {
     if LOCKS.with(|l| l.is_none()) {
         return None;
     }
-    let id = ASKED.with(|a| {
-        let mut a = a.borrow_mut();
-        // Granted and refused are two numbers.
-        let id = a.number(2);
-        a.keep(id, Asked::Waiting(None));
-        id
-    });
+    let (id, asked) = ask(key, Asked::Waiting(None));
+    // Not asked (the browser threw): dropped, the lock's entry goes with it.
     let lock = Lock { id };
-    let (on_grant, on_refuse) = (bound(LOCK, id * 2 + GRANTED), bound(LOCK, id * 2 + REFUSED));
-    let name = "oncekey:".to_owned() + key.as_str();
-    let request = LOCKS.with(|l| l.as_ref()?.request(&name, &on_grant).ok())?;
-    // Refused before it was granted: the request's promise rejects (it resolves once let go).
-    let _ = request
-        .unchecked_ref::<Callee>()
-        .then_call(&JsValue::UNDEFINED, &on_refuse);
-    Some(lock)
+    asked.then_some(lock)
 }
 
 /// Whether anyone (another tab, or another submitter of this page) holds or waits for the
@@ -433,32 +421,46 @@ pub(crate) fn if_lock_taken(key: &Key, then: impl FnOnce(bool) + 'static) -> boo
     if LOCKS.with(|l| l.is_none()) {
         return false;
     }
-    let id = ASKED.with(|a| {
-        let mut a = a.borrow_mut();
-        let id = a.number(2);
-        a.keep(id, Asked::IfFree(Box::new(then)));
-        id
-    });
-    let options = js_sys::Object::new();
-    let _ = Reflect::set(&options, &"ifAvailable".into(), &JsValue::TRUE);
-    let name = "oncekey:".to_owned() + key.as_str();
-    let on_grant = bound(LOCK, id * 2 + GRANTED);
-    let on_refuse = bound(LOCK, id * 2 + REFUSED);
-    let request = LOCKS.with(|l| {
-        l.as_ref()
-            .map(|l| l.request_if_available(&name, &options, &on_grant))
-    });
-    match request.unwrap_or(Err(JsValue::UNDEFINED)) {
-        Ok(request) => {
-            let _ = request
-                .unchecked_ref::<Callee>()
-                .then_call(&JsValue::UNDEFINED, &on_refuse);
-        }
-        Err(_) => {
-            lock_answered(id * 2 + REFUSED, &JsValue::UNDEFINED);
-        }
+    let (id, asked) = ask(key, Asked::IfFree(Box::new(then)));
+    if !asked {
+        lock_answered(id * 2 + REFUSED, &JsValue::UNDEFINED);
     }
     true
+}
+
+/// Keeps `asked` under a new lock number and asks the browser for the Web Lock of `key`
+/// (`oncekey:` and the key, the name every tab asks for that key by; only if available for
+/// [`Asked::IfFree`]), answered through [`CALLBACK`] under that number, granted or refused.
+/// The number, and whether the browser took the request (the entry stays when it threw).
+fn ask(key: &Key, asked: Asked) -> (u32, bool) {
+    let if_available = matches!(asked, Asked::IfFree(_));
+    let id = ASKED.with(|a| {
+        let mut a = a.borrow_mut();
+        // Granted and refused are two numbers.
+        let id = a.number(2);
+        a.keep(id, asked);
+        id
+    });
+    let name = "oncekey:".to_owned() + key.as_str();
+    let on_grant = bound(LOCK, id * 2 + GRANTED);
+    let request = LOCKS.with(|l| {
+        let l = l.as_ref()?;
+        Some(if if_available {
+            let options = js_sys::Object::new();
+            let _ = Reflect::set(&options, &"ifAvailable".into(), &JsValue::TRUE);
+            l.request_if_available(&name, &options, &on_grant)
+        } else {
+            l.request(&name, &on_grant)
+        })
+    });
+    let Some(Ok(request)) = request else {
+        return (id, false);
+    };
+    // Refused before it was granted: the request's promise rejects (it resolves once let go).
+    let _ = request
+        .unchecked_ref::<Callee>()
+        .then_call(&JsValue::UNDEFINED, &bound(LOCK, id * 2 + REFUSED));
+    (id, true)
 }
 
 /// A Web Lock asked for ([`request_lock`]): held once granted, let go when dropped.

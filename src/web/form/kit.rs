@@ -445,10 +445,9 @@ impl Kit {
         let submitter = &kit.submitter;
         let driver = submitter.driver();
         let shared = driver.shares_keys() || crate::web::upload::is_upload(driver);
-        let key = matches!(submitter.state(), State::Unsure | State::Expired)
+        let key = (shared && matches!(submitter.state(), State::Unsure | State::Expired))
             .then(|| driver.pending_key())
-            .flatten()
-            .filter(|_| shared);
+            .flatten();
         if let Some(key) = key {
             let round = kit.round.get();
             let later = kit.clone();
