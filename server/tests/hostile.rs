@@ -1233,37 +1233,22 @@ fn limits_that_cannot_work_stop_the_server_at_start() {
     });
     assert!(text.contains("--max-connections"), "{text}");
     // Each timeout at zero, alone: the message names that one.
-    let zero = Duration::ZERO;
-    for (flag, config) in [
-        (
-            "--header-read-timeout",
-            Config {
-                header_read_timeout: zero,
-                ..Config::default()
-            },
-        ),
-        (
-            "--keep-alive-timeout",
-            Config {
-                keep_alive_timeout: zero,
-                ..Config::default()
-            },
-        ),
-        (
-            "--body-read-timeout",
-            Config {
-                body_read_timeout: zero,
-                ..Config::default()
-            },
-        ),
-        (
-            "--send-timeout",
-            Config {
-                send_timeout: zero,
-                ..Config::default()
-            },
-        ),
-    ] {
+    type SetToZero = fn(&mut Config);
+    let timeouts: [(&str, SetToZero); 4] = [
+        ("--header-read-timeout", |c| {
+            c.header_read_timeout = Duration::ZERO
+        }),
+        ("--keep-alive-timeout", |c| {
+            c.keep_alive_timeout = Duration::ZERO
+        }),
+        ("--body-read-timeout", |c| {
+            c.body_read_timeout = Duration::ZERO
+        }),
+        ("--send-timeout", |c| c.send_timeout = Duration::ZERO),
+    ];
+    for (flag, zero) in timeouts {
+        let mut config = Config::default();
+        zero(&mut config);
         let text = refused(config);
         assert!(text.contains(&format!("{flag} must be positive")), "{text}");
     }
