@@ -269,6 +269,8 @@ impl Writer {
         work: Work<T>,
     ) -> Result<Claimed<T>, StoreError> {
         let (reply, answer) = oneshot::channel::<Result<Claimed<T>, StoreError>>();
+        // Hashed here, on the request's thread: the writer's time is the one all requests share.
+        let hash = key_hash(&c.tenant, &c.key);
         let job = move |conn: Option<&mut Db>| -> Ran {
             let Some(conn) = conn else {
                 return Ran::end(
@@ -277,7 +279,6 @@ impl Writer {
                 );
             };
             // Most keys are new: their claim is written with its answer, in one row.
-            let hash = key_hash(&c.tenant, &c.key);
             match unclaimed(conn, &c, hash) {
                 Ok(true) => {
                     let result = claim_with_work(conn, &c, hash, work);
