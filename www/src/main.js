@@ -36,6 +36,7 @@ function faultHeaders() {
 
 function renderTickets(list, count, tickets) {
   count.textContent = String(tickets.length)
+  count.removeAttribute('title')
   list.replaceChildren(
     ...tickets.map((t) => {
       const li = document.createElement('li')
