@@ -184,7 +184,7 @@ async function showPending() {
   const note = $('pending-note')
   note.hidden = all.length === 0
   note.textContent = all.length
-    ? `${all.length} submission${all.length > 1 ? 's' : ''} not confirmed yet: ${all.map((p) => `${p.name} (key ${p.key.slice(0, 8)}…, ${p.attempts} attempts)`).join(', ')}`
+    ? `${all.length} submission${all.length > 1 ? 's' : ''} not confirmed yet: ${all.map((p) => `${p.name} (key ${p.key.slice(0, 8)}…, ${p.attempts} attempt${p.attempts === 1 ? '' : 's'})`).join(', ')}`
     : ''
 }
 form.addEventListener('oncekey:change', () => showPending().catch(() => {}))
