@@ -9,7 +9,7 @@
 //!
 //! The table's lock is held only for calls into the core, never across an await.
 
-use std::collections::HashMap;
+use std::collections::hash_map::{Entry, HashMap, VacantEntry};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -75,23 +75,21 @@ impl Flights {
         self.table.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// A flight for `name`, put in `table` (locked by the caller), led by the handle returned.
-    fn start<'a>(&'a self, table: &mut HashMap<String, Flight>, name: &str) -> Lead<'a> {
+    /// A flight for `name`, put in its free `slot` of the table (locked by the caller), led by
+    /// the handle returned.
+    fn start<'a>(&'a self, slot: VacantEntry<'_, String, Flight>, name: &'a str) -> Lead<'a> {
         let id = self.next.fetch_add(1, Ordering::Relaxed);
         let (phase, seen) = watch::channel(Phase::Starting);
         let wake = Arc::new(Notify::new());
-        table.insert(
-            name.to_owned(),
-            Flight {
-                id,
-                sub: None,
-                wake: wake.clone(),
-                phase: seen,
-            },
-        );
+        slot.insert(Flight {
+            id,
+            sub: None,
+            wake: wake.clone(),
+            phase: seen,
+        });
         Lead {
             flights: self,
-            name: name.to_owned(),
+            name,
             id,
             wake,
             phase,
@@ -102,23 +100,24 @@ impl Flights {
     /// discard): refused while one is under way, with its key once it has one; while held, a
     /// send of the name waits (it meets a flight starting), and meets the name again when the
     /// hold is dropped.
-    pub(super) fn hold(&self, name: &str) -> Result<Lead<'_>> {
+    pub(super) fn hold<'a>(&'a self, name: &'a str) -> Result<Lead<'a>> {
         let mut table = self.table();
-        if let Some(flight) = table.get(name) {
-            let key = flight
-                .sub
-                .as_ref()
-                .and_then(|sub| sub.pending())
-                .map(|r| r.key.clone());
-            return Err(match key {
-                Some(key) => Error::request(StateError::StillSending(key).message()),
-                None => Error::request(
-                    "the submission is being started or settled by this client; wait for its send to return",
-                ),
-            }
-            .with_name(name));
+        let flight = match table.entry(name.to_owned()) {
+            Entry::Vacant(slot) => return Ok(self.start(slot, name)),
+            Entry::Occupied(flight) => flight.into_mut(),
+        };
+        let key = flight
+            .sub
+            .as_ref()
+            .and_then(|sub| sub.pending())
+            .map(|r| r.key.clone());
+        Err(match key {
+            Some(key) => Error::request(StateError::StillSending(key).message()),
+            None => Error::request(
+                "the submission is being started or settled by this client; wait for its send to return",
+            ),
         }
-        Ok(self.start(&mut table, name))
+        .with_name(name))
     }
 
     /// Runs `f` on the live submission of flight `id` (its driver's handle on it).
@@ -147,7 +146,7 @@ enum Meet<'a> {
 /// The leader's handle on its flight: it ends the flight when the leader is done or dropped.
 pub(super) struct Lead<'a> {
     flights: &'a Flights,
-    name: String,
+    name: &'a str,
     pub(super) id: u64,
     pub(super) wake: Arc<Notify>,
     phase: watch::Sender<Phase>,
@@ -156,7 +155,7 @@ pub(super) struct Lead<'a> {
 impl Lead<'_> {
     /// Puts the flight's submission, set up, in the table: later calls meet it from now on.
     fn fly(&self, sub: Submission) {
-        if let Some(flight) = self.flights.table().get_mut(&self.name) {
+        if let Some(flight) = self.flights.table().get_mut(self.name) {
             if flight.id == self.id {
                 flight.sub = Some(sub);
             }
@@ -164,10 +163,14 @@ impl Lead<'_> {
         let _ = self.phase.send(Phase::Flying);
     }
 
+    /// Takes the flight out of the table with one lookup; another flight of the name (never
+    /// expected while this handle lives) goes back.
     fn remove(&self) {
         let mut table = self.flights.table();
-        if table.get(&self.name).is_some_and(|f| f.id == self.id) {
-            table.remove(&self.name);
+        if let Some((name, flight)) = table.remove_entry(self.name) {
+            if flight.id != self.id {
+                table.insert(name, flight);
+            }
         }
     }
 
@@ -239,11 +242,12 @@ impl Client {
     }
 
     /// Under the table's lock: starts a flight for `name`, or puts `job` to the live one.
-    fn meet(&self, name: &str, job: &Job, new_key: Option<&NewKey>) -> Result<Meet<'_>> {
+    fn meet<'a>(&'a self, name: &'a str, job: &Job, new_key: Option<&NewKey>) -> Result<Meet<'a>> {
         let flights = &self.inner.flights;
         let mut table = flights.table();
-        let Some(flight) = table.get_mut(name) else {
-            return Ok(Meet::Lead(flights.start(&mut table, name)));
+        let flight = match table.entry(name.to_owned()) {
+            Entry::Vacant(slot) => return Ok(Meet::Lead(flights.start(slot, name))),
+            Entry::Occupied(flight) => flight.into_mut(),
         };
         let phase = flight.phase.clone();
         let Some(sub) = flight.sub.as_mut() else {
