@@ -390,6 +390,14 @@ fn holds(row: &Row, owner: &str) -> bool {
     row.lease.as_ref().is_some_and(|l| l.owner == owner)
 }
 
+/// Extends the lease of a row that `lease.owner` [holds] to `lease.until`: the held lease is
+/// that owner's already, so only its time changes (no copy of the owner's id).
+fn extend(row: &mut Row, lease: &Lease) {
+    if let Some(held) = &mut row.lease {
+        held.until = lease.until;
+    }
+}
+
 impl MemoryStore {
     /// Gives `owner`'s lease on `name` up, kept out of `claim_due` until `due` when set.
     fn release_until(&self, name: &str, owner: &str, due: Option<Timestamp>) {
@@ -440,7 +448,7 @@ impl Store for MemoryStore {
         match rows.get_mut(name) {
             Some(row) if holds(row, &lease.owner) => {
                 row.record = Some(record.to_owned());
-                row.lease = Some(lease.clone());
+                extend(row, lease);
                 Ok(true)
             }
             _ => Ok(false),
@@ -451,7 +459,7 @@ impl Store for MemoryStore {
         let mut rows = self.rows();
         match rows.get_mut(name) {
             Some(row) if holds(row, &lease.owner) => {
-                row.lease = Some(lease.clone());
+                extend(row, lease);
                 Ok(true)
             }
             _ => Ok(false),
