@@ -214,13 +214,12 @@ impl Client {
             .request
             .take_wire_body()
             .map_err(|_| Failure::Network)?;
-        // No timeout of reqwest's own: the deadline below covers the whole attempt.
-        let sent = inner
-            .http
-            .request(method, url)
-            .headers(headers)
-            .body(body)
-            .send();
+        // Made whole, not through a RequestBuilder, whose `headers` copies the map in header by
+        // header. No timeout of reqwest's own: the deadline below covers the whole attempt.
+        let mut outgoing = reqwest::Request::new(method, url);
+        *outgoing.headers_mut() = headers;
+        *outgoing.body_mut() = Some(body.into());
+        let sent = inner.http.execute(outgoing);
         let response = tokio::time::timeout_at(deadline, sent)
             .await
             .map_err(|_| Failure::Timeout)?
