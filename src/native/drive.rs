@@ -225,15 +225,13 @@ impl Client {
             .map_err(|_| Failure::Timeout)?
             .map_err(failure)?;
         let status = response.status().as_u16();
-        // Copied, not cloned: a parsed header value is a slice of the connection's whole read
-        // buffer, which a kept clone would hold alive (7 KiB per settlement kept).
+        // Values copied, not cloned: a parsed header value is a slice of the connection's whole
+        // read buffer, which a kept clone would hold alive (7 KiB per settlement kept). A name is
+        // parsed into storage of its own, and cloned.
         let mut headers = HeaderMap::with_capacity(response.headers().len());
         for (n, v) in response.headers() {
-            if let (Ok(n), Ok(v)) = (
-                HeaderName::from_bytes(n.as_str().as_bytes()),
-                HeaderValue::from_bytes(v.as_bytes()),
-            ) {
-                headers.append(n, v);
+            if let Ok(v) = HeaderValue::from_bytes(v.as_bytes()) {
+                headers.append(n.clone(), v);
             }
         }
         // Once the status has come it decides the outcome, whatever becomes of the body.
