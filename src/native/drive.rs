@@ -202,7 +202,8 @@ impl Client {
                 }
             }
         }
-        let key = HeaderValue::from_str(&attempt.key.header_value(inner.key_format))
+        // The value's text handed over, not copied again.
+        let key = HeaderValue::try_from(attempt.key.header_value(inner.key_format))
             .map_err(|_| Failure::Network)?;
         headers.insert(inner.key_header.clone(), key);
         // The URL as parsed when the submission was described, if this is what is sent.
