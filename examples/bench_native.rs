@@ -142,14 +142,10 @@ mod app {
         }
     }
 
-    /// What one sync costs on the disk under `dir`: the median of 50 writes of 4 KiB into a file
-    /// already written and synced (as the store's log is once it has wrapped), each followed by
-    /// `fdatasync`, in microseconds. A sequential `SqliteStore` submission waits for one, so
-    /// `(plain + sync) / plain` is the lowest ratio it can reach here.
-    /// The median time of one write and sync of the disk's cache, as the store's sync of its
-    /// log is: each right after the one before, then each after `gap` of idle time (a
-    /// sequential submission's sync comes after its request's round trip, and a device that
-    /// idled takes longer to sync).
+    /// What one sync costs on the disk under `dir`, in microseconds: the median of 200 writes of
+    /// 4 KiB into a file already written and synced (as the store's log is once it has
+    /// wrapped), each followed by `fdatasync`; each right after the one before, then each after
+    /// `gap` of idle time (a device that idled takes longer to sync).
     fn sync_cost_us(dir: &std::path::Path, gap: Duration) -> (f64, f64) {
         use std::os::unix::fs::FileExt;
         let path = dir.join("sync-probe");
@@ -230,6 +226,81 @@ mod app {
             .unwrap_or(0)
     }
 
+    fn now() -> Timestamp {
+        Timestamp::from_millis(
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_millis() as u64,
+        )
+    }
+
+    /// The record text of submission `i` to `url`, made at `now` and sent once, as a client
+    /// stores it before the first attempt.
+    fn record(name: &str, url: &str, i: usize, now: Timestamp) -> String {
+        oncekey::core::Record {
+            name: name.to_owned(),
+            key: random_key(),
+            request: oncekey::Request::new(
+                "POST",
+                url,
+                &body(i).to_string(),
+                oncekey::Encoding::Json,
+            )
+            .unwrap()
+            .header("X-Tenant", "memory")
+            .unwrap(),
+            started_at: now,
+            attempts: 1,
+            round_started_at: now,
+            round_attempts: 1,
+            key_lifetime: oncekey::core::DEFAULT_KEY_LIFETIME,
+            offline: std::time::Duration::ZERO,
+            offline_since: None,
+            not_before: None,
+            stopped: None,
+        }
+        .to_json()
+    }
+
+    /// What a new sequential submission waits for in `store` before its request goes out: the
+    /// median time of its claim and first record (one `StoreCall::ClaimSave`, committed and
+    /// synced), each after `gap` of idle time as between the benchmark's submissions, and its
+    /// removal started after it, not waited for, as the client does.
+    fn store_round_trip_us(store: &SqliteStore, url: &str, gap: Duration) -> f64 {
+        let owner = "bench-round-trip";
+        let mut took = Vec::new();
+        for i in 0..200 {
+            std::thread::sleep(gap);
+            let (name, now) = (format!("rt-{i}"), now());
+            let call = oncekey::StoreCall::ClaimSave {
+                name: name.clone(),
+                lease: Lease {
+                    owner: owner.into(),
+                    until: Timestamp::from_millis(now.as_millis() + 60_000),
+                },
+                now,
+                record: record(&name, url, i, now),
+            };
+            let (answered, answer) = std::sync::mpsc::channel();
+            let start = Instant::now();
+            store.start(
+                call,
+                Box::new(move |a| {
+                    let _ = answered.send(a);
+                }),
+            );
+            answer.recv().unwrap().unwrap();
+            took.push(start.elapsed().as_secs_f64() * 1e6);
+            let remove = oncekey::StoreCall::Remove {
+                name,
+                owner: owner.into(),
+            };
+            store.start(remove, Box::new(|_| {}));
+        }
+        median(took)
+    }
+
     /// One process: store `count` pending records as a crash would leave them, then resume them
     /// all against the server; print the peak resident memory.
     async fn memory(server_bin: &str, kind: &str, count: usize) {
@@ -242,42 +313,16 @@ mod app {
             _ => Arc::new(MemoryStore::new()),
         };
         let base = peak_kib();
-        let now = Timestamp::from_millis(
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .as_millis() as u64,
-        );
+        let now = now();
         let dead = Lease {
             owner: "crashed".into(),
             until: now,
         };
         for i in 0..count {
             let name = format!("m-{i}");
-            let record = oncekey::core::Record {
-                name: name.clone(),
-                key: random_key(),
-                request: oncekey::Request::new(
-                    "POST",
-                    &url,
-                    &body(i).to_string(),
-                    oncekey::Encoding::Json,
-                )
-                .unwrap()
-                .header("X-Tenant", "memory")
-                .unwrap(),
-                started_at: now,
-                attempts: 1,
-                round_started_at: now,
-                round_attempts: 1,
-                key_lifetime: oncekey::core::DEFAULT_KEY_LIFETIME,
-                offline: std::time::Duration::ZERO,
-                offline_since: None,
-                not_before: None,
-                stopped: None,
-            };
+            let record = record(&name, &url, i, now);
             store.claim(&name, &dead, now).unwrap();
-            store.save(&name, &record.to_json(), &dead).unwrap();
+            store.save(&name, &record, &dead).unwrap();
         }
         let stored = peak_kib();
         let client = Client::builder()
@@ -373,10 +418,25 @@ mod app {
                 "  Client + SqliteStore   {s:>9.0} us   this/plain = {:.2}   syncs per submission = {syncs:.3}",
                 s / p
             );
-            let (alone, after_gap) = sync_cost_us(&dir, Duration::from_secs_f64(p / 1e6));
+            // The disk idles between two of SqliteStore's syncs for one turn of the three
+            // senders less that store call; a disk that idled longer syncs slower (here about
+            // 150 us back to back, 250 us after 0.5 ms, 340 us after 1.5 ms), so the floor is
+            // measured after that idle, found in two steps.
+            let us = |us: f64| Duration::from_secs_f64(us.max(0.0) / 1e6);
+            let turn = p + m + s;
+            let trip = store_round_trip_us(&sqlite, &url, us(turn - s / 2.0));
+            let idle = turn - store_round_trip_us(&sqlite, &url, us(turn - trip));
+            let trip = store_round_trip_us(&sqlite, &url, us(idle));
+            let (alone, after_idle) = sync_cost_us(&dir, us(idle));
             println!(
-                "  (this disk: one sync {alone:.0} us back to back, {after_gap:.0} us after {p:.0} us idle as between these submissions: that sync alone makes SqliteStore's this/plain at least {:.2})",
-                (p + after_gap) / p
+                "  (this disk: one sync {alone:.0} us back to back, {after_idle:.0} us after {idle:.0} us idle, as between two of SqliteStore's syncs in these turns: that sync alone makes this/plain at least {:.2})",
+                (p + after_idle) / p
+            );
+            println!(
+                "  (SqliteStore alone after that idle: a new submission's claim and first record, committed and synced, {trip:.0} us; plain + that = {:.2} of plain; the other {:.0} us of its median over plain are the client's own work ({:.0} us with MemoryStore) and what the sync costs the request after it)",
+                (p + trip) / p,
+                s - p - trip,
+                m - p
             );
         }
         // Concurrent: batches of each sender in turn on one server, the median rate of each.
