@@ -56,6 +56,13 @@ function renderTickets(list, count, tickets) {
   )
 }
 
+// A list that an answer has just changed: its count says so until the new list comes (on a slow
+// network, "Ticket #9 created" stood above the count of the list from before).
+function stale(count) {
+  count.textContent = '…'
+  count.title = 'refreshing'
+}
+
 async function refreshTickets() {
   for (const [t, list, count] of [
     [tenant, $('kit-tickets'), $('kit-count')],
@@ -89,7 +96,10 @@ function showLive(detail) {
   $('live-key').textContent = detail.key || 'none yet'
   $('live-attempts').textContent = String(detail.attempts ?? 0)
   $('live-waiting').textContent = describeWait(detail)
-  if (detail.outcome) refreshTickets()
+  if (detail.outcome) {
+    stale($('kit-count'))
+    refreshTickets()
+  }
 }
 
 // The form without a key: posts, and retries once when the connection drops, as most clients do.
@@ -127,6 +137,7 @@ function wirePlainForm(form) {
       status.textContent = 'Could not reach the server. Press Send again?'
     } finally {
       button.disabled = false
+      stale($('plain-count'))
       refreshTickets()
     }
   })
