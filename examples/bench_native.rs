@@ -424,8 +424,7 @@ mod app {
             // measured after that idle, found in two steps.
             let us = |us: f64| Duration::from_secs_f64(us.max(0.0) / 1e6);
             let turn = p + m + s;
-            let trip = store_round_trip_us(&sqlite, &url, us(turn - s / 2.0));
-            let idle = turn - store_round_trip_us(&sqlite, &url, us(turn - trip));
+            let idle = turn - store_round_trip_us(&sqlite, &url, us(turn - s / 2.0));
             let trip = store_round_trip_us(&sqlite, &url, us(idle));
             let (alone, after_idle) = sync_cost_us(&dir, us(idle));
             println!(
