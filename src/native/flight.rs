@@ -163,8 +163,9 @@ impl Lead<'_> {
         let _ = self.phase.send(Phase::Flying);
     }
 
-    /// Takes the flight out of the table with one lookup; another flight of the name (never
-    /// expected while this handle lives) goes back.
+    /// Takes the flight out of the table with one lookup; another flight of the name goes back.
+    /// That one is found when the handle's drop looks again after [`Lead::finish`] took this
+    /// one out, and a call meanwhile started the name's next flight.
     fn remove(&self) {
         let mut table = self.flights.table();
         if let Some((name, flight)) = table.remove_entry(self.name) {
