@@ -189,8 +189,11 @@ pub struct Settled {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Action {
     /// Write this record to storage (replacing the submission's previous one) and make sure it
-    /// is durable before carrying out the next action.
-    Persist(Record),
+    /// is durable before carrying out the next action. The record is given as the text that is
+    /// stored ([`Record::to_json`]; [`Submission::pending`] is the record itself): every driver
+    /// writes that text, and a copy of the record for each attempt would only be made to be
+    /// written out and dropped.
+    Persist(String),
     /// Send this attempt.
     Send(Attempt),
     /// Remove the stored record of this key: the outcome is definite, or the submission was
@@ -692,7 +695,7 @@ impl Submission {
         }
         if !online {
             p.record.offline_since = Some(now);
-            self.actions.push_back(Action::Persist(p.record.clone()));
+            self.actions.push_back(Action::Persist(p.record.to_json()));
             if state == State::Waiting {
                 self.changed();
             }
@@ -702,7 +705,7 @@ impl Submission {
             p.record.offline += now.saturating_since(since);
         }
         if state != State::Waiting {
-            self.actions.push_back(Action::Persist(p.record.clone()));
+            self.actions.push_back(Action::Persist(p.record.to_json()));
             return;
         }
         if p.record.is_expired(now) {
@@ -711,7 +714,7 @@ impl Submission {
         match p.record.not_before.filter(|t| *t > now) {
             Some(t) => {
                 p.wake_at = Some(t);
-                self.actions.push_back(Action::Persist(p.record.clone()));
+                self.actions.push_back(Action::Persist(p.record.to_json()));
                 self.changed();
             }
             None => self.send_next(now),
@@ -752,7 +755,7 @@ impl Submission {
             // Written down, as a round the server ended is: a reload or restart that resumes on
             // its own does not send what the caller stopped; it waits for "Try again".
             p.record.stopped = Some(GiveUp::Stopped);
-            self.actions.push_back(Action::Persist(p.record.clone()));
+            self.actions.push_back(Action::Persist(p.record.to_json()));
         }
         self.state = State::Unsure;
         self.changed();
@@ -810,7 +813,7 @@ impl Submission {
         let Some(p) = &mut self.pending else { return };
         p.wake_at = None;
         if persist {
-            self.actions.push_back(Action::Persist(p.record.clone()));
+            self.actions.push_back(Action::Persist(p.record.to_json()));
         }
         self.state = State::Waiting;
         self.changed();
@@ -869,7 +872,7 @@ impl Submission {
             Some(t) => {
                 if let Some(p) = &mut self.pending {
                     p.wake_at = Some(t);
-                    self.actions.push_back(Action::Persist(p.record.clone()));
+                    self.actions.push_back(Action::Persist(p.record.to_json()));
                 }
                 self.state = State::Waiting;
                 self.changed();
@@ -911,7 +914,7 @@ impl Submission {
             key: p.record.key.clone(),
             request: p.record.request.clone(),
         };
-        self.actions.push_back(Action::Persist(p.record.clone()));
+        self.actions.push_back(Action::Persist(p.record.to_json()));
         self.actions.push_back(Action::Send(attempt));
         self.state = State::Sending;
         self.changed();
@@ -934,7 +937,7 @@ impl Submission {
                 p.record.not_before = retry_after.map(|h| h.not_before(now));
                 if p.record.not_before.is_some() {
                     // The server's wait outlives this process: a restart honours it too.
-                    self.actions.push_back(Action::Persist(p.record.clone()));
+                    self.actions.push_back(Action::Persist(p.record.to_json()));
                 }
                 self.state = State::Waiting;
                 self.changed();
@@ -948,7 +951,7 @@ impl Submission {
         if why.by_server() && p.record.stopped != Some(why) {
             // Written down, so that a restart does not send on its own what the server stopped.
             p.record.stopped = Some(why);
-            self.actions.push_back(Action::Persist(p.record.clone()));
+            self.actions.push_back(Action::Persist(p.record.to_json()));
         }
         let settled = Settled {
             outcome: Outcome::Unsure,

@@ -32,8 +32,7 @@ impl Client {
             core(&mut |sub| actions.extend(std::iter::from_fn(|| sub.poll_action())));
             for action in actions.drain(..) {
                 match action {
-                    Action::Persist(record) => {
-                        let text = record.to_json();
+                    Action::Persist(text) => {
                         let lease = self.lease_until(now());
                         let saved = self
                             .store_bool(StoreCall::Save {

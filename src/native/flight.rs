@@ -373,7 +373,7 @@ impl Client {
             name: name.to_owned(),
             lease: lease.clone(),
             now: now(),
-            record: record.to_json(),
+            record,
         };
         let answer = self
             .store_start(call)

@@ -958,14 +958,17 @@ impl Driver {
             let action = self.machine.borrow_mut().core.poll_action();
             let Some(action) = action else { break };
             match action {
-                Action::Persist(record) => {
+                Action::Persist(text) => {
                     // A mark on a submission this submitter is not sending (unsure: stopped by
                     // its caller or by the server) is written only where its record still is:
                     // another tab may have had its answer and removed it (written back, it
                     // would come back on the next load as unsure), or stored its own since.
-                    let only_of = (self.machine.borrow().core.state() == State::Unsure)
-                        .then(|| record.key.clone());
-                    let text = record.to_json();
+                    let only_of = {
+                        let m = self.machine.borrow();
+                        (m.core.state() == State::Unsure)
+                            .then(|| m.core.pending().map(|r| r.key.clone()))
+                            .flatten()
+                    };
                     if super::upload::keeps(self) {
                         super::upload::persist(self, text, only_of);
                         continue;

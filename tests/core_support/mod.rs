@@ -35,7 +35,10 @@ impl Driver {
     pub fn drain(&mut self, s: &mut Submission) {
         while let Some(action) = s.poll_action() {
             match action {
-                Action::Persist(r) => self.stored = Some(r),
+                Action::Persist(text) => {
+                    self.stored =
+                        Some(Record::from_json(&text).expect("the core writes records it reads"))
+                }
                 Action::Send(a) => {
                     match &self.stored {
                         Some(r) if r.key == a.key && r.attempts == a.number => {}
