@@ -1152,6 +1152,57 @@ async fn a_tab_on_local_storage_is_refused_another_body_while_another_tab_s_is_p
 }
 
 #[test]
+async fn an_unsure_submission_another_tab_had_answered_no_longer_refuses_another_body() {
+    let case = Case::new("tabs-answered");
+    case.plan(&["fail-before"]);
+    let a = case.submitter(r#""storage":"local","retry":{"attempts":1}"#);
+    let first = submit(&a, TICKET).await;
+    assert_eq!(text(&first, "outcome"), "unsure");
+    let key = text(&first, "key");
+    // Another tab opens, finds it, tries it again and has its answer: the record is removed.
+    let (b, _, local, slot) = two_tabs(&case);
+    assert_eq!(state(&b), "unsure");
+    let answered = settle(b.try_again(None)).await.unwrap();
+    assert_eq!(text(&answered, "outcome"), "succeeded");
+    assert_eq!(text(&answered, "key"), key);
+    assert_eq!(local.get_item(&slot).unwrap(), None);
+    // This tab still had it unsure: another body is sent under a new key, not refused for a
+    // submission that is no longer pending anywhere.
+    assert_eq!(state(&a), "unsure");
+    let other = r#"{"subject":"Another","body":"x","email":"ana@example.com"}"#;
+    let second = submit(&a, other).await;
+    assert_eq!(text(&second, "outcome"), "succeeded");
+    assert_ne!(text(&second, "key"), key);
+    assert_eq!(case.tickets().await, 2.0);
+    assert_eq!(local.get_item(&slot).unwrap(), None);
+    assert!(a.pending().is_null());
+}
+
+#[test]
+async fn the_same_body_after_another_submitter_had_the_answer_is_replayed_under_its_key() {
+    let case = Case::new("page-answered");
+    case.plan(&["fail-before"]);
+    let a = case.submitter(r#""retry":{"attempts":1}"#);
+    let first = submit(&a, TICKET).await;
+    assert_eq!(text(&first, "outcome"), "unsure");
+    let key = text(&first, "key");
+    // Another submitter of the name in this page (one sessionStorage) has its answer.
+    let b = case.submitter("");
+    let answered = settle(b.try_again(None)).await.unwrap();
+    assert_eq!(text(&answered, "outcome"), "succeeded");
+    assert_eq!(case.stored(), None);
+    // The same body here is still "Try again" of that submission: its key, the answer replayed,
+    // one ticket.
+    let again = submit(&a, TICKET).await;
+    assert_eq!(text(&again, "outcome"), "succeeded");
+    assert_eq!(text(&again, "key"), key);
+    assert_eq!(get(&again, "replayed").as_bool(), Some(true), "{again:?}");
+    assert!(all_equal(&case.keys()), "{:?}", case.keys());
+    assert_eq!(case.tickets().await, 1.0);
+    assert_eq!(case.stored(), None);
+}
+
+#[test]
 async fn a_listener_that_discards_what_a_submit_took_up_never_makes_a_submission_without_a_key() {
     let case = Case::new("tabs-discard");
     case.plan(&["fail-before"]);

@@ -707,6 +707,12 @@ impl Driver {
     /// Begins the submission of `body` with the core, or says why it cannot: the core's
     /// settlements asked for before it began (see [`Driver::wait_in`]).
     fn begin(self: &Rc<Self>, body: &str) -> Result<u64, Error> {
+        self.begin_once(body, true)
+    }
+
+    /// [`Driver::begin`]; `look_again`: a refusal for a submission pending here is looked at
+    /// once more when its record is no longer stored ([`Driver::finished_elsewhere`]).
+    fn begin_once(self: &Rc<Self>, body: &str, look_again: bool) -> Result<u64, Error> {
         let refused = Err;
         let o = &self.options;
         let request = match Request::new(&o.method, &o.url, body, o.encoding) {
@@ -757,6 +763,13 @@ impl Driver {
                 if !pending {
                     spare::forget_made(self);
                 }
+                let other_body = matches!(e, BeginError::PendingMismatch { .. });
+                if look_again && other_body && self.finished_elsewhere() {
+                    // Dropped here as a discard drops it (the caller of its round was answered
+                    // already), and this body begun as if nothing were pending.
+                    self.machine.borrow_mut().core.discard();
+                    return self.begin_once(body, false);
+                }
                 refused(match e {
                     BeginError::Body(b) => {
                         Error::body("the body cannot be sent: ".to_owned() + &b.message())
@@ -791,6 +804,38 @@ impl Driver {
         // the core's begin, which would then start a submission under the key not drawn for a
         // pending one. Its changes are queued first, and heard in the submit's drive.
         true
+    }
+
+    /// Whether the submission pending here, unsure (this submitter sends nothing of it until
+    /// "Try again"), has left the web storage tabs share: another tab or another submitter of
+    /// the name in this page had its definite answer, or discarded it, and removed its record.
+    /// Another body is then no longer refused for it. The same body still goes on under its
+    /// key, as "Try again" (the server replays the answer the other tab had), and an expired
+    /// key is still refused (a new key for it is the caller's choice: `sendAsNew`). Not for
+    /// records kept in IndexedDB nor in memory, nor when the storage cannot be read.
+    fn finished_elsewhere(self: &Rc<Self>) -> bool {
+        let key = {
+            let m = self.machine.borrow();
+            match (m.core.state(), m.core.pending()) {
+                (State::Unsure, Some(r)) => r.key.clone(),
+                _ => return false,
+            }
+        };
+        if super::upload::keeps(self)
+            || !matches!(
+                self.store.borrow().kind(),
+                StorageKind::Session | StorageKind::Local
+            )
+        {
+            return false;
+        }
+        let (text, warning) = self.store.borrow_mut().read(&self.name);
+        if let Some(warning) = warning {
+            warn(&warning);
+            self.emit(self.snapshot(Some(warning)));
+            return false;
+        }
+        !text.is_some_and(|t| Record::is_of_key(&t, &key))
     }
 
     /// Whether a submission is pending here.
