@@ -1179,6 +1179,31 @@ async fn an_unsure_submission_another_tab_had_answered_no_longer_refuses_another
 }
 
 #[test]
+async fn secrets_set_for_another_body_after_another_tab_answered_go_with_its_attempts() {
+    let case = Case::new("tabs-answered-secret");
+    case.plan(&["fail-before"]);
+    let a = case.submitter(r#""storage":"local","retry":{"attempts":1}"#);
+    let first = submit(&a, TICKET).await;
+    assert_eq!(text(&first, "outcome"), "unsure");
+    let (b, _, _, _) = two_tabs(&case);
+    let answered = settle(b.try_again(None)).await.unwrap();
+    assert_eq!(text(&answered, "outcome"), "succeeded");
+    // The page sets the secrets for its next body, then submits it.
+    a.set_secrets(json(r#"{"email":"ana@example.com"}"#))
+        .unwrap();
+    let second = submit(&a, r#"{"subject":"Another","body":"x"}"#).await;
+    assert_eq!(text(&second, "outcome"), "succeeded", "{second:?}");
+    let last = case.seen().pop().unwrap();
+    assert_eq!(text(&last, "key"), text(&second, "key"));
+    assert!(
+        text(&last, "body").contains(r#""email":"ana@example.com""#),
+        "{}",
+        text(&last, "body")
+    );
+    assert_eq!(case.tickets().await, 2.0);
+}
+
+#[test]
 async fn the_same_body_after_another_submitter_had_the_answer_is_replayed_under_its_key() {
     let case = Case::new("page-answered");
     case.plan(&["fail-before"]);

@@ -340,6 +340,52 @@ async fn an_upload_is_stored_in_indexeddb_before_it_is_sent_and_another_file_is_
     assert_one_ticket_with(&case, &bytes, "a.png").await;
 }
 
+#[test]
+async fn an_upload_after_another_tab_answered_the_json_submission_unsure_here_goes_out_with_its_file(
+) {
+    let case = Case::new("upload-elsewhere");
+    case.plan(&["fail-before"]);
+    let a = case.submitter(r#""storage":"local","retry":{"attempts":1}"#);
+    let body = JSON::parse(r#"{"subject":"Printer","body":"x","email":"a@b.co"}"#).unwrap();
+    let first = JsFuture::from(a.submit(body, None))
+        .await
+        .expect("submit resolves");
+    assert_eq!(text(&first, "outcome"), "unsure");
+    let key = text(&first, "key");
+    // Another tab on localStorage takes it up and has its answer: its record is removed.
+    let b = case.submitter(r#""storage":"local""#);
+    let answered = JsFuture::from(b.try_again(None)).await.expect("resolves");
+    assert_eq!(text(&answered, "outcome"), "succeeded");
+    assert_eq!(text(&answered, "key"), key);
+    // Here, a form with a file: not refused for the submission answered there, and sent as an
+    // upload, file and all, under a new key.
+    let bytes = file_bytes(40_000, 5);
+    let upload = JsFuture::from(a.submit(ticket_form(&bytes, "c.png", "image/png").into(), None))
+        .await
+        .expect("submit resolves");
+    assert_eq!(text(&upload, "outcome"), "succeeded", "{upload:?}");
+    assert_ne!(text(&upload, "key"), key);
+    let last = case.seen().pop().unwrap();
+    assert!(
+        text(&last, "type").starts_with("multipart/form-data; boundary="),
+        "{}",
+        text(&last, "type")
+    );
+    let listed = case.tickets().await;
+    assert_eq!(listed.len(), 2, "the first ticket and the upload's");
+    let files: Vec<JsValue> = listed
+        .iter()
+        .flat_map(|t| {
+            js_sys::Array::from(&get(t, "attachments"))
+                .iter()
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    assert_eq!(files.len(), 1, "one attachment");
+    assert_eq!(text(&files[0], "name"), "c.png");
+    assert_eq!(text(&files[0], "sha256"), sha(&bytes).await);
+}
+
 /// An upload of `bytes` left unsure (its one attempt failed before the server did anything)
 /// and, as after closing the tab, in IndexedDB only: nothing of it in sessionStorage. Its key.
 async fn left_unsure_in_indexeddb(case: &Case, bytes: &js_sys::Uint8Array, file: &str) -> String {

@@ -523,7 +523,9 @@ impl Submitter {
     /// under [`StorageKind::IndexedDb`], called before IndexedDB was first looked at, the
     /// submission begins once it was (a submission stored there is taken up first).
     /// The same body while one is pending joins it; another body is refused
-    /// ([`ErrorCode::Pending`]) with nothing stored or sent.
+    /// ([`ErrorCode::Pending`]) with nothing stored or sent, unless the pending one is unsure
+    /// and its record has left the web storage since (another tab removed it): that one is
+    /// dropped as a discard drops it, and this body begun.
     pub fn submit(&self, body: Value) -> Settling {
         self.driver.submit(&body.to_canonical())
     }
@@ -711,7 +713,10 @@ impl Driver {
     }
 
     /// [`Driver::begin`]; `look_again`: a refusal for a submission pending here is looked at
-    /// once more when its record is no longer stored ([`Driver::finished_elsewhere`]).
+    /// once more when its record is no longer stored ([`Driver::finished_elsewhere`]). Not
+    /// inlined: it calls itself, and a copy of it in `begin` would be a second copy in the
+    /// package.
+    #[inline(never)]
     fn begin_once(self: &Rc<Self>, body: &str, look_again: bool) -> Result<u64, Error> {
         let refused = Err;
         let o = &self.options;
@@ -766,8 +771,17 @@ impl Driver {
                 let other_body = matches!(e, BeginError::PendingMismatch { .. });
                 if look_again && other_body && self.finished_elsewhere() {
                     // Dropped here as a discard drops it (the caller of its round was answered
-                    // already), and this body begun as if nothing were pending.
-                    self.machine.borrow_mut().core.discard();
+                    // already), its forgetting carried out before this body begins: queued
+                    // behind it, it would take this body's files (an upload's) and its secrets
+                    // (set for it before this submit) along. Then this body is begun as if
+                    // nothing were pending.
+                    let secrets = {
+                        let mut m = self.machine.borrow_mut();
+                        m.core.discard();
+                        std::mem::take(&mut m.secrets)
+                    };
+                    self.drive();
+                    self.machine.borrow_mut().secrets = secrets;
                     return self.begin_once(body, false);
                 }
                 refused(match e {
@@ -784,12 +798,9 @@ impl Driver {
     /// looked, when none is pending here; whether one was. One that cannot be taken up is
     /// removed with a warning, as at start-up.
     fn take_up_stored(self: &Rc<Self>) -> bool {
-        let (text, warning) = self.store.borrow_mut().read(&self.name);
-        if let Some(warning) = warning {
-            warn(&warning);
-            self.emit(self.snapshot(Some(warning)));
-        }
-        let Some(text) = text else { return false };
+        let Some(text) = self.read_slot().0 else {
+            return false;
+        };
         let why = {
             let mut m = self.machine.borrow_mut();
             m.core.handle_online(now(), on_line());
@@ -812,7 +823,10 @@ impl Driver {
     /// Another body is then no longer refused for it. The same body still goes on under its
     /// key, as "Try again" (the server replays the answer the other tab had), and an expired
     /// key is still refused (a new key for it is the caller's choice: `sendAsNew`). Not for
-    /// records kept in IndexedDB nor in memory, nor when the storage cannot be read.
+    /// records kept in IndexedDB nor in memory, nor when the storage cannot be read. (A tab
+    /// whose write failed goes on from memory and removes its record too: then the submission
+    /// is still being sent there, under its key, and this body goes out beside it, a body of
+    /// its own.)
     fn finished_elsewhere(self: &Rc<Self>) -> bool {
         let key = {
             let m = self.machine.borrow();
@@ -829,13 +843,22 @@ impl Driver {
         {
             return false;
         }
+        match self.read_slot() {
+            (text, false) => !text.is_some_and(|t| Record::is_of_key(&t, &key)),
+            (_, true) => false,
+        }
+    }
+
+    /// The text stored under the name now, and whether the storage failed to read (then it is
+    /// memory from now on, the text is memory's, and listeners and the console are told).
+    fn read_slot(self: &Rc<Self>) -> (Option<String>, bool) {
         let (text, warning) = self.store.borrow_mut().read(&self.name);
+        let failed = warning.is_some();
         if let Some(warning) = warning {
             warn(&warning);
             self.emit(self.snapshot(Some(warning)));
-            return false;
         }
-        !text.is_some_and(|t| Record::is_of_key(&t, &key))
+        (text, failed)
     }
 
     /// Whether a submission is pending here.
