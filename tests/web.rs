@@ -1204,6 +1204,35 @@ async fn secrets_set_for_another_body_after_another_tab_answered_go_with_its_att
 }
 
 #[test]
+async fn secrets_of_a_submission_another_tab_answered_are_dropped_with_it_not_sent_with_another_body(
+) {
+    let case = Case::new("tabs-answered-old-secret");
+    case.plan(&["fail-before"]);
+    let a = case.submitter(r#""storage":"local","retry":{"attempts":1}"#);
+    a.set_secrets(json(r#"{"email":"first@example.com"}"#))
+        .unwrap();
+    let first = submit(&a, r#"{"subject":"First","body":"x"}"#).await;
+    assert_eq!(text(&first, "outcome"), "unsure");
+    let (b, _, local, slot) = two_tabs(&case);
+    let _ = settle(b.try_again(None)).await;
+    assert_eq!(local.get_item(&slot).unwrap(), None, "answered there");
+    // No secrets set since: the other body goes out as it is, without the first one's.
+    let second = submit(
+        &a,
+        r#"{"subject":"Second","body":"y","email":"second@example.com"}"#,
+    )
+    .await;
+    assert_eq!(text(&second, "outcome"), "succeeded", "{second:?}");
+    let last = case.seen().pop().unwrap();
+    assert_eq!(text(&last, "key"), text(&second, "key"));
+    let sent = text(&last, "body");
+    assert!(
+        sent.contains("second@example.com") && !sent.contains("first@example.com"),
+        "{sent}"
+    );
+}
+
+#[test]
 async fn the_same_body_after_another_submitter_had_the_answer_is_replayed_under_its_key() {
     let case = Case::new("page-answered");
     case.plan(&["fail-before"]);

@@ -384,6 +384,20 @@ async fn an_upload_after_another_tab_answered_the_json_submission_unsure_here_go
     assert_eq!(files.len(), 1, "one attachment");
     assert_eq!(text(&files[0], "name"), "c.png");
     assert_eq!(text(&files[0], "sha256"), sha(&bytes).await);
+    // Nothing left pending here, in localStorage or in IndexedDB.
+    assert!(a.pending().is_null());
+    let local = web_sys::window().unwrap().local_storage().unwrap().unwrap();
+    assert_eq!(
+        local.get_item(&format!("oncekey:{}", case.name)).unwrap(),
+        None
+    );
+    for _ in 0..50 {
+        if case.stored().await.is_null() {
+            break;
+        }
+        JsFuture::from(sleep(10)).await.unwrap();
+    }
+    assert!(case.stored().await.is_null(), "removed from IndexedDB");
 }
 
 /// An upload of `bytes` left unsure (its one attempt failed before the server did anything)

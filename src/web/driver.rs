@@ -110,6 +110,9 @@ struct Machine {
     last_text: Option<(Rc<String>, Option<wasm_bindgen::JsValue>)>,
     /// Fields merged into the JSON object body of every attempt, in memory only.
     secrets: Fields,
+    /// The core's settlements asked for when `secrets` were set: set before the pending
+    /// submission's last settlement, they were its own (see [`Driver::begin_once`]).
+    secrets_at: u64,
     /// A key was just made here, and its first attempt goes out in this drive: nobody else can
     /// know it yet ([`attempt::start`]).
     fresh: bool,
@@ -460,6 +463,7 @@ impl Submitter {
                 flight: None,
                 last_text: None,
                 secrets: Fields::new(),
+                secrets_at: 0,
                 fresh: false,
                 settled_seen: 0,
                 held: Vec::new(),
@@ -605,9 +609,11 @@ impl Submitter {
 
     /// Fields that are never stored (a password, a card number: CONTRACT.md section 4), merged
     /// into the JSON object body of every attempt from now on, in memory only; dropped when the
-    /// submission settles or is discarded.
+    /// submission settles or is discarded (kept while it is unsure, for "Try again").
     pub fn set_secrets(&self, secrets: Fields) -> Result<(), Error> {
-        self.driver.machine.borrow_mut().secrets = secrets;
+        let mut m = self.driver.machine.borrow_mut();
+        m.secrets = secrets;
+        m.secrets_at = m.core.settlements();
         Ok(())
     }
 
@@ -771,17 +777,16 @@ impl Driver {
                 let other_body = matches!(e, BeginError::PendingMismatch { .. });
                 if look_again && other_body && self.finished_elsewhere() {
                     // Dropped here as a discard drops it (the caller of its round was answered
-                    // already), its forgetting carried out before this body begins: queued
-                    // behind it, it would take this body's files (an upload's) and its secrets
-                    // (set for it before this submit) along. Then this body is begun as if
-                    // nothing were pending.
-                    let secrets = {
+                    // already; its Forget, queued, leaves what this body begins with alone),
+                    // with its secrets: those set since it settled unsure are this body's.
+                    // Then this body is begun as if nothing were pending.
+                    {
                         let mut m = self.machine.borrow_mut();
                         m.core.discard();
-                        std::mem::take(&mut m.secrets)
-                    };
-                    self.drive();
-                    self.machine.borrow_mut().secrets = secrets;
+                        if m.secrets_at < m.core.settlements() {
+                            m.secrets = Fields::new();
+                        }
+                    }
                     return self.begin_once(body, false);
                 }
                 refused(match e {
@@ -859,6 +864,16 @@ impl Driver {
             self.emit(self.snapshot(Some(warning)));
         }
         (text, failed)
+    }
+
+    /// Whether `key` is the pending submission's, or none is pending: what a `Forget` of `key`
+    /// may clear (the secrets, an upload's files) is its own.
+    pub(crate) fn is_current(&self, key: &Key) -> bool {
+        self.machine
+            .borrow()
+            .core
+            .pending()
+            .map_or(true, |r| r.key == *key)
     }
 
     /// Whether a submission is pending here.
@@ -1065,7 +1080,12 @@ impl Driver {
                 Action::Forget(key) => {
                     super::upload::forget(self, &key);
                     self.store.borrow_mut().forget(&self.name, &key);
-                    self.machine.borrow_mut().secrets = Fields::new();
+                    // Carried out after another submission began here (a drive held up by an
+                    // IndexedDB write, or a refusal for a submission another tab answered):
+                    // the secrets are that one's.
+                    if self.is_current(&key) {
+                        self.machine.borrow_mut().secrets = Fields::new();
+                    }
                 }
                 Action::Changed(c) => self.emit(Update {
                     state: c.state,
