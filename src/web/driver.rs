@@ -110,9 +110,6 @@ struct Machine {
     last_text: Option<(Rc<String>, Option<wasm_bindgen::JsValue>)>,
     /// Fields merged into the JSON object body of every attempt, in memory only.
     secrets: Fields,
-    /// The core's settlements asked for when `secrets` were set: set before the pending
-    /// submission's last settlement, they were its own (see [`Driver::begin_once`]).
-    secrets_at: u64,
     /// A key was just made here, and its first attempt goes out in this drive: nobody else can
     /// know it yet ([`attempt::start`]).
     fresh: bool,
@@ -463,7 +460,6 @@ impl Submitter {
                 flight: None,
                 last_text: None,
                 secrets: Fields::new(),
-                secrets_at: 0,
                 fresh: false,
                 settled_seen: 0,
                 held: Vec::new(),
@@ -528,8 +524,8 @@ impl Submitter {
     /// submission begins once it was (a submission stored there is taken up first).
     /// The same body while one is pending joins it; another body is refused
     /// ([`ErrorCode::Pending`]) with nothing stored or sent, unless the pending one is unsure
-    /// and its record has left the web storage since (another tab removed it): that one is
-    /// dropped as a discard drops it, and this body begun.
+    /// and its record has left the web storage since (another tab removed it), and no secrets
+    /// are set: that one is dropped as a discard drops it, and this body begun.
     pub fn submit(&self, body: Value) -> Settling {
         self.driver.submit(&body.to_canonical())
     }
@@ -611,9 +607,7 @@ impl Submitter {
     /// into the JSON object body of every attempt from now on, in memory only; dropped when the
     /// submission settles or is discarded (kept while it is unsure, for "Try again").
     pub fn set_secrets(&self, secrets: Fields) -> Result<(), Error> {
-        let mut m = self.driver.machine.borrow_mut();
-        m.secrets = secrets;
-        m.secrets_at = m.core.settlements();
+        self.driver.machine.borrow_mut().secrets = secrets;
         Ok(())
     }
 
@@ -777,16 +771,9 @@ impl Driver {
                 let other_body = matches!(e, BeginError::PendingMismatch { .. });
                 if look_again && other_body && self.finished_elsewhere() {
                     // Dropped here as a discard drops it (the caller of its round was answered
-                    // already; its Forget, queued, leaves what this body begins with alone),
-                    // with its secrets: those set since it settled unsure are this body's.
-                    // Then this body is begun as if nothing were pending.
-                    {
-                        let mut m = self.machine.borrow_mut();
-                        m.core.discard();
-                        if m.secrets_at < m.core.settlements() {
-                            m.secrets = Fields::new();
-                        }
-                    }
+                    // already), not driven: its Forget, carried out after this body began,
+                    // finds neither secrets nor files to clear (see `finished_elsewhere`).
+                    self.machine.borrow_mut().core.discard();
                     return self.begin_once(body, false);
                 }
                 refused(match e {
@@ -827,20 +814,27 @@ impl Driver {
     /// the name in this page had its definite answer, or discarded it, and removed its record.
     /// Another body is then no longer refused for it. The same body still goes on under its
     /// key, as "Try again" (the server replays the answer the other tab had), and an expired
-    /// key is still refused (a new key for it is the caller's choice: `sendAsNew`). Not for
-    /// records kept in IndexedDB nor in memory, nor when the storage cannot be read. (A tab
+    /// key is still refused (a new key for it is the caller's choice: `sendAsNew`). (A tab
     /// whose write failed goes on from memory and removes its record too: then the submission
     /// is still being sent there, under its key, and this body goes out beside it, a body of
     /// its own.)
+    ///
+    /// Only where dropping it entangles nothing, so that its Forget may be carried out after
+    /// the next body began: a record in `sessionStorage` or `localStorage` (not IndexedDB, not
+    /// memory), readable now; no secrets set (they may be its own, kept for "Try again", or
+    /// set for this body: nothing tells which); and a body that is no upload (an upload's files
+    /// are the driver's until the Forget, and IndexedDB was not looked at for it). Otherwise the
+    /// refusal stands, as before: the caller may discard the submission, then submit.
     fn finished_elsewhere(self: &Rc<Self>) -> bool {
         let key = {
             let m = self.machine.borrow();
             match (m.core.state(), m.core.pending()) {
-                (State::Unsure, Some(r)) => r.key.clone(),
+                (State::Unsure, Some(r)) if m.secrets.is_empty() => r.key.clone(),
                 _ => return false,
             }
         };
         if super::upload::keeps(self)
+            || super::upload::begins(self)
             || !matches!(
                 self.store.borrow().kind(),
                 StorageKind::Session | StorageKind::Local
@@ -864,16 +858,6 @@ impl Driver {
             self.emit(self.snapshot(Some(warning)));
         }
         (text, failed)
-    }
-
-    /// Whether `key` is the pending submission's, or none is pending: what a `Forget` of `key`
-    /// may clear (the secrets, an upload's files) is its own.
-    pub(crate) fn is_current(&self, key: &Key) -> bool {
-        self.machine
-            .borrow()
-            .core
-            .pending()
-            .map_or(true, |r| r.key == *key)
     }
 
     /// Whether a submission is pending here.
@@ -1080,12 +1064,7 @@ impl Driver {
                 Action::Forget(key) => {
                     super::upload::forget(self, &key);
                     self.store.borrow_mut().forget(&self.name, &key);
-                    // Carried out after another submission began here (a drive held up by an
-                    // IndexedDB write, or a refusal for a submission another tab answered):
-                    // the secrets are that one's.
-                    if self.is_current(&key) {
-                        self.machine.borrow_mut().secrets = Fields::new();
-                    }
+                    self.machine.borrow_mut().secrets = Fields::new();
                 }
                 Action::Changed(c) => self.emit(Update {
                     state: c.state,

@@ -482,8 +482,9 @@ impl JsSubmitter {
     /// Sends `body` once: resolves when the outcome is definite, or `unsure` when retries
     /// stopped. The same body while one is pending joins it. Rejects, with nothing stored or
     /// sent, for a body JSON cannot carry (code "body") or when another body is pending
-    /// ("pending"; not for an unsure one whose record another tab has since removed from web
-    /// storage: that one is dropped, and this body sent). A `FormData` is an upload: sent as `multipart/form-data`, kept with its
+    /// ("pending"; not, for a JSON body with no secrets set, for an unsure one whose record
+    /// another tab has since removed from web storage: that one is dropped, and this body
+    /// sent). A `FormData` is an upload: sent as `multipart/form-data`, kept with its
     /// files in IndexedDB until a definite answer, its files' SHA-256, names and types part of
     /// "same body"; over `maxBodyBytes` it rejects ("body") before anything is stored.
     /// `options.signal` aborts the wait ("aborted"; see `SubmitOptions`), an upload's too: one

@@ -292,12 +292,6 @@ pub(crate) fn persist(d: &Rc<Driver>, record: String, only_of: Option<Key>) {
 /// 'indexeddb'`) are removed, unless another writer stored its own submission under the name
 /// since (IndexedDB is the origin's: another tab's upload, pending, stays).
 pub(crate) fn forget(d: &Driver, key: &Key) {
-    if !d.is_current(key) {
-        // Another submission began here since: the files and the record kept are its own. (An
-        // upload of `key` kept in IndexedDB, if any, is written over by the next one's record.)
-        d.uploads.borrow_mut().forgotten = Some(key.clone());
-        return;
-    }
     // A JSON body found there too: settled here, it was resent on every load ever after.
     let kept = keeps(d);
     {
