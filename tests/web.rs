@@ -1210,6 +1210,68 @@ async fn with_secrets_set_another_body_is_still_refused_after_another_tab_answer
 }
 
 #[test]
+async fn another_body_is_still_refused_when_another_tab_stored_its_own_submission_since() {
+    let case = Case::new("tabs-replaced");
+    case.plan(&["fail-before"]);
+    let a = case.submitter(r#""storage":"local","retry":{"attempts":1}"#);
+    let first = submit(&a, TICKET).await;
+    assert_eq!(text(&first, "outcome"), "unsure");
+    let key = text(&first, "key");
+    let (b, _, local, slot) = two_tabs(&case);
+    let mine = local.get_item(&slot).unwrap().expect("stored while unsure");
+    let answered = settle(b.try_again(None)).await.unwrap();
+    assert_eq!(text(&answered, "outcome"), "succeeded");
+    // Then another tab stores a submission of its own under the name: pending there.
+    let theirs_key = "5f0c3e1a-3b7e-4c1d-9a2b-8e7f6d5c4b3a";
+    local
+        .set_item(&slot, &mine.replace(&key, theirs_key))
+        .unwrap();
+    let sent = case.seen().len();
+    let other = r#"{"subject":"Another","body":"x","email":"ana@example.com"}"#;
+    let err = settle(a.submit(json(other), None)).await.unwrap_err();
+    assert_eq!(text(&err, "code"), "pending");
+    // This tab still shows its own, and theirs is left as it was; nothing sent.
+    assert_eq!(text(&a.pending(), "key"), key);
+    assert!(local.get_item(&slot).unwrap().unwrap().contains(theirs_key));
+    assert_eq!(case.seen().len(), sent);
+}
+
+#[test]
+async fn a_listener_submitting_another_body_on_unsure_before_its_caller_is_answered_is_refused() {
+    // The record is gone (another submitter of the name discarded it during the attempt), but
+    // the round's caller is not answered yet when a listener hears "unsure" and submits.
+    let case = Case::new("listener-unsure");
+    case.plan(&["fail-before"]);
+    let a = std::rc::Rc::new(case.submitter(r#""retry":{"attempts":1}"#));
+    let other = r#"{"subject":"Another","body":"x","email":"ana@example.com"}"#;
+    let sent: std::rc::Rc<std::cell::RefCell<Option<Promise>>> = Default::default();
+    let (weak, out) = (std::rc::Rc::downgrade(&a), sent.clone());
+    let f = Closure::<dyn FnMut(JsValue)>::new(move |e: JsValue| {
+        if text(&e, "state") == "unsure" && out.borrow().is_none() {
+            let a = weak.upgrade().unwrap();
+            *out.borrow_mut() = Some(a.submit(json(other), None));
+        }
+    });
+    a.on_change(f.as_ref().clone()).unwrap();
+    f.forget();
+    let first = a.submit(json(TICKET), None);
+    let b = case.submitter("");
+    assert_eq!(state(&b), "unsure");
+    b.discard();
+    assert_eq!(case.stored(), None);
+    let first = settle(first).await.unwrap();
+    assert_eq!(text(&first, "outcome"), "unsure");
+    let refused = sent.borrow_mut().take().expect("submitted on unsure");
+    let err = settle(refused).await.unwrap_err();
+    assert_eq!(text(&err, "code"), "pending");
+    assert_eq!(case.seen().len(), 1, "the first attempt only");
+    // Once its caller was answered, another body goes out.
+    let second = submit(&a, other).await;
+    assert_eq!(text(&second, "outcome"), "succeeded");
+    assert_ne!(text(&second, "key"), text(&first, "key"));
+}
+
+#[test]
 async fn the_same_body_after_another_submitter_had_the_answer_is_replayed_under_its_key() {
     let case = Case::new("page-answered");
     case.plan(&["fail-before"]);

@@ -821,19 +821,25 @@ impl Driver {
     ///
     /// Only where dropping it entangles nothing, so that its Forget may be carried out after
     /// the next body began: a record in `sessionStorage` or `localStorage` (not IndexedDB, not
-    /// memory), readable now; no secrets set (they may be its own, kept for "Try again", or
+    /// memory), its slot readable now and empty (not another tab's record since), its unsure
+    /// settlement delivered, no IndexedDB write under way; no secrets set (they may be its own, kept for "Try again", or
     /// set for this body: nothing tells which); and a body that is no upload (an upload's files
     /// are the driver's until the Forget, and IndexedDB was not looked at for it). Otherwise the
     /// refusal stands, as before: the caller may discard the submission, then submit.
     fn finished_elsewhere(self: &Rc<Self>) -> bool {
-        let key = {
+        let unsure = {
             let m = self.machine.borrow();
-            match (m.core.state(), m.core.pending()) {
-                (State::Unsure, Some(r)) if m.secrets.is_empty() => r.key.clone(),
-                _ => return false,
-            }
+            // Its settlement delivered (not a listener hearing "unsure" that submits while its
+            // caller is still to be answered).
+            m.core.state() == State::Unsure
+                && m.core.settlements() == m.settled_seen
+                && m.secrets.is_empty()
         };
-        if super::upload::keeps(self)
+        // An IndexedDB write under way holds up the drive: a record of this one's may not have
+        // been written yet.
+        if !unsure
+            || self.uploads.borrow().blocked
+            || super::upload::keeps(self)
             || super::upload::begins(self)
             || !matches!(
                 self.store.borrow().kind(),
@@ -842,10 +848,10 @@ impl Driver {
         {
             return false;
         }
-        match self.read_slot() {
-            (text, false) => !text.is_some_and(|t| Record::is_of_key(&t, &key)),
-            (_, true) => false,
-        }
+        // Gone, not replaced: a record another tab stored since is pending there, and the
+        // refusal stands (it would be taken up in this one's place, and a form kit shows what
+        // it was told of).
+        matches!(self.read_slot(), (None, false))
     }
 
     /// The text stored under the name now, and whether the storage failed to read (then it is
