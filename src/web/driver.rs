@@ -822,10 +822,11 @@ impl Driver {
     /// Only where dropping it entangles nothing, so that its Forget may be carried out after
     /// the next body began: a record in `sessionStorage` or `localStorage` (not IndexedDB, not
     /// memory), its slot readable now and empty (not another tab's record since), its unsure
-    /// settlement delivered, no IndexedDB write under way; no secrets set (they may be its own, kept for "Try again", or
-    /// set for this body: nothing tells which); and a body that is no upload (an upload's files
-    /// are the driver's until the Forget, and IndexedDB was not looked at for it). Otherwise the
-    /// refusal stands, as before: the caller may discard the submission, then submit.
+    /// settlement delivered, no IndexedDB write under way; no secrets set (they may be its own,
+    /// kept for "Try again", or set for this body: nothing tells which); and a body that is no
+    /// upload (an upload's files are the driver's until the Forget, and IndexedDB was not
+    /// looked at for it). Otherwise the refusal stands, as before: the caller may discard the
+    /// submission, then submit.
     fn finished_elsewhere(self: &Rc<Self>) -> bool {
         let unsure = {
             let m = self.machine.borrow();
