@@ -1151,14 +1151,20 @@ async fn a_tab_on_local_storage_is_refused_another_body_while_another_tab_s_is_p
     assert_eq!(local.get_item(&slot).unwrap(), None);
 }
 
-#[test]
-async fn an_unsure_submission_another_tab_had_answered_no_longer_refuses_another_body() {
-    let case = Case::new("tabs-answered");
+/// A submitter on `localStorage` whose one attempt failed before the server did anything:
+/// unsure, its record stored. It and its key.
+async fn unsure_on_local(case: &Case) -> (Submitter, String) {
     case.plan(&["fail-before"]);
     let a = case.submitter(r#""storage":"local","retry":{"attempts":1}"#);
     let first = submit(&a, TICKET).await;
     assert_eq!(text(&first, "outcome"), "unsure");
-    let key = text(&first, "key");
+    (a, text(&first, "key"))
+}
+
+#[test]
+async fn an_unsure_submission_another_tab_had_answered_no_longer_refuses_another_body() {
+    let case = Case::new("tabs-answered");
+    let (a, key) = unsure_on_local(&case).await;
     // Another tab opens, finds it, tries it again and has its answer: the record is removed.
     let (b, _, local, slot) = two_tabs(&case);
     assert_eq!(state(&b), "unsure");
@@ -1212,11 +1218,7 @@ async fn with_secrets_set_another_body_is_still_refused_after_another_tab_answer
 #[test]
 async fn another_body_is_still_refused_when_another_tab_stored_its_own_submission_since() {
     let case = Case::new("tabs-replaced");
-    case.plan(&["fail-before"]);
-    let a = case.submitter(r#""storage":"local","retry":{"attempts":1}"#);
-    let first = submit(&a, TICKET).await;
-    assert_eq!(text(&first, "outcome"), "unsure");
-    let key = text(&first, "key");
+    let (a, key) = unsure_on_local(&case).await;
     let (b, _, local, slot) = two_tabs(&case);
     let mine = local.get_item(&slot).unwrap().expect("stored while unsure");
     let answered = settle(b.try_again(None)).await.unwrap();
