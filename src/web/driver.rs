@@ -713,10 +713,7 @@ impl Driver {
     }
 
     /// [`Driver::begin`]; `look_again`: a refusal for a submission pending here is looked at
-    /// once more when its record is no longer stored ([`Driver::finished_elsewhere`]). Not
-    /// inlined: it calls itself, and a copy of it in `begin` would be a second copy in the
-    /// package.
-    #[inline(never)]
+    /// once more when its record is no longer stored ([`Driver::finished_elsewhere`]).
     fn begin_once(self: &Rc<Self>, body: &str, look_again: bool) -> Result<u64, Error> {
         let refused = Err;
         let o = &self.options;
@@ -1037,12 +1034,8 @@ impl Driver {
                     // its caller or by the server) is written only where its record still is:
                     // another tab may have had its answer and removed it (written back, it
                     // would come back on the next load as unsure), or stored its own since.
-                    let only_of = {
-                        let m = self.machine.borrow();
-                        (m.core.state() == State::Unsure)
-                            .then(|| m.core.pending().map(|r| r.key.clone()))
-                            .flatten()
-                    };
+                    let unsure = self.machine.borrow().core.state() == State::Unsure;
+                    let only_of = unsure.then(|| self.pending_key()).flatten();
                     if super::upload::keeps(self) {
                         super::upload::persist(self, text, only_of);
                         continue;
