@@ -307,20 +307,9 @@ async fn an_upload_is_stored_in_indexeddb_before_it_is_sent_and_another_file_is_
     let sent = case.seen().len();
     // Another file under the same name: refused here, nothing sent.
     let other = file_bytes(50_000, 3);
-    let refused = JsFuture::from(s.submit(ticket_form(&other, "a.png", "image/png").into(), None))
-        .await
-        .expect_err("refused");
-    assert_eq!(
-        error_code(&refused),
-        "pending",
-        "{}",
-        error_message(&refused)
-    );
+    refused_pending(&s, ticket_form(&other, "a.png", "image/png")).await;
     // The same file under another name is another body too.
-    let renamed = JsFuture::from(s.submit(ticket_form(&bytes, "b.png", "image/png").into(), None))
-        .await
-        .expect_err("refused");
-    assert_eq!(error_code(&renamed), "pending");
+    refused_pending(&s, ticket_form(&bytes, "b.png", "image/png")).await;
     assert_eq!(case.seen().len(), sent, "nothing sent");
     // Try again resends the same bytes with the same key.
     let again = JsFuture::from(s.try_again(None)).await.expect("resolves");
@@ -345,20 +334,22 @@ async fn an_upload_is_still_refused_for_a_json_submission_unsure_here_that_anoth
     // The drop of a submission another tab answered is for JSON bodies: an upload's files and
     // its look at IndexedDB are not entangled with it. Refused as before, nothing kept or sent.
     let case = Case::new("upload-elsewhere");
-    case.plan(&["fail-before"]);
-    let a = case.submitter(r#""storage":"local","retry":{"attempts":1}"#);
-    let body = JSON::parse(r#"{"subject":"Printer","body":"x","email":"a@b.co"}"#).unwrap();
-    let first = JsFuture::from(a.submit(body, None))
-        .await
-        .expect("submit resolves");
-    assert_eq!(text(&first, "outcome"), "unsure");
-    let key = text(&first, "key");
+    let (a, key) = json_left_unsure(&case, "local").await;
     let b = case.submitter(r#""storage":"local""#);
     let answered = JsFuture::from(b.try_again(None)).await.expect("resolves");
     assert_eq!(text(&answered, "outcome"), "succeeded");
     let sent = case.seen().len();
     let bytes = file_bytes(40_000, 5);
-    let refused = JsFuture::from(a.submit(ticket_form(&bytes, "c.png", "image/png").into(), None))
+    let refused = refused_pending(&a, ticket_form(&bytes, "c.png", "image/png")).await;
+    assert!(error_message(&refused).contains(&key[..8]));
+    assert_eq!(case.seen().len(), sent, "nothing sent");
+    assert!(case.stored().await.is_null(), "nothing kept in IndexedDB");
+    assert_eq!(case.tickets().await.len(), 1, "the first ticket only");
+}
+
+/// `form` submitted by `s` and refused as `pending` (another submission is pending): the error.
+async fn refused_pending(s: &Submitter, form: web_sys::FormData) -> JsValue {
+    let refused = JsFuture::from(s.submit(form.into(), None))
         .await
         .expect_err("refused");
     assert_eq!(
@@ -367,10 +358,22 @@ async fn an_upload_is_still_refused_for_a_json_submission_unsure_here_that_anoth
         "{}",
         error_message(&refused)
     );
-    assert!(error_message(&refused).contains(&key[..8]));
-    assert_eq!(case.seen().len(), sent, "nothing sent");
-    assert!(case.stored().await.is_null(), "nothing kept in IndexedDB");
-    assert_eq!(case.tickets().await.len(), 1, "the first ticket only");
+    refused
+}
+
+/// A JSON submission under `storage` (`local`, `indexeddb`) left unsure: its one attempt failed
+/// before the server did anything, its record is stored. Its submitter and its key.
+async fn json_left_unsure(case: &Case, storage: &str) -> (Submitter, String) {
+    case.plan(&["fail-before"]);
+    let s = case.submitter(&format!(
+        r#""storage":"{storage}","retry":{{"attempts":1}}"#
+    ));
+    let body = JSON::parse(r#"{"subject":"Printer","body":"x","email":"a@b.co"}"#).unwrap();
+    let first = JsFuture::from(s.submit(body, None))
+        .await
+        .expect("submit resolves");
+    assert_eq!(text(&first, "outcome"), "unsure");
+    (s, text(&first, "key"))
 }
 
 /// An upload of `bytes` left unsure (its one attempt failed before the server did anything)
@@ -1057,13 +1060,7 @@ async fn a_json_submission_found_in_indexeddb_is_removed_from_there_once_settled
     // its own sessionStorage only: every later load resent it (and after a day offered it as
     // expired), and Discard did not remove it.
     let case = Case::new("idb-json-elsewhere");
-    case.plan(&["fail-before"]);
-    let x = case.submitter(r#""retry":{"attempts":1},"storage":"indexeddb""#);
-    let body = JSON::parse(r#"{"subject":"Printer","body":"x","email":"a@b.co"}"#).unwrap();
-    let first = JsFuture::from(x.submit(body, None))
-        .await
-        .expect("resolves");
-    assert_eq!(text(&first, "outcome"), "unsure");
+    let (x, _) = json_left_unsure(&case, "indexeddb").await;
     drop(x);
     assert!(!case.stored().await.is_null(), "kept in IndexedDB");
     let y = case.submitter(r#""resume":true"#);
