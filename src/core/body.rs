@@ -244,6 +244,7 @@ pub(crate) fn check(text: &str) -> Result<(), BodyError> {
 /// Reads a JSON text; `keep`: builds its value, else only checks it (answering `Null`).
 fn read(text: &str, keep: bool) -> Result<Value, BodyError> {
     let mut p = Parser {
+        text,
         s: text.as_bytes(),
         i: 0,
         keep,
@@ -309,23 +310,18 @@ pub(crate) fn write_string(s: &str, out: &mut String) {
     out.reserve(s.len() + 2);
     out.push('"');
     // Runs that need no escape are copied whole: every byte escaped is ASCII, so each run ends
-    // on a character boundary.
+    // on a character boundary. One table lookup a byte, as the parser's scan does.
     let mut run = 0;
-    for (i, b) in s.bytes().enumerate() {
-        let escape = match b {
-            b'"' => "\\\"",
-            b'\\' => "\\\\",
-            b'\n' => "\\n",
-            b'\r' => "\\r",
-            b'\t' => "\\t",
-            0x08 => "\\b",
-            0x0c => "\\f",
-            0..=0x1f => "\\u00",
-            _ => continue,
-        };
+    for (i, &b) in s.as_bytes().iter().enumerate() {
+        let escape = ESCAPES[usize::from(b)];
+        if escape == 0 {
+            continue;
+        }
         out.push_str(s.get(run..i).unwrap_or_default());
-        out.push_str(escape);
-        if escape == "\\u00" {
+        out.push('\\');
+        out.push(char::from(escape));
+        if escape == b'u' {
+            out.push_str("00");
             push_hex(out, b, LOWER_HEX);
         }
         run = i + 1;
@@ -334,7 +330,29 @@ pub(crate) fn write_string(s: &str, out: &mut String) {
     out.push('"');
 }
 
+/// For each byte, how a JSON string writes it: 0 as itself, else the letter after its
+/// backslash (`u` for `\u00XX`, the control characters that have no letter of their own). The
+/// parser's scan of a string stops at the same bytes.
+const ESCAPES: [u8; 256] = {
+    let mut table = [0u8; 256];
+    let mut b = 0;
+    while b < 0x20 {
+        table[b] = b'u';
+        b += 1;
+    }
+    table[b'"' as usize] = b'"';
+    table[b'\\' as usize] = b'\\';
+    table[b'\n' as usize] = b'n';
+    table[b'\r' as usize] = b'r';
+    table[b'\t' as usize] = b't';
+    table[0x08] = b'b';
+    table[0x0c] = b'f';
+    table
+};
+
 struct Parser<'a> {
+    /// The text, and its bytes.
+    text: &'a str,
     s: &'a [u8],
     i: usize,
     /// Whether values are built, or only checked (no allocation; every value read is `Null`).
@@ -474,18 +492,15 @@ impl Parser<'_> {
         };
         loop {
             let start = self.i;
-            while let Some(b) = self.peek() {
-                if b == b'"' || b == b'\\' || b < 0x20 {
-                    break;
-                }
-                self.i += 1;
-            }
+            let rest = self.s.get(start..).unwrap_or_default();
+            self.i += rest
+                .iter()
+                .position(|&b| ESCAPES[usize::from(b)] != 0)
+                .unwrap_or(rest.len());
             if keep {
-                // The input is a &str and we stopped at an ASCII byte, so this is a boundary.
-                out.push_str(
-                    ::core::str::from_utf8(&self.s[start..self.i])
-                        .map_err(|_| self.err("bad UTF-8"))?,
-                );
+                // The scan stopped at an ASCII byte or the end: a character boundary of the
+                // text, so this slice is never `None`.
+                out.push_str(self.text.get(start..self.i).unwrap_or_default());
             }
             match self.peek() {
                 None => return Err(self.err("unfinished string")),
@@ -819,6 +834,33 @@ mod tests {
         for n in ["1e-30", "1e400", "-0.000015", "123e20"] {
             let c = canonical_json(n).unwrap();
             assert_eq!(canonical_json(&c).unwrap(), c);
+        }
+    }
+
+    /// Every ASCII character, given as a `\u` escape, is written with the shortest escape JSON
+    /// has for it (or none), and reads back as itself.
+    #[test]
+    fn each_ascii_character_is_written_minimally() {
+        for c in 0u8..0x80 {
+            let expected = match c {
+                b'"' => "\\\"".to_owned(),
+                b'\\' => "\\\\".to_owned(),
+                b'\n' => "\\n".to_owned(),
+                b'\r' => "\\r".to_owned(),
+                b'\t' => "\\t".to_owned(),
+                0x08 => "\\b".to_owned(),
+                0x0c => "\\f".to_owned(),
+                0..=0x1f => format!("\\u{c:04x}"),
+                _ => char::from(c).to_string(),
+            };
+            let given = format!("\"a\\u{c:04x}é\"");
+            let written = canonical_json(&given).unwrap();
+            assert_eq!(written, format!("\"a{expected}é\""), "character {c:#04x}");
+            assert_eq!(
+                parse(&written).unwrap(),
+                Value::String(format!("a{}é", char::from(c))),
+                "character {c:#04x}"
+            );
         }
     }
 
