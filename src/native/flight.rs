@@ -302,18 +302,26 @@ impl Client {
             Job::Send { url, .. } => url.take(),
             _ => None,
         };
-        let stored = match &job {
-            Job::Claimed(record) => Some(record.clone()),
-            Job::Send { request, .. } if self.inner.store.starts() => {
+        // The request and the record found are moved on, not copied.
+        let (job, stored) = match job {
+            Job::Claimed(record) => (Job::Resume, Some(record)),
+            Job::Send { request, key, .. } if self.inner.store.starts() => {
                 match self.claim_fresh(name, request, new_key.clone()).await? {
                     Fresh::Saved(sub) => {
                         lead.fly(*sub);
                         return self.drive(name, lead, url).await;
                     }
-                    Fresh::Found(stored) => stored,
+                    Fresh::Found(stored, request) => {
+                        let job = Job::Send {
+                            request: *request,
+                            key,
+                            url: None,
+                        };
+                        (job, stored)
+                    }
                 }
             }
-            _ => self.claim(name).await?,
+            job => (job, self.claim(name).await?),
         };
         let record = match stored.as_deref().map(Record::from_json) {
             None => None,
@@ -345,29 +353,35 @@ impl Client {
 enum Fresh {
     /// Nothing was stored: the new submission, its lease taken and its first record saved.
     Saved(Box<Submission>),
-    /// The name's record (or none, after taking a dead holder's lease over): nothing saved.
-    Found(Option<String>),
+    /// The name's record (or none, after taking a dead holder's lease over), and the request
+    /// handed back: nothing saved.
+    Found(Option<String>, Box<Request>),
 }
 
 impl Client {
     /// A new send's claim and its first record as one call to a store that starts its calls
     /// ([`StoreCall::ClaimSave`]: one round trip, and in `SqliteStore` one commit and one sync).
     /// Most sends find nothing stored under the name; one that finds a record or another holder
-    /// saves nothing and goes on from what the claim found, as every other job does.
+    /// saves nothing and goes on from what the claim found, as every other job does. A body
+    /// that cannot be sent is refused before the store is asked anything.
     async fn claim_fresh(
         &self,
         name: &str,
-        request: &Request,
+        request: Request,
         new_key: Option<NewKey>,
     ) -> Result<Fresh> {
         let mut sub = Submission::new(name, self.inner.policy);
         let key = new_key.expect("a send draws its key");
-        let begun = sub.begin(now(), request.clone(), key);
-        let (Ok(Begun::Started), Some(Action::Persist(record))) = (begun, sub.poll_action()) else {
-            // Not a record to save first (the body cannot be sent, say): the usual way, which
-            // says why.
-            return Ok(Fresh::Found(self.claim(name).await?));
+        sub.begin(now(), request, key)
+            .map_err(|e| begin_error(name, e))?;
+        // A new submission's first action is its record (`Submission::start`).
+        let (Some(Action::Persist(record)), Some(pending)) = (sub.poll_action(), sub.pending())
+        else {
+            return Err(Error::request(format!(
+                "the submission {name:?} began without a record to save"
+            )));
         };
+        let request = &pending.request;
         let lease = self.lease_until(now());
         let call = StoreCall::ClaimSave {
             name: name.to_owned(),
@@ -382,7 +396,11 @@ impl Client {
         if answer == StoreAnswer::Claim(Claim::Taken(None)) {
             return Ok(Fresh::Saved(Box::new(sub)));
         }
-        Ok(Fresh::Found(self.claimed(name, answer, lease).await?))
+        let request = Box::new(request.clone());
+        Ok(Fresh::Found(
+            self.claimed(name, answer, lease).await?,
+            request,
+        ))
     }
 }
 
