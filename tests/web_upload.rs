@@ -107,6 +107,18 @@ export function idb_rekey(name, from, to) {
     };
   });
 }
+// IndexedDB that tells of each commit `ms` late, as on a slow disk: a transaction's complete
+// handler is called `ms` after it committed. Gives back the function that undoes it.
+export function slow_idb_commits(ms) {
+  const proto = IDBTransaction.prototype;
+  const desc = Object.getOwnPropertyDescriptor(proto, 'oncomplete');
+  Object.defineProperty(proto, 'oncomplete', {
+    configurable: true,
+    get() { return desc.get.call(this); },
+    set(f) { desc.set.call(this, typeof f === 'function' ? (e) => setTimeout(() => f(e), ms) : f); },
+  });
+  return () => Object.defineProperty(proto, 'oncomplete', desc);
+}
 export function block_indexeddb() {
   const desc = Object.getOwnPropertyDescriptor(globalThis, 'indexedDB')
     || Object.getOwnPropertyDescriptor(Object.getPrototypeOf(globalThis), 'indexedDB');
@@ -129,6 +141,7 @@ extern "C" {
     fn idb_get(name: &str) -> Promise;
     fn idb_rekey(name: &str, from: &str, to: Option<String>) -> Promise;
     fn block_indexeddb() -> js_sys::Function;
+    fn slow_idb_commits(ms: u32) -> js_sys::Function;
 }
 
 struct Case {
@@ -1092,4 +1105,101 @@ async fn a_json_submission_found_in_indexeddb_is_removed_from_there_once_settled
     let keys = case.keys();
     assert_eq!(keys.len(), 2, "{keys:?}");
     assert!(all_equal(&keys), "{keys:?}");
+}
+
+/// An upload `s` began and whose record IndexedDB holds, committed but not yet told of (commits
+/// are told of 300 ms late), is discarded: the promise of its submit, rejected.
+async fn discarded_while_written(
+    case: &Case,
+    s: &Submitter,
+    bytes: &js_sys::Uint8Array,
+) -> Promise {
+    let one = s.submit(ticket_form(bytes, "one.png", "image/png").into(), None);
+    for _ in 0..200 {
+        if !case.stored().await.is_null() {
+            break;
+        }
+        JsFuture::from(sleep(5)).await.unwrap();
+    }
+    assert!(
+        !case.stored().await.is_null(),
+        "the first upload's record written"
+    );
+    s.discard();
+    one
+}
+
+#[test]
+async fn an_upload_begun_at_once_after_a_discard_during_a_write_keeps_its_files_and_its_record() {
+    // The discarded upload's removal, carried out once the write it waited for was told of,
+    // came after the next upload had begun: it dropped that one's files (its record went to
+    // sessionStorage and it was sent as JSON, with no attachment).
+    let case = Case::new("upload-discard-next");
+    case.plan(&["fail-before"]);
+    let undo = slow_idb_commits(300);
+    let s = case.submitter(r#""retry":{"attempts":1}"#);
+    let (first, second) = (file_bytes(30_000, 8), file_bytes(40_000, 9));
+    let one = discarded_while_written(&case, &s, &first).await;
+    let two = s.submit(ticket_form(&second, "two.png", "image/png").into(), None);
+    let one = JsFuture::from(one).await.expect_err("discarded");
+    assert_eq!(error_code(&one), "discarded", "{}", error_message(&one));
+    let two = JsFuture::from(two).await.expect("resolves");
+    undo.call0(&JsValue::NULL).unwrap();
+    // Its one attempt failed before the server did anything: unsure, and kept in IndexedDB
+    // with its file (the first one's removal did not take it).
+    assert_eq!(text(&two, "outcome"), "unsure");
+    let key = text(&two, "key");
+    let stored = case.stored().await;
+    assert!(!stored.is_null(), "its record is kept in IndexedDB");
+    assert!(text(&stored, "record").contains(&key), "its record is kept");
+    assert_eq!(js_sys::Array::from(&get(&stored, "files")).length(), 1);
+    let again = JsFuture::from(s.try_again(None)).await.expect("resolves");
+    assert_eq!(text(&again, "outcome"), "succeeded");
+    let keys = case.keys();
+    assert!(
+        keys.len() == 2 && keys.iter().all(|k| *k == key),
+        "{keys:?}"
+    );
+    for e in case.seen() {
+        assert!(
+            text(&e, "type").starts_with("multipart/form-data;"),
+            "{}",
+            text(&e, "type")
+        );
+    }
+    assert_one_ticket_with(&case, &second, "two.png").await;
+}
+
+#[test]
+async fn an_upload_discarded_during_its_write_is_not_taken_up_again_after_a_json_submission() {
+    // The discarded upload's removal, carried out after a JSON body had begun, looked at that
+    // body (not kept in IndexedDB) and left the upload there: the next load took it up again.
+    let case = Case::new("upload-discard-json");
+    let undo = slow_idb_commits(300);
+    let s = case.submitter("");
+    let one = discarded_while_written(&case, &s, &file_bytes(30_000, 10)).await;
+    let body = JSON::parse(r#"{"subject":"Printer","body":"x","email":"a@b.co"}"#).unwrap();
+    let two = s.submit(body, None);
+    let one = JsFuture::from(one).await.expect_err("discarded");
+    assert_eq!(error_code(&one), "discarded", "{}", error_message(&one));
+    let two = JsFuture::from(two).await.expect("resolves");
+    undo.call0(&JsValue::NULL).unwrap();
+    assert_eq!(text(&two, "outcome"), "succeeded");
+    for _ in 0..100 {
+        if case.stored().await.is_null() {
+            break;
+        }
+        JsFuture::from(sleep(10)).await.unwrap();
+    }
+    assert!(
+        case.stored().await.is_null(),
+        "the discarded upload left IndexedDB"
+    );
+    // As after a reload: nothing is found, nothing more is sent.
+    let again = case.submitter(r#""resume":true"#);
+    JsFuture::from(sleep(200)).await.unwrap();
+    assert_eq!(again.state().as_string().as_deref(), Some("idle"));
+    let keys = case.keys();
+    assert_eq!(keys, vec![text(&two, "key")]);
+    assert_eq!(case.tickets().await.len(), 1);
 }

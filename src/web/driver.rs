@@ -584,6 +584,9 @@ impl Submitter {
         let d = &self.driver;
         let (waiters, flight) = {
             let mut m = d.machine.borrow_mut();
+            if let Some(pending) = m.core.pending() {
+                super::upload::dropped(d, &pending.key);
+            }
             m.core.discard();
             (std::mem::take(&mut m.waiters), m.flight.take())
         };

@@ -16,6 +16,7 @@ use wasm_bindgen_futures::JsFuture;
 use web_sys::{IdbDatabase, IdbObjectStore, IdbRequest, IdbTransactionMode};
 
 use super::error::describe;
+use crate::core::{Key, Record};
 
 const DATABASE: &str = "oncekey";
 const STORE: &str = "pending";
@@ -127,12 +128,23 @@ pub(crate) async fn put(db: &IdbDatabase, name: &str, value: &Stored) -> Result<
     committed(&tx).await
 }
 
-/// Removes what is stored under `name`.
-pub(crate) async fn delete(db: &IdbDatabase, name: &str) -> Result<(), Why> {
+/// Removes what is stored under `name`; with `key`, unless it is a readable record of another
+/// key, looked at and removed in one transaction: a record written after this call (the next
+/// submission's, begun at once) is never the one removed.
+pub(crate) async fn delete(db: &IdbDatabase, name: &str, key: Option<&Key>) -> Result<(), Why> {
     let (tx, store) = store(db, IdbTransactionMode::Readwrite)?;
-    store
-        .delete(&JsValue::from_str(name))
-        .map_err(|e| describe(&e))?;
+    let name = JsValue::from_str(name);
+    if let Some(key) = key {
+        // The transaction stays active while the request's success is handled, and the
+        // promise's continuation (a microtask) runs within that: the removal below joins it.
+        let found = request(&store.get(&name).map_err(|e| describe(&e))?).await?;
+        if let Ok(stored) = read(&found) {
+            if !Record::is_of_key(&stored.record, key) {
+                return Ok(());
+            }
+        }
+    }
+    store.delete(&name).map_err(|e| describe(&e))?;
     committed(&tx).await
 }
 

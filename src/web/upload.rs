@@ -72,12 +72,16 @@ pub(crate) struct Uploads {
     taken_up: bool,
     /// A look at IndexedDB before a begin ([`look_again`]), while it is under way.
     looking_again: Option<Promise>,
-    /// The key this submitter last forgot, whose record may still be on its way out of
-    /// IndexedDB: never taken up again.
+    /// The key this submitter last forgot or dropped, whose record may still be on its way out
+    /// of IndexedDB: never taken up again.
     forgotten: Option<Key>,
     /// The pending submission is a JSON body found in IndexedDB (written under `storage:
     /// 'indexeddb'` by another page of the origin): kept there, and removed from there.
     json_in_idb: bool,
+    /// The key of the submission whose record this driver keeps in IndexedDB (written, being
+    /// written, or taken up from there): its `Forget` removes it from there even when another
+    /// submission has begun since (a discard, then a submit while the write held the drive).
+    in_idb: Option<Key>,
 }
 
 fn db(d: &Driver) -> Option<IdbDatabase> {
@@ -143,23 +147,25 @@ async fn take_up_found(
             });
             match d.take_up(&stored.record) {
                 Ok(true) => {
+                    let key = d.pending_key();
                     let mut u = d.uploads.borrow_mut();
                     u.json_in_idb = payload.is_none();
                     u.payload = payload;
                     u.taken_up = true;
+                    u.in_idb = key;
                 }
                 Ok(false) => warn_all(
                     d,
                     "an upload stored in IndexedDB under this name was left there: another submission is pending".into(),
                 ),
                 Err(why) => {
-                    let _ = idb::delete(db, &d.name).await;
+                    let _ = idb::delete(db, &d.name, None).await;
                     warn_all(d, "the upload stored in IndexedDB was removed: ".to_owned() + &why);
                 }
             }
         }
         Ok(Some(Err(why))) => {
-            let _ = idb::delete(db, &d.name).await;
+            let _ = idb::delete(db, &d.name, None).await;
             warn_all(
                 d,
                 "the upload stored in IndexedDB was removed: ".to_owned() + &why,
@@ -219,10 +225,12 @@ pub(crate) fn looking(d: &Driver) -> Option<Promise> {
     }
 }
 
-/// The core began the submission being begun: its payload is the pending one's.
+/// The core began the submission being begun: its payload is the pending one's, and it was not
+/// found in IndexedDB.
 pub(crate) fn started(d: &Driver) {
     let mut u = d.uploads.borrow_mut();
     u.payload = u.next.take();
+    u.json_in_idb = false;
 }
 
 /// Whether the pending record is IndexedDB's to keep: an upload's, any under `storage:
@@ -237,11 +245,13 @@ pub(crate) fn keeps(d: &Driver) -> bool {
 /// driver until it has committed. With `only_of`, the record is rewritten only where the stored
 /// one is still of that key (see `Driver::drive`).
 pub(crate) fn persist(d: &Rc<Driver>, record: String, only_of: Option<Key>) {
+    let key = d.pending_key();
     let (payload, ready) = {
-        let u = d.uploads.borrow();
+        let mut u = d.uploads.borrow_mut();
+        u.blocked = true;
+        u.in_idb = key;
         (u.payload.clone(), u.ready.clone())
     };
-    d.uploads.borrow_mut().blocked = true;
     let d = d.clone();
     spawn_local(async move {
         if let Some(ready) = ready {
@@ -290,27 +300,39 @@ pub(crate) fn persist(d: &Rc<Driver>, record: String, only_of: Option<Key>) {
 
 /// `Forget` of `key`: the upload's record and files (or the record kept by `storage:
 /// 'indexeddb'`) are removed, unless another writer stored its own submission under the name
-/// since (IndexedDB is the origin's: another tab's upload, pending, stays).
+/// since (IndexedDB is the origin's: another tab's upload, pending, stays). When another
+/// submission of this driver has begun since (a discard, then a submit while a write held the
+/// drive), the payload is that one's and stays, and its record, written after, is not removed.
 pub(crate) fn forget(d: &Driver, key: &Key) {
-    // A JSON body found there too: settled here, it was resent on every load ever after.
-    let kept = keeps(d);
-    {
+    let newer = d.pending_key().is_some_and(|k| k != *key);
+    let kept = {
         let mut u = d.uploads.borrow_mut();
+        let kept = u.in_idb.as_ref() == Some(key);
+        if kept {
+            u.in_idb = None;
+        }
         u.forgotten = Some(key.clone());
-        u.json_in_idb = false;
-        u.payload = None;
-    }
+        if !newer {
+            // A JSON body found there too: settled here, it was resent on every load ever
+            // after.
+            u.json_in_idb = false;
+            u.payload = None;
+        }
+        kept
+    };
     if let (true, Some(db)) = (kept, db(d)) {
         let (name, key) = (d.name.clone(), key.clone());
         spawn_local(async move {
-            if let Ok(Some(Ok(stored))) = idb::get(&db, &name).await {
-                if !Record::is_of_key(&stored.record, &key) {
-                    return;
-                }
-            }
-            let _ = idb::delete(&db, &name).await;
+            let _ = idb::delete(&db, &name, Some(&key)).await;
         });
     }
+}
+
+/// The submission of `key` was dropped (discarded): its record, on its way out of IndexedDB
+/// once its `Forget` is carried out (perhaps after a write under way), is never taken up again
+/// meanwhile.
+pub(crate) fn dropped(d: &Driver, key: &Key) {
+    d.uploads.borrow_mut().forgotten = Some(key.clone());
 }
 
 /// Whether the record stored under `name` is of `key` (`true` when no key is asked about).
