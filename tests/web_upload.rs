@@ -21,7 +21,7 @@ use web_support::*;
 export function spy_install() {
   if (globalThis.__oncekeyUploadSpy) return;
   const real = globalThis.fetch.bind(globalThis);
-  const spy = { plans: new Map(), seen: [] };
+  const spy = { plans: new Map(), seen: [], holds: new Map() };
   globalThis.__oncekeyUploadSpy = spy;
   globalThis.fetch = async (input, init) => {
     let req = new Request(input, init);
@@ -30,6 +30,7 @@ export function spy_install() {
                     type: req.headers.get('content-type') };
     if (entry.key !== null) {
       spy.seen.push(entry);
+      entry.body = await req.clone().text().catch(() => '');
       const plan = spy.plans.get(tenant);
       const fault = plan && plan.length ? plan.shift() : null;
       if (fault) {
@@ -41,6 +42,8 @@ export function spy_install() {
     try {
       const res = await real(req);
       entry.status = res.status;
+      const hold = entry.key !== null && spy.holds.get(tenant);
+      if (hold) await hold;
       return res;
     } catch (e) {
       entry.status = 'error';
@@ -49,6 +52,13 @@ export function spy_install() {
   };
 }
 export function spy_plan(tenant, faults) { globalThis.__oncekeyUploadSpy.plans.set(tenant, faults); }
+// Holds back the answers of `tenant`'s keyed requests until the function given back is called.
+export function spy_hold(tenant) {
+  let release;
+  globalThis.__oncekeyUploadSpy.holds.set(tenant, new Promise((r) => (release = r)));
+  return () => { globalThis.__oncekeyUploadSpy.holds.delete(tenant); release(); };
+}
+export function network_event(kind) { globalThis.dispatchEvent(new Event(kind)); }
 export function spy_seen(tenant) {
   return globalThis.__oncekeyUploadSpy.seen.filter((e) => e.tenant === tenant);
 }
@@ -132,6 +142,8 @@ export function block_indexeddb() {
 extern "C" {
     fn spy_install();
     fn spy_plan(tenant: &str, faults: Vec<JsValue>);
+    fn spy_hold(tenant: &str) -> js_sys::Function;
+    fn network_event(kind: &str);
     fn spy_seen(tenant: &str) -> js_sys::Array;
     fn sleep(ms: u32) -> Promise;
     fn file_bytes(size: u32, seed: u32) -> js_sys::Uint8Array;
@@ -1201,5 +1213,104 @@ async fn an_upload_discarded_during_its_write_is_not_taken_up_again_after_a_json
     assert_eq!(again.state().as_string().as_deref(), Some("idle"));
     let keys = case.keys();
     assert_eq!(keys, vec![text(&two, "key")]);
+    assert_eq!(case.tickets().await.len(), 1);
+}
+
+#[test]
+async fn a_json_submission_taken_up_after_a_discard_during_a_write_goes_without_the_files() {
+    // After the discard, a submit took up another submitter's JSON record from localStorage;
+    // the discarded upload's Forget, carried out after that, left its files as the payload of
+    // the record taken up, which went to IndexedDB with them and out as multipart.
+    let case = Case::new("upload-discard-taken");
+    let options = r#""storage":"local","retry":{"attempts":1}"#;
+    let (s, other) = (case.submitter(options), case.submitter(options));
+    let undo = slow_idb_commits(1000);
+    let one = discarded_while_written(&case, &s, &file_bytes(30_000, 11)).await;
+    case.plan(&["fail-before"]);
+    let body = r#"{"subject":"Printer","body":"x","email":"a@b.co"}"#;
+    let left = JsFuture::from(other.submit(JSON::parse(body).unwrap(), None))
+        .await
+        .expect("resolves");
+    assert_eq!(text(&left, "outcome"), "unsure");
+    let key = text(&left, "key");
+    let two = s.submit(JSON::parse(body).unwrap(), None);
+    let _ = JsFuture::from(one).await.expect_err("discarded");
+    let two = JsFuture::from(two).await.expect("resolves");
+    undo.call0(&JsValue::NULL).unwrap();
+    assert_eq!(text(&two, "outcome"), "succeeded");
+    assert_eq!(text(&two, "key"), key, "the record taken up goes on");
+    let seen = case.seen();
+    assert_eq!(seen.len(), 2);
+    for e in &seen {
+        assert_eq!(text(e, "key"), key);
+        assert_eq!(text(e, "type"), "application/json");
+    }
+    let listed = case.tickets().await;
+    assert_eq!(listed.len(), 1, "one ticket");
+    assert_eq!(
+        js_sys::Array::from(&get(&listed[0], "attachments")).length(),
+        0
+    );
+}
+
+#[test]
+async fn secrets_set_after_a_discard_during_a_write_go_with_the_next_submission() {
+    // The form kit's order: discard, the secret fields, submit. The discarded upload's Forget,
+    // carried out after the write it waited for, dropped the secrets set since.
+    let case = Case::new("upload-discard-secrets");
+    let s = case.submitter("");
+    let undo = slow_idb_commits(300);
+    let one = discarded_while_written(&case, &s, &file_bytes(30_000, 12)).await;
+    s.set_secrets(JSON::parse(r#"{"password":"hunter2"}"#).unwrap())
+        .unwrap();
+    let body = JSON::parse(r#"{"subject":"Printer","body":"x","email":"a@b.co"}"#).unwrap();
+    let two = s.submit(body, None);
+    let _ = JsFuture::from(one).await.expect_err("discarded");
+    let two = JsFuture::from(two).await.expect("resolves");
+    undo.call0(&JsValue::NULL).unwrap();
+    assert_eq!(text(&two, "outcome"), "succeeded");
+    let seen = case.seen();
+    assert_eq!(seen.len(), 1);
+    assert!(
+        text(&seen[0], "body").contains("\"password\":\"hunter2\""),
+        "{}",
+        text(&seen[0], "body")
+    );
+}
+
+#[test]
+async fn an_upload_answered_while_a_write_is_queued_leaves_indexeddb() {
+    // Offline and online while its attempt was out queued two writes of its record; the
+    // second, carried out after the answer, counted the record as no one's, and the upload's
+    // Forget left it in IndexedDB, to be taken up and resent on the next load.
+    let case = Case::new("upload-late-write");
+    let s = case.submitter("");
+    let release = spy_hold(&case.tenant);
+    let one = s.submit(
+        ticket_form(&file_bytes(30_000, 13), "one.png", "image/png").into(),
+        None,
+    );
+    for _ in 0..300 {
+        if !case.seen().is_empty() {
+            break;
+        }
+        JsFuture::from(sleep(5)).await.unwrap();
+    }
+    assert_eq!(case.seen().len(), 1, "its attempt is out");
+    let undo = slow_idb_commits(300);
+    network_event("offline");
+    network_event("online");
+    JsFuture::from(sleep(50)).await.unwrap();
+    release.call0(&JsValue::NULL).unwrap();
+    let one = JsFuture::from(one).await.expect("resolves");
+    assert_eq!(text(&one, "outcome"), "succeeded");
+    for _ in 0..300 {
+        if case.stored().await.is_null() {
+            break;
+        }
+        JsFuture::from(sleep(10)).await.unwrap();
+    }
+    undo.call0(&JsValue::NULL).unwrap();
+    assert!(case.stored().await.is_null(), "its record left IndexedDB");
     assert_eq!(case.tickets().await.len(), 1);
 }

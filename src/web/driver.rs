@@ -587,6 +587,9 @@ impl Submitter {
             if let Some(pending) = m.core.pending() {
                 super::upload::dropped(d, &pending.key);
             }
+            // Dropped with it at once: secrets set from now on are the next submission's,
+            // whenever this one's Forget is carried out (after a write under way).
+            m.secrets = Fields::new();
             m.core.discard();
             (std::mem::take(&mut m.waiters), m.flight.take())
         };
@@ -1065,9 +1068,16 @@ impl Driver {
                     attempt::start(self.clone(), a, controller, (shared, fresh));
                 }
                 Action::Forget(key) => {
+                    // Carried out late (behind a write), after a discard (which dropped the
+                    // secrets then) or after another submission began: the secrets set since
+                    // are the next one's.
+                    let newer = self.pending_key().is_some_and(|k| k != key);
+                    let dropped = super::upload::was_dropped(self, &key);
                     super::upload::forget(self, &key);
                     self.store.borrow_mut().forget(&self.name, &key);
-                    self.machine.borrow_mut().secrets = Fields::new();
+                    if !newer && !dropped {
+                        self.machine.borrow_mut().secrets = Fields::new();
+                    }
                 }
                 Action::Changed(c) => self.emit(Update {
                     state: c.state,

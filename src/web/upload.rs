@@ -64,6 +64,10 @@ pub(crate) struct Uploads {
     ready: Option<Promise>,
     /// The payload of the submission pending (a stored or begun upload).
     payload: Option<Payload>,
+    /// The key of the submission `payload` and `json_in_idb` describe (begun here or taken up
+    /// from IndexedDB): a record taken up from web storage has neither, and a late `Forget` of
+    /// another key leaves them to their own.
+    owner: Option<Key>,
     /// The payload of the submission being begun, taken up if the core starts it.
     next: Option<Payload>,
     /// A record is being written: the driver carries out no action until it is.
@@ -152,6 +156,7 @@ async fn take_up_found(
                     u.json_in_idb = payload.is_none();
                     u.payload = payload;
                     u.taken_up = true;
+                    u.owner = key.clone();
                     u.in_idb = key;
                 }
                 Ok(false) => warn_all(
@@ -228,9 +233,11 @@ pub(crate) fn looking(d: &Driver) -> Option<Promise> {
 /// The core began the submission being begun: its payload is the pending one's, and it was not
 /// found in IndexedDB.
 pub(crate) fn started(d: &Driver) {
+    let key = d.pending_key();
     let mut u = d.uploads.borrow_mut();
     u.payload = u.next.take();
     u.json_in_idb = false;
+    u.owner = key;
 }
 
 /// Whether the pending record is IndexedDB's to keep: an upload's, any under `storage:
@@ -249,7 +256,11 @@ pub(crate) fn persist(d: &Rc<Driver>, record: String, only_of: Option<Key>) {
     let (payload, ready) = {
         let mut u = d.uploads.borrow_mut();
         u.blocked = true;
-        u.in_idb = key;
+        // A write carried out after its submission settled (queued behind another write) is
+        // still of the key written before: that key's `Forget` removes it.
+        if key.is_some() {
+            u.in_idb = key;
+        }
         (u.payload.clone(), u.ready.clone())
     };
     let d = d.clone();
@@ -304,7 +315,6 @@ pub(crate) fn persist(d: &Rc<Driver>, record: String, only_of: Option<Key>) {
 /// submission of this driver has begun since (a discard, then a submit while a write held the
 /// drive), the payload is that one's and stays, and its record, written after, is not removed.
 pub(crate) fn forget(d: &Driver, key: &Key) {
-    let newer = d.pending_key().is_some_and(|k| k != *key);
     let kept = {
         let mut u = d.uploads.borrow_mut();
         let kept = u.in_idb.as_ref() == Some(key);
@@ -312,11 +322,12 @@ pub(crate) fn forget(d: &Driver, key: &Key) {
             u.in_idb = None;
         }
         u.forgotten = Some(key.clone());
-        if !newer {
+        if !matches!(&u.owner, Some(owner) if owner != key) {
             // A JSON body found there too: settled here, it was resent on every load ever
             // after.
             u.json_in_idb = false;
             u.payload = None;
+            u.owner = None;
         }
         kept
     };
@@ -333,6 +344,11 @@ pub(crate) fn forget(d: &Driver, key: &Key) {
 /// meanwhile.
 pub(crate) fn dropped(d: &Driver, key: &Key) {
     d.uploads.borrow_mut().forgotten = Some(key.clone());
+}
+
+/// Whether `key` is the one this driver last dropped or forgot.
+pub(crate) fn was_dropped(d: &Driver, key: &Key) -> bool {
+    d.uploads.borrow().forgotten.as_ref() == Some(key)
 }
 
 /// Whether the record stored under `name` is of `key` (`true` when no key is asked about).
