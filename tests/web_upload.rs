@@ -207,6 +207,28 @@ impl Case {
         JsFuture::from(idb_get(&self.name)).await.unwrap()
     }
 
+    /// Whether IndexedDB holds nothing under the name, once it does or after 3 s.
+    async fn left_idb(&self) -> bool {
+        for _ in 0..300 {
+            if self.stored().await.is_null() {
+                return true;
+            }
+            JsFuture::from(sleep(10)).await.unwrap();
+        }
+        false
+    }
+
+    /// As after a reload: a new submitter of the name, resuming, finds nothing and stays idle.
+    async fn reload_finds_nothing(&self) {
+        let again = self.submitter(r#""resume":true"#);
+        JsFuture::from(sleep(200)).await.unwrap();
+        assert_eq!(
+            again.state().as_string().as_deref(),
+            Some("idle"),
+            "nothing found again"
+        );
+    }
+
     /// A form kit's options: this case's tenant, the server's tickets.
     fn kit_options(&self) -> oncekey::FormOptions {
         let mut submitter = oncekey::Options::new(&format!("{}/api/tickets", server()));
@@ -301,13 +323,7 @@ async fn an_upload_whose_first_reply_is_lost_makes_one_ticket_with_the_files_sha
     }
     assert_one_ticket_with(&case, &bytes, "screen.png").await;
     // Removed after the definite answer.
-    for _ in 0..50 {
-        if case.stored().await.is_null() {
-            break;
-        }
-        JsFuture::from(sleep(10)).await.unwrap();
-    }
-    assert!(case.stored().await.is_null(), "removed from IndexedDB");
+    assert!(case.left_idb().await, "removed from IndexedDB");
 }
 
 #[test]
@@ -642,12 +658,7 @@ async fn list_pending_names_every_unconfirmed_submission_of_a_storage() {
     assert_eq!(error_code(&wrong), "option");
     // Discarded: no longer listed.
     s.discard();
-    for _ in 0..50 {
-        if case.stored().await.is_null() {
-            break;
-        }
-        JsFuture::from(sleep(10)).await.unwrap();
-    }
+    assert!(case.left_idb().await, "discarded");
     let listed = JsFuture::from(oncekey::js::list_pending(Some("indexeddb".into())))
         .await
         .unwrap();
@@ -714,13 +725,7 @@ async fn a_json_submission_kept_in_indexeddb_is_found_by_a_new_submitter_and_fin
         assert_eq!(text(&e, "type"), "application/json", "sent as JSON");
     }
     assert_eq!(case.tickets().await.len(), 1, "one ticket");
-    for _ in 0..50 {
-        if case.stored().await.is_null() {
-            break;
-        }
-        JsFuture::from(sleep(10)).await.unwrap();
-    }
-    assert!(case.stored().await.is_null(), "removed after the answer");
+    assert!(case.left_idb().await, "removed after the answer");
 }
 
 #[test]
@@ -1097,23 +1102,8 @@ async fn a_json_submission_found_in_indexeddb_is_removed_from_there_once_settled
     }
     assert_eq!(y.state().as_string().as_deref(), Some("succeeded"));
     drop(y);
-    for _ in 0..100 {
-        if case.stored().await.is_null() {
-            break;
-        }
-        JsFuture::from(sleep(10)).await.unwrap();
-    }
-    assert!(
-        case.stored().await.is_null(),
-        "removed from IndexedDB once settled"
-    );
-    let z = case.submitter(r#""resume":true"#);
-    JsFuture::from(sleep(200)).await.unwrap();
-    assert_eq!(
-        z.state().as_string().as_deref(),
-        Some("idle"),
-        "nothing found again"
-    );
+    assert!(case.left_idb().await, "removed from IndexedDB once settled");
+    case.reload_finds_nothing().await;
     let keys = case.keys();
     assert_eq!(keys.len(), 2, "{keys:?}");
     assert!(all_equal(&keys), "{keys:?}");
@@ -1197,20 +1187,9 @@ async fn an_upload_discarded_during_its_write_is_not_taken_up_again_after_a_json
     let two = JsFuture::from(two).await.expect("resolves");
     undo.call0(&JsValue::NULL).unwrap();
     assert_eq!(text(&two, "outcome"), "succeeded");
-    for _ in 0..100 {
-        if case.stored().await.is_null() {
-            break;
-        }
-        JsFuture::from(sleep(10)).await.unwrap();
-    }
-    assert!(
-        case.stored().await.is_null(),
-        "the discarded upload left IndexedDB"
-    );
+    assert!(case.left_idb().await, "the discarded upload left IndexedDB");
     // As after a reload: nothing is found, nothing more is sent.
-    let again = case.submitter(r#""resume":true"#);
-    JsFuture::from(sleep(200)).await.unwrap();
-    assert_eq!(again.state().as_string().as_deref(), Some("idle"));
+    case.reload_finds_nothing().await;
     let keys = case.keys();
     assert_eq!(keys, vec![text(&two, "key")]);
     assert_eq!(case.tickets().await.len(), 1);
@@ -1304,13 +1283,7 @@ async fn an_upload_answered_while_a_write_is_queued_leaves_indexeddb() {
     release.call0(&JsValue::NULL).unwrap();
     let one = JsFuture::from(one).await.expect("resolves");
     assert_eq!(text(&one, "outcome"), "succeeded");
-    for _ in 0..300 {
-        if case.stored().await.is_null() {
-            break;
-        }
-        JsFuture::from(sleep(10)).await.unwrap();
-    }
     undo.call0(&JsValue::NULL).unwrap();
-    assert!(case.stored().await.is_null(), "its record left IndexedDB");
+    assert!(case.left_idb().await, "its record left IndexedDB");
     assert_eq!(case.tickets().await.len(), 1);
 }
