@@ -192,6 +192,14 @@ impl Case {
         spy_seen(&self.tenant).iter().collect()
     }
 
+    /// Every keyed request seen went out with a Content-Type beginning with `media_type`.
+    fn assert_all_sent_as(&self, media_type: &str) {
+        for e in self.seen() {
+            let sent = text(&e, "type");
+            assert!(sent.starts_with(media_type), "{sent}");
+        }
+    }
+
     fn keys(&self) -> Vec<String> {
         self.seen().iter().map(|e| text(e, "key")).collect()
     }
@@ -314,13 +322,7 @@ async fn an_upload_whose_first_reply_is_lost_makes_one_ticket_with_the_files_sha
     // Chromium itself may resend a request whose reused connection closed before any answer
     // byte (same headers, same key); otherwise the driver retries. Either way: a replay.
     assert_eq!(get(&result, "replayed"), JsValue::TRUE);
-    for e in case.seen() {
-        assert!(
-            text(&e, "type").starts_with("multipart/form-data; boundary="),
-            "{}",
-            text(&e, "type")
-        );
-    }
+    case.assert_all_sent_as("multipart/form-data; boundary=");
     assert_one_ticket_with(&case, &bytes, "screen.png").await;
     // Removed after the definite answer.
     assert!(case.left_idb().await, "removed from IndexedDB");
@@ -409,13 +411,15 @@ async fn json_left_unsure(case: &Case, storage: &str) -> (Submitter, String) {
     let s = case.submitter(&format!(
         r#""storage":"{storage}","retry":{{"attempts":1}}"#
     ));
-    let body = JSON::parse(r#"{"subject":"Printer","body":"x","email":"a@b.co"}"#).unwrap();
-    let first = JsFuture::from(s.submit(body, None))
+    let first = JsFuture::from(s.submit(JSON::parse(PRINTER).unwrap(), None))
         .await
         .expect("submit resolves");
     assert_eq!(text(&first, "outcome"), "unsure");
     (s, text(&first, "key"))
 }
+
+/// The JSON body of [`json_left_unsure`].
+const PRINTER: &str = r#"{"subject":"Printer","body":"x","email":"a@b.co"}"#;
 
 /// An upload of `bytes` left unsure (its one attempt failed before the server did anything)
 /// and, as after closing the tab, in IndexedDB only: nothing of it in sessionStorage. Its key.
@@ -1162,13 +1166,7 @@ async fn an_upload_begun_at_once_after_a_discard_during_a_write_keeps_its_files_
         keys.len() == 2 && keys.iter().all(|k| *k == key),
         "{keys:?}"
     );
-    for e in case.seen() {
-        assert!(
-            text(&e, "type").starts_with("multipart/form-data;"),
-            "{}",
-            text(&e, "type")
-        );
-    }
+    case.assert_all_sent_as("multipart/form-data;");
     assert_one_ticket_with(&case, &second, "two.png").await;
 }
 
@@ -1180,7 +1178,7 @@ async fn an_upload_discarded_during_its_write_is_not_taken_up_again_after_a_json
     let undo = slow_idb_commits(300);
     let s = case.submitter("");
     let one = discarded_while_written(&case, &s, &file_bytes(30_000, 10)).await;
-    let body = JSON::parse(r#"{"subject":"Printer","body":"x","email":"a@b.co"}"#).unwrap();
+    let body = JSON::parse(PRINTER).unwrap();
     let two = s.submit(body, None);
     let one = JsFuture::from(one).await.expect_err("discarded");
     assert_eq!(error_code(&one), "discarded", "{}", error_message(&one));
@@ -1201,18 +1199,11 @@ async fn a_json_submission_taken_up_after_a_discard_during_a_write_goes_without_
     // the discarded upload's Forget, carried out after that, left its files as the payload of
     // the record taken up, which went to IndexedDB with them and out as multipart.
     let case = Case::new("upload-discard-taken");
-    let options = r#""storage":"local","retry":{"attempts":1}"#;
-    let (s, other) = (case.submitter(options), case.submitter(options));
+    let s = case.submitter(r#""storage":"local""#);
     let undo = slow_idb_commits(1000);
     let one = discarded_while_written(&case, &s, &file_bytes(30_000, 11)).await;
-    case.plan(&["fail-before"]);
-    let body = r#"{"subject":"Printer","body":"x","email":"a@b.co"}"#;
-    let left = JsFuture::from(other.submit(JSON::parse(body).unwrap(), None))
-        .await
-        .expect("resolves");
-    assert_eq!(text(&left, "outcome"), "unsure");
-    let key = text(&left, "key");
-    let two = s.submit(JSON::parse(body).unwrap(), None);
+    let (_other, key) = json_left_unsure(&case, "local").await;
+    let two = s.submit(JSON::parse(PRINTER).unwrap(), None);
     let _ = JsFuture::from(one).await.expect_err("discarded");
     let two = JsFuture::from(two).await.expect("resolves");
     undo.call0(&JsValue::NULL).unwrap();
@@ -1242,7 +1233,7 @@ async fn secrets_set_after_a_discard_during_a_write_go_with_the_next_submission(
     let one = discarded_while_written(&case, &s, &file_bytes(30_000, 12)).await;
     s.set_secrets(JSON::parse(r#"{"password":"hunter2"}"#).unwrap())
         .unwrap();
-    let body = JSON::parse(r#"{"subject":"Printer","body":"x","email":"a@b.co"}"#).unwrap();
+    let body = JSON::parse(PRINTER).unwrap();
     let two = s.submit(body, None);
     let _ = JsFuture::from(one).await.expect_err("discarded");
     let two = JsFuture::from(two).await.expect("resolves");
@@ -1257,18 +1248,17 @@ async fn secrets_set_after_a_discard_during_a_write_go_with_the_next_submission(
     );
 }
 
-#[test]
-async fn an_upload_answered_while_a_write_is_queued_leaves_indexeddb() {
-    // Offline and online while its attempt was out queued two writes of its record; the
-    // second, carried out after the answer, counted the record as no one's, and the upload's
-    // Forget left it in IndexedDB, to be taken up and resent on the next load.
-    let case = Case::new("upload-late-write");
-    let s = case.submitter("");
+/// `form` submitted by `s` and answered while writes of its record held the driver back:
+/// offline and online while its attempt was out (its answer held back meanwhile) queued two
+/// writes, told of 300 ms late. The submit's promise (settled, not yet handed out) and the undo
+/// of the slow commits.
+async fn answered_behind_a_write(
+    case: &Case,
+    s: &Submitter,
+    form: web_sys::FormData,
+) -> (Promise, js_sys::Function) {
     let release = spy_hold(&case.tenant);
-    let one = s.submit(
-        ticket_form(&file_bytes(30_000, 13), "one.png", "image/png").into(),
-        None,
-    );
+    let one = s.submit(form.into(), None);
     for _ in 0..300 {
         if !case.seen().is_empty() {
             break;
@@ -1281,9 +1271,108 @@ async fn an_upload_answered_while_a_write_is_queued_leaves_indexeddb() {
     network_event("online");
     JsFuture::from(sleep(50)).await.unwrap();
     release.call0(&JsValue::NULL).unwrap();
+    for _ in 0..300 {
+        if s.state().as_string().as_deref() == Some("succeeded") {
+            break;
+        }
+        JsFuture::from(sleep(2)).await.unwrap();
+    }
+    assert_eq!(s.state().as_string().as_deref(), Some("succeeded"));
+    (one, undo)
+}
+
+#[test]
+async fn an_upload_answered_while_a_write_is_queued_leaves_indexeddb() {
+    // The second write, carried out after the answer, counted the record as no one's, and the
+    // upload's Forget left it in IndexedDB, to be taken up and resent on the next load.
+    let case = Case::new("upload-late-write");
+    let s = case.submitter("");
+    let form = ticket_form(&file_bytes(30_000, 13), "one.png", "image/png");
+    let (one, undo) = answered_behind_a_write(&case, &s, form).await;
     let one = JsFuture::from(one).await.expect("resolves");
     assert_eq!(text(&one, "outcome"), "succeeded");
     undo.call0(&JsValue::NULL).unwrap();
     assert!(case.left_idb().await, "its record left IndexedDB");
     assert_eq!(case.tickets().await.len(), 1);
+}
+
+#[test]
+async fn the_same_form_again_after_an_answer_behind_a_write_is_a_new_submission() {
+    // Submitted before the answered upload's Forget was carried out, the same form looked at
+    // IndexedDB, found the answered upload's record there and took it up again: sent as JSON
+    // under the old key, a conflict, and the second ticket never made.
+    let case = Case::new("upload-again-behind");
+    let s = case.submitter("");
+    let bytes = file_bytes(30_000, 14);
+    let form = || ticket_form(&bytes, "one.png", "image/png");
+    let (one, undo) = answered_behind_a_write(&case, &s, form()).await;
+    let two = s.submit(form().into(), None);
+    let one = JsFuture::from(one).await.expect("resolves");
+    let two = JsFuture::from(two).await.expect("resolves");
+    undo.call0(&JsValue::NULL).unwrap();
+    assert_eq!(text(&one, "outcome"), "succeeded");
+    assert_eq!(
+        text(&two, "outcome"),
+        "succeeded",
+        "{}",
+        text(&two, "gaveUp")
+    );
+    assert_ne!(text(&two, "key"), text(&one, "key"), "a new key");
+    assert_eq!(case.tickets().await.len(), 2, "the second ticket made too");
+}
+
+#[test]
+async fn secrets_of_an_upload_answered_behind_a_write_do_not_go_with_the_next_body() {
+    // The answered upload's secrets were dropped by its Forget, carried out late, and only
+    // when no other submission had begun: a body submitted before that went out with them.
+    let case = Case::new("upload-secrets-behind");
+    let s = case.submitter("");
+    s.set_secrets(JSON::parse(r#"{"password":"old"}"#).unwrap())
+        .unwrap();
+    let form = ticket_form(&file_bytes(30_000, 15), "one.png", "image/png");
+    let (one, undo) = answered_behind_a_write(&case, &s, form).await;
+    let body = JSON::parse(r#"{"subject":"Other","body":"y","email":"a@b.co"}"#).unwrap();
+    let two = s.submit(body, None);
+    let _ = JsFuture::from(one).await.expect("resolves");
+    let two = JsFuture::from(two).await.expect("resolves");
+    undo.call0(&JsValue::NULL).unwrap();
+    assert_eq!(text(&two, "outcome"), "succeeded");
+    let key = text(&two, "key");
+    for e in case.seen().iter().filter(|e| text(e, "key") == key) {
+        assert!(!text(e, "body").contains("old"), "{}", text(e, "body"));
+    }
+}
+
+#[test]
+async fn a_json_record_taken_up_after_an_upload_sent_as_new_goes_without_the_files() {
+    // Send as new put a new key in the upload's place without naming it the files' owner; the
+    // new key's Forget left the files, and a JSON record another submitter left in
+    // localStorage, taken up by the same body, went out as multipart with them: a second
+    // ticket of the upload, and the JSON body never sent.
+    let case = Case::new("upload-as-new-taken");
+    let s = case.submitter(r#""storage":"local","retry":{"attempts":1}"#);
+    case.plan(&["fail-before"]);
+    let bytes = file_bytes(30_000, 16);
+    let one = JsFuture::from(s.submit(ticket_form(&bytes, "one.png", "image/png").into(), None))
+        .await
+        .expect("resolves");
+    assert_eq!(text(&one, "outcome"), "unsure");
+    let anew = JsFuture::from(s.send_as_new()).await.expect("resolves");
+    assert_eq!(text(&anew, "outcome"), "succeeded");
+    let (_other, key) = json_left_unsure(&case, "local").await;
+    let taken = JsFuture::from(s.submit(JSON::parse(PRINTER).unwrap(), None))
+        .await
+        .expect("resolves");
+    assert_eq!(text(&taken, "outcome"), "succeeded");
+    assert_eq!(text(&taken, "key"), key);
+    for e in case.seen().iter().filter(|e| text(e, "key") == key) {
+        assert_eq!(text(e, "type"), "application/json");
+    }
+    let listed = case.tickets().await;
+    assert_eq!(listed.len(), 2, "the upload's ticket and the JSON body's");
+    let attached: u32 = listed
+        .iter()
+        .map(|t| js_sys::Array::from(&get(t, "attachments")).length())
+        .sum();
+    assert_eq!(attached, 1, "one attachment in all");
 }

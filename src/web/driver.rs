@@ -117,6 +117,8 @@ struct Machine {
     settled_seen: u64,
     /// Callers of `submit` waiting for IndexedDB's first look before their submission begins.
     held: Vec<Rc<RefCell<Slot>>>,
+    /// The pending key as the last drive saw it ([`Driver::note_ended`]).
+    noted: Option<Key>,
 }
 
 /// What [`Submitter::on_change`] keeps of a listener.
@@ -463,6 +465,7 @@ impl Submitter {
                 fresh: false,
                 settled_seen: 0,
                 held: Vec::new(),
+                noted: None,
             }),
             listeners: RefCell::new(Vec::new()),
             queue: RefCell::new(VecDeque::new()),
@@ -584,12 +587,6 @@ impl Submitter {
         let d = &self.driver;
         let (waiters, flight) = {
             let mut m = d.machine.borrow_mut();
-            if let Some(pending) = m.core.pending() {
-                super::upload::dropped(d, &pending.key);
-            }
-            // Dropped with it at once: secrets set from now on are the next submission's,
-            // whenever this one's Forget is carried out (after a write under way).
-            m.secrets = Fields::new();
             m.core.discard();
             (std::mem::take(&mut m.waiters), m.flight.take())
         };
@@ -875,6 +872,28 @@ impl Driver {
         self.machine.borrow().core.pending().is_some()
     }
 
+    /// Every call into the core is followed by a drive, which first notes what ended: a
+    /// submission no longer pending (answered, discarded) has its secrets dropped and its key
+    /// marked gone at once, even while a write holds its actions back, so that secrets set and
+    /// a submission begun meanwhile are the next one's, and its record, on its way out, is never
+    /// taken up again. One replaced by send-as-new keeps the secrets (the same request is sent
+    /// again).
+    fn note_ended(&self) {
+        let now = self.pending_key();
+        let mut m = self.machine.borrow_mut();
+        let Some(before) = std::mem::replace(&mut m.noted, now.clone()) else {
+            return;
+        };
+        if now.as_ref() == Some(&before) {
+            return;
+        }
+        if now.is_none() {
+            m.secrets = Fields::new();
+        }
+        drop(m);
+        super::upload::dropped(self, &before);
+    }
+
     /// The pending submission's key, if one is pending (its body neither read nor copied).
     pub(crate) fn pending_key(&self) -> Option<Key> {
         self.machine.borrow().core.pending().map(|r| r.key.clone())
@@ -1027,6 +1046,7 @@ impl Driver {
 
     /// Carries out the core's actions in order, then arms its timer.
     pub(crate) fn drive(self: &Rc<Self>) {
+        self.note_ended();
         loop {
             // An upload's record is being written to IndexedDB: nothing goes on before it is.
             if self.uploads.borrow().blocked {
@@ -1035,6 +1055,13 @@ impl Driver {
             let action = self.machine.borrow_mut().core.poll_action();
             let Some(action) = action else { break };
             match action {
+                // The record of a submission no longer pending (its answer or discard came
+                // while this write waited behind another): its Forget follows, and written now
+                // it would be this driver's files and secrets under that key.
+                Action::Persist(text)
+                    if !self
+                        .pending_key()
+                        .is_some_and(|k| Record::is_of_key(&text, &k)) => {}
                 Action::Persist(text) => {
                     // A mark on a submission this submitter is not sending (unsure: stopped by
                     // its caller or by the server) is written only where its record still is:
@@ -1068,16 +1095,9 @@ impl Driver {
                     attempt::start(self.clone(), a, controller, (shared, fresh));
                 }
                 Action::Forget(key) => {
-                    // Carried out late (behind a write), after a discard (which dropped the
-                    // secrets then) or after another submission began: the secrets set since
-                    // are the next one's.
-                    let newer = self.pending_key().is_some_and(|k| k != key);
-                    let dropped = super::upload::was_dropped(self, &key);
+                    // Its secrets went when it ended (`note_ended`).
                     super::upload::forget(self, &key);
                     self.store.borrow_mut().forget(&self.name, &key);
-                    if !newer && !dropped {
-                        self.machine.borrow_mut().secrets = Fields::new();
-                    }
                 }
                 Action::Changed(c) => self.emit(Update {
                     state: c.state,

@@ -315,6 +315,7 @@ pub(crate) fn persist(d: &Rc<Driver>, record: String, only_of: Option<Key>) {
 /// submission of this driver has begun since (a discard, then a submit while a write held the
 /// drive), the payload is that one's and stays, and its record, written after, is not removed.
 pub(crate) fn forget(d: &Driver, key: &Key) {
+    let pending = d.pending_key();
     let kept = {
         let mut u = d.uploads.borrow_mut();
         let kept = u.in_idb.as_ref() == Some(key);
@@ -322,7 +323,10 @@ pub(crate) fn forget(d: &Driver, key: &Key) {
             u.in_idb = None;
         }
         u.forgotten = Some(key.clone());
-        if !matches!(&u.owner, Some(owner) if owner != key) {
+        // Kept only when they are the submission pending now, begun or taken up from
+        // IndexedDB since this one (a record taken up from web storage, or the one sent as new
+        // in an upload's place, has none of its own).
+        if u.owner.is_none() || u.owner != pending || u.owner.as_ref() == Some(key) {
             // A JSON body found there too: settled here, it was resent on every load ever
             // after.
             u.json_in_idb = false;
@@ -339,16 +343,11 @@ pub(crate) fn forget(d: &Driver, key: &Key) {
     }
 }
 
-/// The submission of `key` was dropped (discarded): its record, on its way out of IndexedDB
-/// once its `Forget` is carried out (perhaps after a write under way), is never taken up again
-/// meanwhile.
+/// The submission of `key` ended (answered, discarded, sent as new): its record, on its way out
+/// of IndexedDB once its `Forget` is carried out (perhaps after a write under way), is never
+/// taken up again meanwhile.
 pub(crate) fn dropped(d: &Driver, key: &Key) {
     d.uploads.borrow_mut().forgotten = Some(key.clone());
-}
-
-/// Whether `key` is the one this driver last dropped or forgot.
-pub(crate) fn was_dropped(d: &Driver, key: &Key) -> bool {
-    d.uploads.borrow().forgotten.as_ref() == Some(key)
 }
 
 /// Whether the record stored under `name` is of `key` (`true` when no key is asked about).
