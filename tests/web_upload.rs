@@ -1114,12 +1114,12 @@ async fn a_json_submission_found_in_indexeddb_is_removed_from_there_once_settled
 }
 
 /// An upload `s` began and whose record IndexedDB holds, committed but not yet told of (commits
-/// are told of 300 ms late), is discarded: the promise of its submit, rejected.
+/// are told of late), is discarded: the promise of its submit, rejected, and its key.
 async fn discarded_while_written(
     case: &Case,
     s: &Submitter,
     bytes: &js_sys::Uint8Array,
-) -> Promise {
+) -> (Promise, String) {
     let one = s.submit(ticket_form(bytes, "one.png", "image/png").into(), None);
     for _ in 0..200 {
         if !case.stored().await.is_null() {
@@ -1127,12 +1127,11 @@ async fn discarded_while_written(
         }
         JsFuture::from(sleep(5)).await.unwrap();
     }
-    assert!(
-        !case.stored().await.is_null(),
-        "the first upload's record written"
-    );
+    let stored = case.stored().await;
+    assert!(!stored.is_null(), "the first upload's record written");
+    let key = text(&JSON::parse(&text(&stored, "record")).unwrap(), "key");
     s.discard();
-    one
+    (one, key)
 }
 
 #[test]
@@ -1145,7 +1144,7 @@ async fn an_upload_begun_at_once_after_a_discard_during_a_write_keeps_its_files_
     let undo = slow_idb_commits(300);
     let s = case.submitter(r#""retry":{"attempts":1}"#);
     let (first, second) = (file_bytes(30_000, 8), file_bytes(40_000, 9));
-    let one = discarded_while_written(&case, &s, &first).await;
+    let (one, _) = discarded_while_written(&case, &s, &first).await;
     let two = s.submit(ticket_form(&second, "two.png", "image/png").into(), None);
     let one = JsFuture::from(one).await.expect_err("discarded");
     assert_eq!(error_code(&one), "discarded", "{}", error_message(&one));
@@ -1177,7 +1176,7 @@ async fn an_upload_discarded_during_its_write_is_not_taken_up_again_after_a_json
     let case = Case::new("upload-discard-json");
     let undo = slow_idb_commits(300);
     let s = case.submitter("");
-    let one = discarded_while_written(&case, &s, &file_bytes(30_000, 10)).await;
+    let (one, _) = discarded_while_written(&case, &s, &file_bytes(30_000, 10)).await;
     let body = JSON::parse(PRINTER).unwrap();
     let two = s.submit(body, None);
     let one = JsFuture::from(one).await.expect_err("discarded");
@@ -1201,7 +1200,7 @@ async fn a_json_submission_taken_up_after_a_discard_during_a_write_goes_without_
     let case = Case::new("upload-discard-taken");
     let s = case.submitter(r#""storage":"local""#);
     let undo = slow_idb_commits(1000);
-    let one = discarded_while_written(&case, &s, &file_bytes(30_000, 11)).await;
+    let (one, _) = discarded_while_written(&case, &s, &file_bytes(30_000, 11)).await;
     let (_other, key) = json_left_unsure(&case, "local").await;
     let two = s.submit(JSON::parse(PRINTER).unwrap(), None);
     let _ = JsFuture::from(one).await.expect_err("discarded");
@@ -1230,7 +1229,7 @@ async fn secrets_set_after_a_discard_during_a_write_go_with_the_next_submission(
     let case = Case::new("upload-discard-secrets");
     let s = case.submitter("");
     let undo = slow_idb_commits(300);
-    let one = discarded_while_written(&case, &s, &file_bytes(30_000, 12)).await;
+    let (one, _) = discarded_while_written(&case, &s, &file_bytes(30_000, 12)).await;
     s.set_secrets(JSON::parse(r#"{"password":"hunter2"}"#).unwrap())
         .unwrap();
     let body = JSON::parse(PRINTER).unwrap();
@@ -1375,4 +1374,63 @@ async fn a_json_record_taken_up_after_an_upload_sent_as_new_goes_without_the_fil
         .map(|t| js_sys::Array::from(&get(t, "attachments")).length())
         .sum();
     assert_eq!(attached, 1, "one attachment in all");
+}
+
+#[test]
+async fn an_upload_discarded_during_a_write_is_not_taken_up_after_a_second_discard() {
+    // Only the key discarded last was kept from being taken up again: after a JSON body begun
+    // and discarded in the same write's window, the same form looked at IndexedDB, found the
+    // first upload's record and went on under its discarded key.
+    let case = Case::new("upload-discard-twice");
+    let s = case.submitter("");
+    let undo = slow_idb_commits(1000);
+    let bytes = file_bytes(30_000, 17);
+    let (one, first) = discarded_while_written(&case, &s, &bytes).await;
+    let json = s.submit(JSON::parse(PRINTER).unwrap(), None);
+    s.discard();
+    let two = s.submit(ticket_form(&bytes, "one.png", "image/png").into(), None);
+    let _ = JsFuture::from(one).await.expect_err("discarded");
+    let _ = JsFuture::from(json).await.expect_err("discarded");
+    let two = JsFuture::from(two).await.expect("resolves");
+    undo.call0(&JsValue::NULL).unwrap();
+    assert_eq!(text(&two, "outcome"), "succeeded");
+    assert_ne!(text(&two, "key"), first, "a new key");
+    case.assert_all_sent_as("multipart/form-data;");
+    assert_one_ticket_with(&case, &bytes, "one.png").await;
+}
+
+#[test]
+async fn an_upload_sent_as_new_keeps_its_files_through_an_older_key_s_late_forget() {
+    // Sent as new, the files stayed named after the old key; a discarded upload's Forget,
+    // carried out behind a write while the new key was pending, took them: the new key went
+    // out as JSON, without them.
+    let case = Case::new("upload-as-new-late");
+    let s = case.submitter("");
+    let undo = slow_idb_commits(1000);
+    let (one, _) = discarded_while_written(&case, &s, &file_bytes(30_000, 18)).await;
+    let controller = web_sys::AbortController::new().unwrap();
+    let options = js_sys::Object::new();
+    Reflect::set(&options, &"signal".into(), &controller.signal()).unwrap();
+    let bytes = file_bytes(30_000, 19);
+    let two = s.submit(
+        ticket_form(&bytes, "two.png", "image/png").into(),
+        Some(options.into()),
+    );
+    for _ in 0..400 {
+        if !s.pending().is_null() {
+            break;
+        }
+        JsFuture::from(sleep(2)).await.unwrap();
+    }
+    assert!(!s.pending().is_null(), "the second upload begun");
+    controller.abort();
+    assert_eq!(s.state().as_string().as_deref(), Some("unsure"));
+    let anew = s.send_as_new();
+    let _ = JsFuture::from(one).await.expect_err("discarded");
+    let _ = JsFuture::from(two).await;
+    let anew = JsFuture::from(anew).await.expect("resolves");
+    undo.call0(&JsValue::NULL).unwrap();
+    assert_eq!(text(&anew, "outcome"), "succeeded");
+    case.assert_all_sent_as("multipart/form-data;");
+    assert_one_ticket_with(&case, &bytes, "two.png").await;
 }

@@ -891,7 +891,7 @@ impl Driver {
             m.secrets = Fields::new();
         }
         drop(m);
-        super::upload::dropped(self, &before);
+        super::upload::ended(self, &before, now);
     }
 
     /// The pending submission's key, if one is pending (its body neither read nor copied).

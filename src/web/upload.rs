@@ -206,8 +206,17 @@ pub(crate) fn look_again(d: &Rc<Driver>, upload: bool) -> Option<Promise> {
     let d = d.clone();
     spawn_local(async move {
         let found = idb::get(&db, &d.name).await;
-        let forgotten = d.uploads.borrow().forgotten.clone();
-        let ours = matches!((&found, &forgotten), (Ok(Some(Ok(stored))), Some(key)) if Record::is_of_key(&stored.record, key));
+        // This driver's own record on its way out: of the key it last forgot, or of the one
+        // whose record it keeps there while nothing is pending (ended, its Forget behind a
+        // write).
+        let ours = {
+            let u = d.uploads.borrow();
+            let of = |key: &Option<Key>| match (&found, key) {
+                (Ok(Some(Ok(stored))), Some(key)) => Record::is_of_key(&stored.record, key),
+                _ => false,
+            };
+            of(&u.forgotten) || of(&u.in_idb)
+        };
         if !ours && !d.has_pending() {
             take_up_found(&d, &db, found).await;
         }
@@ -343,11 +352,16 @@ pub(crate) fn forget(d: &Driver, key: &Key) {
     }
 }
 
-/// The submission of `key` ended (answered, discarded, sent as new): its record, on its way out
-/// of IndexedDB once its `Forget` is carried out (perhaps after a write under way), is never
-/// taken up again meanwhile.
-pub(crate) fn dropped(d: &Driver, key: &Key) {
-    d.uploads.borrow_mut().forgotten = Some(key.clone());
+/// The submission of `key` ended (answered, discarded), or was replaced by `now` (sent as new):
+/// its record, on its way out of IndexedDB once its `Forget` is carried out (perhaps after a
+/// write under way), is never taken up again meanwhile; its files, sent again as new, are the
+/// new key's.
+pub(crate) fn ended(d: &Driver, key: &Key, now: Option<Key>) {
+    let mut u = d.uploads.borrow_mut();
+    u.forgotten = Some(key.clone());
+    if now.is_some() && u.owner.as_ref() == Some(key) {
+        u.owner = now;
+    }
 }
 
 /// Whether the record stored under `name` is of `key` (`true` when no key is asked about).
