@@ -1399,6 +1399,25 @@ async fn an_upload_discarded_during_a_write_is_not_taken_up_after_a_second_disca
     assert_one_ticket_with(&case, &bytes, "one.png").await;
 }
 
+/// `form` submitted by `s` with a signal, aborted as soon as it has begun (its record's write
+/// held back by slow commits, nothing sent): unsure. The promise of its submit.
+async fn aborted_once_begun(s: &Submitter, form: web_sys::FormData) -> Promise {
+    let controller = web_sys::AbortController::new().unwrap();
+    let options = js_sys::Object::new();
+    Reflect::set(&options, &"signal".into(), &controller.signal()).unwrap();
+    let submitted = s.submit(form.into(), Some(options.into()));
+    for _ in 0..400 {
+        if !s.pending().is_null() {
+            break;
+        }
+        JsFuture::from(sleep(2)).await.unwrap();
+    }
+    assert!(!s.pending().is_null(), "begun");
+    controller.abort();
+    assert_eq!(s.state().as_string().as_deref(), Some("unsure"));
+    submitted
+}
+
 #[test]
 async fn an_upload_sent_as_new_keeps_its_files_through_an_older_key_s_late_forget() {
     // Sent as new, the files stayed named after the old key; a discarded upload's Forget,
@@ -1408,23 +1427,8 @@ async fn an_upload_sent_as_new_keeps_its_files_through_an_older_key_s_late_forge
     let s = case.submitter("");
     let undo = slow_idb_commits(1000);
     let (one, _) = discarded_while_written(&case, &s, &file_bytes(30_000, 18)).await;
-    let controller = web_sys::AbortController::new().unwrap();
-    let options = js_sys::Object::new();
-    Reflect::set(&options, &"signal".into(), &controller.signal()).unwrap();
     let bytes = file_bytes(30_000, 19);
-    let two = s.submit(
-        ticket_form(&bytes, "two.png", "image/png").into(),
-        Some(options.into()),
-    );
-    for _ in 0..400 {
-        if !s.pending().is_null() {
-            break;
-        }
-        JsFuture::from(sleep(2)).await.unwrap();
-    }
-    assert!(!s.pending().is_null(), "the second upload begun");
-    controller.abort();
-    assert_eq!(s.state().as_string().as_deref(), Some("unsure"));
+    let two = aborted_once_begun(&s, ticket_form(&bytes, "two.png", "image/png")).await;
     let anew = s.send_as_new();
     let _ = JsFuture::from(one).await.expect_err("discarded");
     let _ = JsFuture::from(two).await;
@@ -1433,4 +1437,24 @@ async fn an_upload_sent_as_new_keeps_its_files_through_an_older_key_s_late_forge
     assert_eq!(text(&anew, "outcome"), "succeeded");
     case.assert_all_sent_as("multipart/form-data;");
     assert_one_ticket_with(&case, &bytes, "two.png").await;
+}
+
+#[test]
+async fn an_upload_sent_as_new_then_discarded_during_a_write_leaves_no_record() {
+    // The new key's record was never written (the discard dropped its write), and its Forget
+    // removed a record of its own key only: the replaced key's, with the files, stayed in
+    // IndexedDB and came back unsure on the next load.
+    let case = Case::new("upload-as-new-discarded");
+    let s = case.submitter("");
+    let undo = slow_idb_commits(1000);
+    let form = ticket_form(&file_bytes(30_000, 20), "one.png", "image/png");
+    let one = aborted_once_begun(&s, form).await;
+    let anew = s.send_as_new();
+    s.discard();
+    let _ = JsFuture::from(one).await;
+    let _ = JsFuture::from(anew).await.expect_err("discarded");
+    assert!(case.left_idb().await, "no record left in IndexedDB");
+    undo.call0(&JsValue::NULL).unwrap();
+    case.reload_finds_nothing().await;
+    assert!(case.seen().is_empty(), "nothing sent");
 }

@@ -128,18 +128,26 @@ pub(crate) async fn put(db: &IdbDatabase, name: &str, value: &Stored) -> Result<
     committed(&tx).await
 }
 
-/// Removes what is stored under `name`; with `key`, unless it is a readable record of another
-/// key, looked at and removed in one transaction: a record written after this call (the next
+/// Removes what is stored under `name`; with keys, unless it is a readable record of none of
+/// them, looked at and removed in one transaction: a record written after this call (the next
 /// submission's, begun at once) is never the one removed.
-pub(crate) async fn delete(db: &IdbDatabase, name: &str, key: Option<&Key>) -> Result<(), Why> {
+pub(crate) async fn delete(
+    db: &IdbDatabase,
+    name: &str,
+    keys: &[Option<Key>; 2],
+) -> Result<(), Why> {
     let (tx, store) = store(db, IdbTransactionMode::Readwrite)?;
     let name = JsValue::from_str(name);
-    if let Some(key) = key {
+    if keys.iter().any(Option::is_some) {
         // The transaction stays active while the request's success is handled, and the
         // promise's continuation (a microtask) runs within that: the removal below joins it.
         let found = request(&store.get(&name).map_err(|e| describe(&e))?).await?;
         if let Ok(stored) = read(&found) {
-            if !Record::is_of_key(&stored.record, key) {
+            if !keys
+                .iter()
+                .flatten()
+                .any(|key| Record::is_of_key(&stored.record, key))
+            {
                 return Ok(());
             }
         }

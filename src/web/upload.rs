@@ -86,6 +86,9 @@ pub(crate) struct Uploads {
     /// written, or taken up from there): its `Forget` removes it from there even when another
     /// submission has begun since (a discard, then a submit while the write held the drive).
     in_idb: Option<Key>,
+    /// The key `in_idb` replaced (sent as new): its record stays in IndexedDB until the new
+    /// key's is written over it, so the new key's `Forget` removes a record of either.
+    replaced: Option<Key>,
 }
 
 fn db(d: &Driver) -> Option<IdbDatabase> {
@@ -164,13 +167,13 @@ async fn take_up_found(
                     "an upload stored in IndexedDB under this name was left there: another submission is pending".into(),
                 ),
                 Err(why) => {
-                    let _ = idb::delete(db, &d.name, None).await;
+                    let _ = idb::delete(db, &d.name, &[None, None]).await;
                     warn_all(d, "the upload stored in IndexedDB was removed: ".to_owned() + &why);
                 }
             }
         }
         Ok(Some(Err(why))) => {
-            let _ = idb::delete(db, &d.name, None).await;
+            let _ = idb::delete(db, &d.name, &[None, None]).await;
             warn_all(
                 d,
                 "the upload stored in IndexedDB was removed: ".to_owned() + &why,
@@ -208,14 +211,14 @@ pub(crate) fn look_again(d: &Rc<Driver>, upload: bool) -> Option<Promise> {
         let found = idb::get(&db, &d.name).await;
         // This driver's own record on its way out: of the key it last forgot, or of the one
         // whose record it keeps there while nothing is pending (ended, its Forget behind a
-        // write).
+        // write), or of the key that one replaced.
         let ours = {
             let u = d.uploads.borrow();
             let of = |key: &Option<Key>| match (&found, key) {
                 (Ok(Some(Ok(stored))), Some(key)) => Record::is_of_key(&stored.record, key),
                 _ => false,
             };
-            of(&u.forgotten) || of(&u.in_idb)
+            of(&u.forgotten) || of(&u.in_idb) || of(&u.replaced)
         };
         if !ours && !d.has_pending() {
             take_up_found(&d, &db, found).await;
@@ -268,6 +271,9 @@ pub(crate) fn persist(d: &Rc<Driver>, record: String, only_of: Option<Key>) {
         // A write carried out after its submission settled (queued behind another write) is
         // still of the key written before: that key's `Forget` removes it.
         if key.is_some() {
+            if u.in_idb != key {
+                u.replaced = None;
+            }
             u.in_idb = key;
         }
         (u.payload.clone(), u.ready.clone())
@@ -327,10 +333,10 @@ pub(crate) fn forget(d: &Driver, key: &Key) {
     let pending = d.pending_key();
     let kept = {
         let mut u = d.uploads.borrow_mut();
-        let kept = u.in_idb.as_ref() == Some(key);
-        if kept {
+        let kept = (u.in_idb.as_ref() == Some(key)).then(|| {
             u.in_idb = None;
-        }
+            [Some(key.clone()), u.replaced.take()]
+        });
         u.forgotten = Some(key.clone());
         // Kept only when they are the submission pending now, begun or taken up from
         // IndexedDB since this one (a record taken up from web storage, or the one sent as new
@@ -344,10 +350,10 @@ pub(crate) fn forget(d: &Driver, key: &Key) {
         }
         kept
     };
-    if let (true, Some(db)) = (kept, db(d)) {
-        let (name, key) = (d.name.clone(), key.clone());
+    if let (Some(keys), Some(db)) = (kept, db(d)) {
+        let name = d.name.clone();
         spawn_local(async move {
-            let _ = idb::delete(&db, &name, Some(&key)).await;
+            let _ = idb::delete(&db, &name, &keys).await;
         });
     }
 }
@@ -359,8 +365,17 @@ pub(crate) fn forget(d: &Driver, key: &Key) {
 pub(crate) fn ended(d: &Driver, key: &Key, now: Option<Key>) {
     let mut u = d.uploads.borrow_mut();
     u.forgotten = Some(key.clone());
-    if now.is_some() && u.owner.as_ref() == Some(key) {
-        u.owner = now;
+    if now.is_none() {
+        return;
+    }
+    if u.owner.as_ref() == Some(key) {
+        u.owner = now.clone();
+    }
+    // Its record is this driver's to remove until the new key's is written over it (a discard
+    // may come first).
+    if u.in_idb.as_ref() == Some(key) {
+        u.in_idb = now;
+        u.replaced = Some(key.clone());
     }
 }
 
