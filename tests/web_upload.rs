@@ -1458,3 +1458,54 @@ async fn an_upload_sent_as_new_then_discarded_during_a_write_leaves_no_record() 
     case.reload_finds_nothing().await;
     assert!(case.seen().is_empty(), "nothing sent");
 }
+
+#[test]
+async fn another_submitter_s_record_of_a_key_sent_as_new_here_stays_after_the_new_key_s_answer() {
+    // The replaced key's mark lasted the new key's whole life: another submitter of the name,
+    // which had taken the old key up and written its record again since, lost that pending
+    // record (with its files) to this one's Forget.
+    let case = Case::new("upload-as-new-other");
+    let s = case.submitter("");
+    let form = ticket_form(&file_bytes(30_000, 21), "one.png", "image/png");
+    let _ = JsFuture::from(aborted_once_begun(&s, form).await).await;
+    JsFuture::from(sleep(300)).await.unwrap();
+    assert!(!case.stored().await.is_null(), "its record stored");
+    // Another submitter of the name (another tab) takes it up.
+    let t = case.submitter("");
+    for _ in 0..300 {
+        if !t.pending().is_null() {
+            break;
+        }
+        JsFuture::from(sleep(10)).await.unwrap();
+    }
+    let old = text(&t.pending(), "key");
+    assert!(!old.is_empty(), "taken up by the other submitter");
+    let release = spy_hold(&case.tenant);
+    let anew = s.send_as_new();
+    for _ in 0..300 {
+        if !case.seen().is_empty() {
+            break;
+        }
+        JsFuture::from(sleep(10)).await.unwrap();
+    }
+    assert_eq!(case.seen().len(), 1, "the new key sent");
+    // The other tries the old key again and stops at once: its record written over the new
+    // key's, nothing sent.
+    let controller = web_sys::AbortController::new().unwrap();
+    let options = js_sys::Object::new();
+    Reflect::set(&options, &"signal".into(), &controller.signal()).unwrap();
+    let again = t.try_again(Some(options.into()));
+    controller.abort();
+    let _ = JsFuture::from(again).await;
+    JsFuture::from(sleep(300)).await.unwrap();
+    assert!(text(&case.stored().await, "record").contains(&old));
+    release.call0(&JsValue::NULL).unwrap();
+    let anew = JsFuture::from(anew).await.expect("resolves");
+    assert_eq!(text(&anew, "outcome"), "succeeded");
+    JsFuture::from(sleep(500)).await.unwrap();
+    assert_eq!(text(&t.pending(), "key"), old, "still pending there");
+    let stored = case.stored().await;
+    assert!(!stored.is_null(), "the other's pending record kept");
+    assert!(text(&stored, "record").contains(&old));
+    assert_eq!(js_sys::Array::from(&get(&stored, "files")).length(), 1);
+}

@@ -87,7 +87,8 @@ pub(crate) struct Uploads {
     /// submission has begun since (a discard, then a submit while the write held the drive).
     in_idb: Option<Key>,
     /// The key `in_idb` replaced (sent as new): its record stays in IndexedDB until the new
-    /// key's is written over it, so the new key's `Forget` removes a record of either.
+    /// key's is put over it, and until then the new key's `Forget` removes a record of either
+    /// (another tab may write the old key's record again later: then it is that tab's).
     replaced: Option<Key>,
 }
 
@@ -161,6 +162,7 @@ async fn take_up_found(
                     u.taken_up = true;
                     u.owner = key.clone();
                     u.in_idb = key;
+                    u.replaced = None;
                 }
                 Ok(false) => warn_all(
                     d,
@@ -268,14 +270,12 @@ pub(crate) fn persist(d: &Rc<Driver>, record: String, only_of: Option<Key>) {
     let (payload, ready) = {
         let mut u = d.uploads.borrow_mut();
         u.blocked = true;
-        // A write carried out after its submission settled (queued behind another write) is
-        // still of the key written before: that key's `Forget` removes it.
-        if key.is_some() {
-            if u.in_idb != key {
-                u.replaced = None;
-            }
-            u.in_idb = key;
+        // The driver writes only the pending submission's record (`Driver::drive`). A key that
+        // replaced another keeps `replaced` until its own record is over the other's.
+        if u.in_idb != key {
+            u.replaced = None;
         }
+        u.in_idb = key.clone();
         (u.payload.clone(), u.ready.clone())
     };
     let d = d.clone();
@@ -283,9 +283,10 @@ pub(crate) fn persist(d: &Rc<Driver>, record: String, only_of: Option<Key>) {
         if let Some(ready) = ready {
             let _ = JsFuture::from(ready).await;
         }
-        // None: in memory only (the warning was given when IndexedDB failed).
+        // None: in memory only (the warning was given when IndexedDB failed). Whether the
+        // record was put.
         let written = match db(&d) {
-            Some(db) if !still_of(&db, &d.name, only_of.as_ref()).await => Ok(()),
+            Some(db) if !still_of(&db, &d.name, only_of.as_ref()).await => Ok(false),
             Some(db) => {
                 let stored = match payload {
                     Some(p) => Stored {
@@ -301,15 +302,17 @@ pub(crate) fn persist(d: &Rc<Driver>, record: String, only_of: Option<Key>) {
                         json: true,
                     },
                 };
-                idb::put(&db, &d.name, &stored).await
+                idb::put(&db, &d.name, &stored).await.map(|()| true)
             }
-            None => Ok(()),
+            None => Ok(false),
         };
         {
             let mut u = d.uploads.borrow_mut();
             u.blocked = false;
-            if written.is_err() {
-                u.db = Db::Failed;
+            match &written {
+                Ok(true) if u.in_idb == key => u.replaced = None,
+                Err(_) => u.db = Db::Failed,
+                _ => {}
             }
         }
         if let Err(why) = written {
