@@ -1055,22 +1055,23 @@ impl Driver {
             let action = self.machine.borrow_mut().core.poll_action();
             let Some(action) = action else { break };
             match action {
-                // The record of a submission no longer pending (its answer or discard came
-                // while this write waited behind another): its Forget follows, and written now
-                // it would be this driver's files and secrets under that key.
-                Action::Persist(text)
-                    if !self
-                        .pending_key()
-                        .is_some_and(|k| Record::is_of_key(&text, &k)) => {}
                 Action::Persist(text) => {
+                    // The record of a submission no longer pending (its answer or discard came
+                    // while this write waited behind another) is not written: its Forget
+                    // follows, and written now it would be this driver's files and secrets
+                    // under that key.
+                    let Some(key) = self.pending_key().filter(|k| Record::is_of_key(&text, k))
+                    else {
+                        continue;
+                    };
                     // A mark on a submission this submitter is not sending (unsure: stopped by
                     // its caller or by the server) is written only where its record still is:
                     // another tab may have had its answer and removed it (written back, it
                     // would come back on the next load as unsure), or stored its own since.
                     let unsure = self.machine.borrow().core.state() == State::Unsure;
-                    let only_of = unsure.then(|| self.pending_key()).flatten();
+                    let only_of = unsure.then(|| key.clone());
                     if super::upload::keeps(self) {
-                        super::upload::persist(self, text, only_of);
+                        super::upload::persist(self, text, key, only_of);
                         continue;
                     }
                     let warning = match &only_of {

@@ -261,21 +261,21 @@ pub(crate) fn keeps(d: &Driver) -> bool {
     u.payload.is_some() || d.options.storage == StorageKind::IndexedDb || u.json_in_idb
 }
 
-/// `Persist` of a record IndexedDB keeps ([`keeps`]): writes the record with its payload (none
-/// for a JSON body) in one IndexedDB transaction, once IndexedDB was looked at, and blocks the
-/// driver until it has committed. With `only_of`, the record is rewritten only where the stored
-/// one is still of that key (see `Driver::drive`).
-pub(crate) fn persist(d: &Rc<Driver>, record: String, only_of: Option<Key>) {
-    let key = d.pending_key();
+/// `Persist` of a record IndexedDB keeps ([`keeps`]), of the pending submission's `key` (the
+/// driver writes no other): writes the record with its payload (none for a JSON body) in one
+/// IndexedDB transaction, once IndexedDB was looked at, and blocks the driver until it has
+/// committed. With `only_of`, the record is rewritten only where the stored one is still of
+/// that key (see `Driver::drive`).
+pub(crate) fn persist(d: &Rc<Driver>, record: String, key: Key, only_of: Option<Key>) {
     let (payload, ready) = {
         let mut u = d.uploads.borrow_mut();
         u.blocked = true;
-        // The driver writes only the pending submission's record (`Driver::drive`). A key that
-        // replaced another keeps `replaced` until its own record is over the other's.
-        if u.in_idb != key {
+        // A key that replaced another keeps `replaced` until its own record is over the
+        // other's.
+        if u.in_idb.as_ref() != Some(&key) {
             u.replaced = None;
         }
-        u.in_idb = key.clone();
+        u.in_idb = Some(key.clone());
         (u.payload.clone(), u.ready.clone())
     };
     let d = d.clone();
@@ -310,7 +310,7 @@ pub(crate) fn persist(d: &Rc<Driver>, record: String, only_of: Option<Key>) {
             let mut u = d.uploads.borrow_mut();
             u.blocked = false;
             match &written {
-                Ok(true) if u.in_idb == key => u.replaced = None,
+                Ok(true) if u.in_idb.as_ref() == Some(&key) => u.replaced = None,
                 Err(_) => u.db = Db::Failed,
                 _ => {}
             }
