@@ -84,20 +84,37 @@ const stuck = []
 
 // The tabs share one context, so offline spells overlap: the context is back online when the
 // last spell ends, or at once when a person finds a form unsure.
+//
+// Playwright's context.setOffline walks the context's pages one CDP call at a time, so two calls
+// that overlap can leave a page with the earlier call's state, and a page still being made is
+// skipped and keeps the state it was made with. Both once left a duplicated tab offline for good
+// while the context was back online (its form waiting "You are offline" for 60 s). So the calls
+// go one after another, each setting the state wanted at its turn, and a new page is set again
+// once it is made (see newTab).
 let offlineSpells = 0
 let offlineStarts = 0
+let offlineCalls = Promise.resolve()
+function applyOffline(context) {
+  offlineCalls = offlineCalls.then(() => context.setOffline(offlineSpells > 0)).catch(() => {})
+  return offlineCalls
+}
 async function offlineSpell(context, spell) {
   await sleep(spell.after)
   offlineSpells += 1
   offlineStarts += 1
-  await context.setOffline(true)
+  await applyOffline(context)
   await sleep(spell.for)
   offlineSpells = Math.max(0, offlineSpells - 1)
-  if (offlineSpells === 0) await context.setOffline(false)
+  await applyOffline(context)
 }
 async function backOnline(context) {
   offlineSpells = 0
-  await context.setOffline(false)
+  await applyOffline(context)
+}
+async function newTab(context) {
+  const page = await context.newPage()
+  await applyOffline(context)
+  return page
 }
 
 async function fill(page, p) {
@@ -114,6 +131,7 @@ async function formState(page) {
       busy: form.getAttribute('aria-busy') === 'true',
       status: form.querySelector('[role=status]')?.textContent ?? '',
       subject: form.querySelector('[name=subject]')?.value ?? '',
+      onLine: navigator.onLine,
     }
   }, KIT)
 }
@@ -265,7 +283,7 @@ async function duplicate(context, page, url, p) {
   counts.duplicated += 1
   const pending = copy.some(([k, v]) => k.startsWith('oncekey:') && v.includes(subjectOf(p.i)))
   if (pending) counts.duplicatedPending += 1
-  const twin = await context.newPage()
+  const twin = await newTab(context)
   // A duplicate opened while the context is offline may get its page but not the package
   // (the demo's init() then fails to fetch it, and the form is never attached): a person opens
   // it again once online. The errors of such a failed load are the network's, not findings.
@@ -334,7 +352,7 @@ async function duplicate(context, page, url, p) {
 }
 
 async function drive(context, base, tenant, slice) {
-  const page = await context.newPage()
+  const page = await newTab(context)
   watch(page)
   const url = `${base}/?tenant=${tenant}&attempts=30&base=50&cap=1000&budget=60000`
   await page.goto(url)
