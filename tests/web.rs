@@ -109,6 +109,10 @@ export function set_online() {
   delete navigator.onLine;
   globalThis.dispatchEvent(new Event('online'));
 }
+// Back online with no `online` event (one the page missed).
+export function set_online_quietly() {
+  delete navigator.onLine;
+}
 // Every test begins online, even after one that failed while offline.
 export function reset_online() {
   if (Object.getOwnPropertyDescriptor(navigator, 'onLine')) set_online();
@@ -218,6 +222,7 @@ extern "C" {
     fn with_attempt_headers(options: JsValue, calls: &js_sys::Array) -> JsValue;
     fn set_offline(dispatch: bool);
     fn set_online();
+    fn set_online_quietly();
     fn reset_online();
     fn delay_locks(ms: u32) -> JsValue;
     fn precise_now() -> f64;
@@ -1501,6 +1506,32 @@ async fn offline_nothing_is_sent_or_spent_and_online_sends_at_once_with_the_same
     assert_eq!(text(&result, "outcome"), "succeeded");
     assert_eq!(text(&result, "key"), key);
     assert_eq!(number(&result, "attempts"), 1.0);
+    assert_eq!(case.keys(), [key]);
+    assert_eq!(case.tickets().await, 1.0);
+}
+
+#[test]
+async fn a_refused_send_as_new_still_sends_at_once_when_it_finds_the_connection_back() {
+    // Waiting for the connection; it came back without an `online` event. "Send as new" is
+    // refused (the submission is not unsure), but the look at navigator.onLine it made sends
+    // the waiting attempt with the same key at once, not at the next second's look.
+    let case = Case::new("offline-send-as-new");
+    let s = case.submitter(r#""retry":{"attempts":1}"#);
+    let events = listen(&s);
+    set_offline(true);
+    let waiting = s.submit(json(TICKET), None);
+    assert_eq!(text(&last(&events), "waitingFor"), "online");
+    let key = text(&s.pending(), "key");
+    set_online_quietly();
+    let refused = settle(s.send_as_new()).await.unwrap_err();
+    assert_eq!(text(&refused, "code"), "state");
+    let heard = text(&last(&events), "state");
+    assert_eq!(
+        heard, "sending",
+        "the listener heard the attempt go at once"
+    );
+    let result = settle(waiting).await.unwrap();
+    assert_eq!(text(&result, "outcome"), "succeeded");
     assert_eq!(case.keys(), [key]);
     assert_eq!(case.tickets().await, 1.0);
 }

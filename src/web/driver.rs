@@ -576,6 +576,9 @@ impl Submitter {
             }
             Err(e) => {
                 spare::forget_made(d);
+                // Refused, but the look at the connection above may have sent a submission
+                // waiting for it: carried out now, not at the next look a second later.
+                d.drive();
                 refused(Error::new(ErrorCode::State, e.message()))
             }
         }
