@@ -1193,6 +1193,59 @@ async fn an_upload_discarded_during_its_write_is_not_taken_up_again_after_a_json
 }
 
 #[test]
+async fn an_upload_discarded_during_its_write_is_not_taken_up_by_another_tab_meanwhile() {
+    // Its record stayed in IndexedDB until the write was told of and its removal carried out:
+    // another tab's submitter of the name that looked meanwhile took it up and sent it.
+    let case = Case::new("upload-discard-other-tab");
+    let undo = slow_idb_commits(300);
+    let s = case.submitter("");
+    let (one, _) = discarded_while_written(&case, &s, &file_bytes(30_000, 20)).await;
+    let other = case.submitter(r#""resume":true"#);
+    let one = JsFuture::from(one).await.expect_err("discarded");
+    assert_eq!(error_code(&one), "discarded", "{}", error_message(&one));
+    JsFuture::from(sleep(600)).await.unwrap();
+    undo.call0(&JsValue::NULL).unwrap();
+    assert_eq!(other.state().as_string().as_deref(), Some("idle"));
+    assert!(case.seen().is_empty(), "nothing sent: {:?}", case.keys());
+    assert!(case.left_idb().await, "the discarded upload left IndexedDB");
+    assert!(case.tickets().await.is_empty());
+}
+
+#[test]
+async fn an_upload_discarded_as_its_record_is_written_again_is_not_taken_up_by_another_tab() {
+    // Out, its answer held; the offline event writes its record again, and it is discarded in
+    // the same task. The record was put back after its removal, and stayed there until that
+    // write was told of: another tab that looked meanwhile took it up and sent it again.
+    let case = Case::new("upload-rewrite-discard");
+    let release = spy_hold(&case.tenant);
+    let s = case.submitter("");
+    let one = s.submit(
+        ticket_form(&file_bytes(30_000, 21), "one.png", "image/png").into(),
+        None,
+    );
+    for _ in 0..300 {
+        if !case.seen().is_empty() {
+            break;
+        }
+        JsFuture::from(sleep(5)).await.unwrap();
+    }
+    assert_eq!(case.seen().len(), 1, "its attempt is out");
+    let undo = slow_idb_commits(300);
+    network_event("offline");
+    s.discard();
+    let other = case.submitter(r#""resume":true"#);
+    network_event("online");
+    let one = JsFuture::from(one).await.expect_err("discarded");
+    assert_eq!(error_code(&one), "discarded", "{}", error_message(&one));
+    JsFuture::from(sleep(600)).await.unwrap();
+    undo.call0(&JsValue::NULL).unwrap();
+    release.call0(&JsValue::NULL).unwrap();
+    assert_eq!(other.state().as_string().as_deref(), Some("idle"));
+    assert_eq!(case.seen().len(), 1, "sent once: {:?}", case.keys());
+    assert!(case.left_idb().await, "the discarded upload left IndexedDB");
+}
+
+#[test]
 async fn a_json_submission_taken_up_after_a_discard_during_a_write_goes_without_the_files() {
     // After the discard, a submit took up another submitter's JSON record from localStorage;
     // the discarded upload's Forget, carried out after that, left its files as the payload of

@@ -287,6 +287,9 @@ pub(crate) fn persist(d: &Rc<Driver>, record: String, key: Key, only_of: Option<
         // record was put.
         let written = match db(&d) {
             Some(db) if !still_of(&db, &d.name, only_of.as_ref()).await => Ok(false),
+            // Ended (or replaced) meanwhile: its record was removed already (see `ended`), and
+            // is not written back.
+            Some(_) if d.pending_key().as_ref() != Some(&key) => Ok(false),
             Some(db) => {
                 let stored = match payload {
                     Some(p) => Stored {
@@ -365,20 +368,39 @@ pub(crate) fn forget(d: &Driver, key: &Key) {
 /// its record, on its way out of IndexedDB once its `Forget` is carried out (perhaps after a
 /// write under way), is never taken up again meanwhile; its files, sent again as new, are the
 /// new key's.
+///
+/// Ended while a write holds its `Forget` back, its record is removed at once as well: only
+/// this driver knows the submission ended, and another tab (or submitter of the name) that
+/// looked at IndexedDB before the late `Forget` would take the record up and send it. IndexedDB
+/// carries out `readwrite` transactions of one store in the order they were made, so this
+/// removal comes after a write of the record already under way, and before anything looked at
+/// from now on; a write not begun yet is not made (see [`persist`]).
 pub(crate) fn ended(d: &Driver, key: &Key, now: Option<Key>) {
-    let mut u = d.uploads.borrow_mut();
-    u.forgotten = Some(key.clone());
-    if now.is_none() {
-        return;
-    }
-    if u.owner.as_ref() == Some(key) {
-        u.owner = now.clone();
-    }
-    // Its record is this driver's to remove until the new key's is written over it (a discard
-    // may come first).
-    if u.in_idb.as_ref() == Some(key) {
-        u.in_idb = now;
-        u.replaced = Some(key.clone());
+    let removal = {
+        let mut u = d.uploads.borrow_mut();
+        u.forgotten = Some(key.clone());
+        match now {
+            Some(now) => {
+                if u.owner.as_ref() == Some(key) {
+                    u.owner = Some(now.clone());
+                }
+                // Its record is this driver's to remove until the new key's is written over it
+                // (a discard may come first).
+                if u.in_idb.as_ref() == Some(key) {
+                    u.in_idb = Some(now);
+                    u.replaced = Some(key.clone());
+                }
+                None
+            }
+            None => (u.blocked && u.in_idb.as_ref() == Some(key))
+                .then(|| [Some(key.clone()), u.replaced.clone()]),
+        }
+    };
+    if let (Some(keys), Some(db)) = (removal, db(d)) {
+        let name = d.name.clone();
+        spawn_local(async move {
+            let _ = idb::delete(&db, &name, &keys).await;
+        });
     }
 }
 
