@@ -1217,19 +1217,9 @@ async fn an_upload_discarded_as_its_record_is_written_again_is_not_taken_up_by_a
     // the same task. The record was put back after its removal, and stayed there until that
     // write was told of: another tab that looked meanwhile took it up and sent it again.
     let case = Case::new("upload-rewrite-discard");
-    let release = spy_hold(&case.tenant);
     let s = case.submitter("");
-    let one = s.submit(
-        ticket_form(&file_bytes(30_000, 21), "one.png", "image/png").into(),
-        None,
-    );
-    for _ in 0..300 {
-        if !case.seen().is_empty() {
-            break;
-        }
-        JsFuture::from(sleep(5)).await.unwrap();
-    }
-    assert_eq!(case.seen().len(), 1, "its attempt is out");
+    let form = ticket_form(&file_bytes(30_000, 21), "one.png", "image/png");
+    let (one, release) = out_with_its_answer_held(&case, &s, form).await;
     let undo = slow_idb_commits(300);
     network_event("offline");
     s.discard();
@@ -1300,11 +1290,9 @@ async fn secrets_set_after_a_discard_during_a_write_go_with_the_next_submission(
     );
 }
 
-/// `form` submitted by `s` and answered while writes of its record held the driver back:
-/// offline and online while its attempt was out (its answer held back meanwhile) queued two
-/// writes, told of 300 ms late. The submit's promise (settled, not yet handed out) and the undo
-/// of the slow commits.
-async fn answered_behind_a_write(
+/// `form` submitted by `s`, its attempt out and its answer held back: the promise of its submit,
+/// and the function that lets the answer through.
+async fn out_with_its_answer_held(
     case: &Case,
     s: &Submitter,
     form: web_sys::FormData,
@@ -1318,6 +1306,19 @@ async fn answered_behind_a_write(
         JsFuture::from(sleep(5)).await.unwrap();
     }
     assert_eq!(case.seen().len(), 1, "its attempt is out");
+    (one, release)
+}
+
+/// `form` submitted by `s` and answered while writes of its record held the driver back:
+/// offline and online while its attempt was out (its answer held back meanwhile) queued two
+/// writes, told of 300 ms late. The submit's promise (settled, not yet handed out) and the undo
+/// of the slow commits.
+async fn answered_behind_a_write(
+    case: &Case,
+    s: &Submitter,
+    form: web_sys::FormData,
+) -> (Promise, js_sys::Function) {
+    let (one, release) = out_with_its_answer_held(case, s, form).await;
     let undo = slow_idb_commits(300);
     network_event("offline");
     network_event("online");
