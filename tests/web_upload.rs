@@ -1513,18 +1513,17 @@ async fn an_upload_sent_as_new_then_discarded_during_a_write_leaves_no_record() 
     assert!(case.seen().is_empty(), "nothing sent");
 }
 
-#[test]
-async fn another_submitter_s_record_of_a_key_sent_as_new_here_stays_after_the_new_key_s_answer() {
-    // The replaced key's mark lasted the new key's whole life: another submitter of the name,
-    // which had taken the old key up and written its record again since, lost that pending
-    // record (with its files) to this one's Forget.
-    let case = Case::new("upload-as-new-other");
-    let s = case.submitter("");
-    let form = ticket_form(&file_bytes(30_000, 21), "one.png", "image/png");
-    let _ = JsFuture::from(aborted_once_begun(&s, form).await).await;
+/// An upload `s` began and stopped, taken up by another submitter of the name (another tab):
+/// that submitter, and the key.
+async fn stopped_and_taken_up_by_another(
+    case: &Case,
+    s: &Submitter,
+    seed: u32,
+) -> (Submitter, String) {
+    let form = ticket_form(&file_bytes(30_000, seed), "one.png", "image/png");
+    let _ = JsFuture::from(aborted_once_begun(s, form).await).await;
     JsFuture::from(sleep(300)).await.unwrap();
     assert!(!case.stored().await.is_null(), "its record stored");
-    // Another submitter of the name (another tab) takes it up.
     let t = case.submitter("");
     for _ in 0..300 {
         if !t.pending().is_null() {
@@ -1534,6 +1533,41 @@ async fn another_submitter_s_record_of_a_key_sent_as_new_here_stays_after_the_ne
     }
     let old = text(&t.pending(), "key");
     assert!(!old.is_empty(), "taken up by the other submitter");
+    (t, old)
+}
+
+/// `t` tries its pending submission again and stops at once: its record written again, nothing
+/// sent. The promise of its try.
+fn tried_again_and_stopped(t: &Submitter) -> Promise {
+    let controller = web_sys::AbortController::new().unwrap();
+    let options = js_sys::Object::new();
+    Reflect::set(&options, &"signal".into(), &controller.signal()).unwrap();
+    let again = t.try_again(Some(options.into()));
+    controller.abort();
+    again
+}
+
+/// `t` still has the upload of `old` pending, and IndexedDB still holds its record and file.
+async fn still_pending_there(case: &Case, t: &Submitter, old: &str) {
+    assert_eq!(text(&t.pending(), "key"), old, "still pending there");
+    let stored = case.stored().await;
+    assert!(
+        !stored.is_null(),
+        "the other's pending record kept (sent: {:?})",
+        case.keys()
+    );
+    assert!(text(&stored, "record").contains(old));
+    assert_eq!(js_sys::Array::from(&get(&stored, "files")).length(), 1);
+}
+
+#[test]
+async fn another_submitter_s_record_of_a_key_sent_as_new_here_stays_after_the_new_key_s_answer() {
+    // The replaced key's mark lasted the new key's whole life: another submitter of the name,
+    // which had taken the old key up and written its record again since, lost that pending
+    // record (with its files) to this one's Forget.
+    let case = Case::new("upload-as-new-other");
+    let s = case.submitter("");
+    let (t, old) = stopped_and_taken_up_by_another(&case, &s, 21).await;
     let release = spy_hold(&case.tenant);
     let anew = s.send_as_new();
     for _ in 0..300 {
@@ -1545,21 +1579,36 @@ async fn another_submitter_s_record_of_a_key_sent_as_new_here_stays_after_the_ne
     assert_eq!(case.seen().len(), 1, "the new key sent");
     // The other tries the old key again and stops at once: its record written over the new
     // key's, nothing sent.
-    let controller = web_sys::AbortController::new().unwrap();
-    let options = js_sys::Object::new();
-    Reflect::set(&options, &"signal".into(), &controller.signal()).unwrap();
-    let again = t.try_again(Some(options.into()));
-    controller.abort();
-    let _ = JsFuture::from(again).await;
+    let _ = JsFuture::from(tried_again_and_stopped(&t)).await;
     JsFuture::from(sleep(300)).await.unwrap();
     assert!(text(&case.stored().await, "record").contains(&old));
     release.call0(&JsValue::NULL).unwrap();
     let anew = JsFuture::from(anew).await.expect("resolves");
     assert_eq!(text(&anew, "outcome"), "succeeded");
     JsFuture::from(sleep(500)).await.unwrap();
-    assert_eq!(text(&t.pending(), "key"), old, "still pending there");
-    let stored = case.stored().await;
-    assert!(!stored.is_null(), "the other's pending record kept");
-    assert!(text(&stored, "record").contains(&old));
-    assert_eq!(js_sys::Array::from(&get(&stored, "files")).length(), 1);
+    still_pending_there(&case, &t, &old).await;
+}
+
+#[test]
+async fn another_submitter_s_record_of_a_key_sent_as_new_here_stays_after_a_discard_during_the_write(
+) {
+    // Discarded while the new key's record was being written, its removal at once took the
+    // replaced key's too: another submitter of the name, which wrote its record of that key
+    // again behind the new key's write, lost it (with its files), still pending there.
+    let case = Case::new("upload-as-new-discard-other");
+    let s = case.submitter("");
+    let (t, old) = stopped_and_taken_up_by_another(&case, &s, 31).await;
+    let undo = slow_idb_commits(1000);
+    let anew = s.send_as_new();
+    JsFuture::from(sleep(50)).await.unwrap();
+    let again = tried_again_and_stopped(&t);
+    JsFuture::from(sleep(50)).await.unwrap();
+    s.discard();
+    let anew = JsFuture::from(anew).await.expect_err("discarded");
+    assert_eq!(error_code(&anew), "discarded", "{}", error_message(&anew));
+    let _ = JsFuture::from(again).await;
+    JsFuture::from(sleep(2500)).await.unwrap();
+    undo.call0(&JsValue::NULL).unwrap();
+    still_pending_there(&case, &t, &old).await;
+    assert!(case.seen().is_empty(), "nothing sent: {:?}", case.keys());
 }

@@ -90,6 +90,8 @@ pub(crate) struct Uploads {
     /// key's is put over it, and until then the new key's `Forget` removes a record of either
     /// (another tab may write the old key's record again later: then it is that tab's).
     replaced: Option<Key>,
+    /// The key whose record's write has been made and not yet told of.
+    writing: Option<Key>,
 }
 
 fn db(d: &Driver) -> Option<IdbDatabase> {
@@ -305,7 +307,10 @@ pub(crate) fn persist(d: &Rc<Driver>, record: String, key: Key, only_of: Option<
                         json: true,
                     },
                 };
-                idb::put(&db, &d.name, &stored).await.map(|()| true)
+                d.uploads.borrow_mut().writing = Some(key.clone());
+                let put = idb::put(&db, &d.name, &stored).await;
+                d.uploads.borrow_mut().writing = None;
+                put.map(|()| true)
             }
             None => Ok(false),
         };
@@ -374,7 +379,9 @@ pub(crate) fn forget(d: &Driver, key: &Key) {
 /// looked at IndexedDB before the late `Forget` would take the record up and send it. IndexedDB
 /// carries out `readwrite` transactions of one store in the order they were made, so this
 /// removal comes after a write of the record already under way, and before anything looked at
-/// from now on; a write not begun yet is not made (see [`persist`]).
+/// from now on; a write not begun yet is not made (see [`persist`]). The key it replaced (sent
+/// as new) goes too only while its own record's write is not made: once it is, what is stored
+/// after it under the old key is another writer's.
 pub(crate) fn ended(d: &Driver, key: &Key, now: Option<Key>) {
     let removal = {
         let mut u = d.uploads.borrow_mut();
@@ -392,8 +399,10 @@ pub(crate) fn ended(d: &Driver, key: &Key, now: Option<Key>) {
                 }
                 None
             }
-            None => (u.blocked && u.in_idb.as_ref() == Some(key))
-                .then(|| [Some(key.clone()), u.replaced.clone()]),
+            None => (u.blocked && u.in_idb.as_ref() == Some(key)).then(|| {
+                let replaced = u.replaced.clone();
+                [Some(key.clone()), replaced.filter(|_| u.writing.as_ref() != Some(key))]
+            }),
         }
     };
     if let (Some(keys), Some(db)) = (removal, db(d)) {
