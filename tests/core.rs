@@ -1080,9 +1080,16 @@ fn a_restart_does_not_send_on_its_own_what_the_server_stopped() {
                 (Outcome::Unsure, Some(why))
             );
             // Try again is a person's (or caller's) decision: the same key, and the mark is
-            // cleared from the record it writes first.
+            // cleared from the record it writes first; never earlier than the server's
+            // Retry-After, though.
             s2.try_again(T0 + secs(10)).unwrap();
             d2.drain(&mut s2);
+            if why == GiveUp::RetryAfterBeyondCap {
+                assert!(d2.sent.is_empty(), "not before the server's time");
+                assert_eq!(s2.poll_timeout(), Some(T0 + secs(3600)));
+                s2.handle_timeout(T0 + secs(3600));
+                d2.drain(&mut s2);
+            }
             assert_eq!(d2.sent.len(), 1);
             assert_eq!(d2.last_sent().key, first.key);
             assert_eq!(d2.stored.as_ref().unwrap().stopped, None);
@@ -1228,6 +1235,56 @@ fn try_again_and_the_same_body_again_wait_for_the_server_s_retry_after() {
     d2.drain(&mut s2);
     assert!(d2.sent.is_empty(), "not before the server's time");
     assert_eq!(s2.poll_timeout(), Some(T0 + secs(20)));
+}
+
+#[test]
+fn try_again_waits_for_the_retry_after_of_the_answer_that_ended_the_round() {
+    // The answer that ended the round (its last attempt, a wait past the cap, or past the
+    // budget) gave a Retry-After; it was not written down, so "Try again" sent at once.
+    let one = RetryPolicy {
+        attempts: 1,
+        ..RetryPolicy::default()
+    };
+    let short_budget = RetryPolicy {
+        budget: secs(60),
+        ..RetryPolicy::default()
+    };
+    for (why, policy, retry_after) in [
+        ("the round's last attempt", one, 20u64),
+        ("past the cap", RetryPolicy::default(), 120),
+        ("past the budget", short_budget, 50),
+    ] {
+        let mut d = Driver::default();
+        let mut s = Submission::new("new-ticket", policy);
+        s.begin(T0, request(TICKET), bytes(1)).unwrap();
+        d.drain(&mut s);
+        let first = d.last_sent().clone();
+        let asked = retry_after.to_string();
+        let busy = Answer::from_response(
+            503,
+            [("Retry-After", asked.as_str())],
+            "",
+            "Idempotency-Key",
+        );
+        s.handle_answer(T0 + secs(30), first.id, &busy, 0);
+        d.drain(&mut s);
+        assert_eq!(s.state(), State::Unsure, "{why}");
+        let wanted = T0 + secs(30 + retry_after);
+        assert_eq!(
+            d.stored.as_ref().unwrap().not_before,
+            Some(wanted),
+            "{why}: written down, for a reload or restart"
+        );
+        s.try_again(T0 + secs(31)).unwrap();
+        d.drain(&mut s);
+        assert_eq!(d.sent.len(), 1, "{why}: not before the server's time");
+        assert_eq!(s.state(), State::Waiting, "{why}");
+        assert_eq!(s.poll_timeout(), Some(wanted), "{why}");
+        s.handle_timeout(wanted);
+        d.drain(&mut s);
+        assert_eq!(d.sent.len(), 2, "{why}");
+        assert_eq!(d.last_sent().key, first.key, "{why}");
+    }
 }
 
 #[test]

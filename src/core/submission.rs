@@ -620,7 +620,7 @@ impl Submission {
             },
             // Asked to resume, but its round was spent before the restart: it settles unsure
             // at once, so a caller waiting on it hears why.
-            (true, Some(why)) => self.give_up(why),
+            (true, Some(why)) => self.give_up(why, false),
             (false, _) => {
                 self.state = State::Unsure;
                 self.changed();
@@ -640,7 +640,7 @@ impl Submission {
         match classify(answer) {
             Verdict::Definite { outcome, replayed } => self.settle(outcome, replayed),
             Verdict::Retry { retry_after } => self.schedule(now, retry_after, jitter),
-            Verdict::Stop(why) => self.give_up(why),
+            Verdict::Stop(why) => self.give_up(why, false),
         }
     }
 
@@ -660,7 +660,7 @@ impl Submission {
         match classify_failure(failure) {
             Verdict::Retry { retry_after } => self.schedule(now, retry_after, jitter),
             Verdict::Definite { outcome, replayed } => self.settle(outcome, replayed),
-            Verdict::Stop(why) => self.give_up(why),
+            Verdict::Stop(why) => self.give_up(why, false),
         }
     }
 
@@ -942,15 +942,25 @@ impl Submission {
                 self.state = State::Waiting;
                 self.changed();
             }
-            Next::GiveUp(why) => self.give_up(why),
+            Next::GiveUp(why) => {
+                // The round ends, but the server's Retry-After still holds for "Try again" (see
+                // `new_round`), here or after a restart: never earlier than it said.
+                p.record.not_before = retry_after.map(|h| h.not_before(now));
+                let asked = p.record.not_before.is_some();
+                self.give_up(why, asked)
+            }
         }
     }
 
-    fn give_up(&mut self, why: GiveUp) {
+    /// Ends the round unsure; `changed`: the record changed since it was last written.
+    fn give_up(&mut self, why: GiveUp, changed: bool) {
         let Some(p) = &mut self.pending else { return };
-        if why.by_server() && p.record.stopped != Some(why) {
+        let stopped = why.by_server() && p.record.stopped != Some(why);
+        if stopped {
             // Written down, so that a restart does not send on its own what the server stopped.
             p.record.stopped = Some(why);
+        }
+        if stopped || changed {
             self.actions.push_back(Action::Persist(p.record.to_json()));
         }
         let settled = Settled {
