@@ -1085,6 +1085,11 @@ fn a_restart_does_not_send_on_its_own_what_the_server_stopped() {
             s2.try_again(T0 + secs(10)).unwrap();
             d2.drain(&mut s2);
             if why == GiveUp::RetryAfterBeyondCap {
+                // Nor waiting longer than the cap: unsure again, until the wait left is within.
+                assert!(d2.sent.is_empty(), "not before the server's time");
+                assert_eq!(s2.state(), State::Unsure);
+                s2.try_again(T0 + secs(3590)).unwrap();
+                d2.drain(&mut s2);
                 assert!(d2.sent.is_empty(), "not before the server's time");
                 assert_eq!(s2.poll_timeout(), Some(T0 + secs(3600)));
                 s2.handle_timeout(T0 + secs(3600));
@@ -1239,8 +1244,8 @@ fn try_again_and_the_same_body_again_wait_for_the_server_s_retry_after() {
 
 #[test]
 fn try_again_waits_for_the_retry_after_of_the_answer_that_ended_the_round() {
-    // The answer that ended the round (its last attempt, a wait past the cap, or past the
-    // budget) gave a Retry-After; it was not written down, so "Try again" sent at once.
+    // The answer that ended the round (its last attempt, a wait past the budget or the cap)
+    // gave a Retry-After; it was not written down, so "Try again" sent at once.
     let one = RetryPolicy {
         attempts: 1,
         ..RetryPolicy::default()
@@ -1249,10 +1254,11 @@ fn try_again_waits_for_the_retry_after_of_the_answer_that_ended_the_round() {
         budget: secs(60),
         ..RetryPolicy::default()
     };
-    for (why, policy, retry_after) in [
-        ("the round's last attempt", one, 20u64),
-        ("past the cap", RetryPolicy::default(), 120),
-        ("past the budget", short_budget, 50),
+    // (why, policy, answered at, Retry-After): the default cap is 30 s.
+    for (why, policy, answered, retry_after) in [
+        ("the round's last attempt", one, 30, 20u64),
+        ("past the budget", short_budget, 40, 25),
+        ("past the cap", RetryPolicy::default(), 30, 120),
     ] {
         let mut d = Driver::default();
         let mut s = Submission::new("new-ticket", policy);
@@ -1266,18 +1272,28 @@ fn try_again_waits_for_the_retry_after_of_the_answer_that_ended_the_round() {
             "",
             "Idempotency-Key",
         );
-        s.handle_answer(T0 + secs(30), first.id, &busy, 0);
+        s.handle_answer(T0 + secs(answered), first.id, &busy, 0);
         d.drain(&mut s);
         assert_eq!(s.state(), State::Unsure, "{why}");
-        let wanted = T0 + secs(30 + retry_after);
+        let wanted = T0 + secs(answered + retry_after);
         assert_eq!(
             d.stored.as_ref().unwrap().not_before,
             Some(wanted),
             "{why}: written down, for a reload or restart"
         );
-        s.try_again(T0 + secs(31)).unwrap();
+        s.try_again(T0 + secs(answered + 1)).unwrap();
         d.drain(&mut s);
         assert_eq!(d.sent.len(), 1, "{why}: not before the server's time");
+        if retry_after - 1 > policy.cap.as_secs() {
+            // Nor waiting longer than the cap: unsure again, saying why, until the wait left
+            // is within it.
+            assert_eq!(s.state(), State::Unsure, "{why}");
+            let settled = d.settled.last().unwrap();
+            assert_eq!(settled.gave_up, Some(GiveUp::RetryAfterBeyondCap), "{why}");
+            s.try_again(T0 + secs(answered + retry_after - 10)).unwrap();
+            d.drain(&mut s);
+            assert_eq!(d.sent.len(), 1, "{why}: not before the server's time");
+        }
         assert_eq!(s.state(), State::Waiting, "{why}");
         assert_eq!(s.poll_timeout(), Some(wanted), "{why}");
         s.handle_timeout(wanted);

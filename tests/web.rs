@@ -910,12 +910,13 @@ async fn a_discard_forgets_the_pending_submission_and_the_next_gets_a_new_key() 
 }
 
 #[test]
-async fn resume_resends_a_pending_submission_at_once_and_submit_joins_it() {
+async fn resume_resends_a_pending_submission_by_itself_and_submit_joins_it() {
     let case = Case::new("resume");
     let key = leave_pending(&case).await;
     let s = case.submitter(r#""resume":true"#);
-    assert_eq!(state(&s), "sending", "resent at once");
-    // The same body joins the attempt under way: no second request.
+    // Resent by itself, once the Retry-After (1 s) of the 503 that ended its round is past.
+    assert_eq!(state(&s), "waiting", "not before the server's time");
+    // The same body joins it: no second request.
     let result = submit(&s, TICKET).await;
     assert_eq!(text(&result, "outcome"), "succeeded");
     assert_eq!(text(&result, "key"), key);

@@ -869,6 +869,11 @@ impl Submission {
             {
                 self.expire()
             }
+            // Nor longer than the cap: unsure again at once, for now, as the answer that asked
+            // for it made it. Once the wait left is within the cap, it waits.
+            Some(t) if t.saturating_since(now) > self.policy.cap => {
+                self.give_up(GiveUp::RetryAfterBeyondCap, false)
+            }
             Some(t) => {
                 if let Some(p) = &mut self.pending {
                     p.wake_at = Some(t);
