@@ -396,6 +396,58 @@ fn a_claim_by_name_ends_a_set_aside_time() {
 }
 
 #[tokio::test]
+async fn a_discarded_record_nobody_can_read_is_moved_aside_not_deleted() {
+    // An operator discards a name whose record no client can read (another writer's version,
+    // or damaged): it was deleted, where every other path moves such a record aside for
+    // someone to look at (CONTRACT.md section 5).
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("pending.db");
+    let unreadable = [
+        (
+            "payout-77",
+            "{\"v\":2,\"note\":\"written by something newer\"}",
+        ),
+        ("payout-78", "{\"v\":1,\"key\":"),
+    ];
+    for store in [
+        Arc::new(MemoryStore::new()) as Arc<dyn Store>,
+        Arc::new(SqliteStore::open(&path).unwrap()),
+    ] {
+        for (name, record) in unreadable {
+            let lease = oncekey::Lease {
+                owner: "other".into(),
+                until: oncekey::Timestamp::from_millis(1),
+            };
+            store
+                .claim(name, &lease, oncekey::Timestamp::from_millis(0))
+                .unwrap();
+            store.save(name, record, &lease).unwrap();
+            store.release(name, "other").unwrap();
+        }
+        let client = Client::builder()
+            .shared_store(store.clone())
+            .build()
+            .unwrap();
+        for (name, _) in unreadable {
+            assert!(
+                client.discard(name).await.unwrap(),
+                "{name}: one was stored"
+            );
+        }
+        assert!(
+            client.pending().await.unwrap().is_empty(),
+            "the names are free"
+        );
+        let moved = client.quarantined().await.unwrap();
+        let kept: Vec<_> = moved
+            .iter()
+            .map(|q| (q.name.as_str(), q.record.as_str()))
+            .collect();
+        assert_eq!(kept, unreadable, "kept as they were stored");
+    }
+}
+
+#[tokio::test]
 async fn discard_is_refused_while_this_client_is_sending_it() {
     // discard() claimed the lease (its own client's) and removed the record while the attempt
     // was out: the flight's next save failed as if another client had taken it over, and a new

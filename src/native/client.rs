@@ -37,6 +37,16 @@ pub(super) fn now() -> Timestamp {
     Timestamp::from_millis(ms)
 }
 
+/// The record stored under `name`, or why no client can use it (it is not a readable record,
+/// or it is another submission's): such a record is moved aside, never sent or deleted.
+pub(super) fn read_stored(name: &str, text: &str) -> std::result::Result<Record, String> {
+    match Record::from_json(text) {
+        Ok(record) if record.name == name => Ok(record),
+        Ok(record) => Err(format!("it belongs to the submission {:?}", record.name)),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
 /// A uniform draw for the backoff's jitter, drawn for every answer. Jitter spreads retries, it
 /// keeps nothing secret: a xorshift generator per thread, seeded once from the OS, rather than a
 /// system call per answer. A failing OS generator only makes the jitter predictable, never the
@@ -253,12 +263,36 @@ impl Client {
     /// still be carried out: wait for its settlement) or starting or settling it, and while
     /// another client holds its lease; a send of the name started meanwhile waits for the
     /// discard. Answers whether one was stored.
+    ///
+    /// A record no client can read is moved aside to the store's quarantine with a warning,
+    /// never deleted (CONTRACT.md section 5), as a send or resume of it would; a store with no
+    /// quarantine removes it (the way its error names for going on).
     pub async fn discard(&self, name: &str) -> Result<bool> {
         // Held for the whole call (see `Flights::hold`).
         let _hold = self.inner.flights.hold(name)?;
         let record = self.claim(name).await?;
-        let n = name.to_owned();
         let owner = self.inner.owner.clone();
+        if let Some(Err(why)) = record.as_deref().map(|r| read_stored(name, r)) {
+            let (n, owner, reason) = (name.to_owned(), owner.clone(), why.clone());
+            let moved = self
+                .store_call(move |s| s.quarantine(&n, &owner, &reason, now()))
+                .await;
+            let moved = match moved {
+                Ok(moved) => moved,
+                Err(e) => {
+                    self.release(name, None).await;
+                    return Err(e);
+                }
+            };
+            if moved {
+                tracing::warn!(
+                    name,
+                    "the discarded record cannot be read ({why}); moved aside to the store's quarantine (oncekey list --quarantined), not deleted"
+                );
+                return Ok(true);
+            }
+        }
+        let n = name.to_owned();
         self.store_call(move |s| s.remove(&n, &owner)).await?;
         Ok(record.is_some())
     }

@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio::sync::{watch, Notify};
 
-use super::client::{now, random_key_bytes, Client};
+use super::client::{now, random_key_bytes, read_stored, Client};
 use super::error::{Error, Result};
 use super::settlement::Settlement;
 use super::store::{Claim, StoreAnswer, StoreCall};
@@ -323,14 +323,10 @@ impl Client {
             }
             job => (job, self.claim(name).await?),
         };
-        let record = match stored.as_deref().map(Record::from_json) {
+        let record = match stored.as_deref().map(|text| read_stored(name, text)) {
             None => None,
-            Some(Ok(record)) if record.name == name => Some(record),
-            Some(Ok(record)) => {
-                let why = format!("it belongs to the submission {:?}", record.name);
-                return Err(self.quarantine(name, &why).await);
-            }
-            Some(Err(e)) => return Err(self.quarantine(name, &e.to_string()).await),
+            Some(Ok(record)) => Some(record),
+            Some(Err(why)) => return Err(self.quarantine(name, &why).await),
         };
         match set_up(name, self.inner.policy, now(), job, new_key, record) {
             Ok(Some(sub)) => {
