@@ -39,9 +39,11 @@
 //!   `pg_terminate_backend`) does not fail the call that finds it: the call runs again, once, on
 //!   a new connection, when running it again cannot do it twice (`PostgresStore::with` and
 //!   `PostgresStore::in_transaction` say which calls, and why).
-//! - Durability is PostgreSQL's: a record is committed (with the server's `synchronous_commit`)
-//!   before the attempt it covers is sent. The removal after a definite answer commits with
-//!   `synchronous_commit = off`, and is made durable by the next synchronous commit's flush.
+//! - Durability is PostgreSQL's: a record is committed, and flushed, before the attempt it
+//!   covers is sent (a `synchronous_commit = off` of the database, role or server is turned on
+//!   for the store's connections; a stronger setting is kept). The removal after a definite
+//!   answer commits with `synchronous_commit = off`, and is made durable by the next synchronous
+//!   commit's flush.
 //!
 //! Connections are plain TCP or Unix sockets (`NoTls`): run it on a private network or a
 //! loopback. Secrets never reach the table (CONTRACT.md section 5), but request bodies do.
@@ -382,13 +384,31 @@ impl PostgresStore {
             if pool.open < self.max_connections {
                 pool.open += 1;
                 drop(pool);
-                return self.config.connect(NoTls).map_err(|e| {
-                    self.closed();
-                    self.failed("reached", e)
-                });
+                return self.open();
             }
             pool = self.freed.wait(pool).unwrap_or_else(|e| e.into_inner());
         }
+    }
+
+    /// A new connection whose commits are flushed before they are answered: a database,
+    /// role or server configured with `synchronous_commit = off` would otherwise acknowledge a
+    /// record, and its attempt be sent, before it is durable (CONTRACT.md section 5). A
+    /// stronger setting (`remote_apply`, say) is kept; `remove` turns it off for itself.
+    fn open(&self) -> Result<postgres::Client> {
+        let durable = |mut conn: postgres::Client| {
+            conn.batch_execute(
+                "SELECT set_config('synchronous_commit', 'on', false) \
+                 WHERE current_setting('synchronous_commit') = 'off'",
+            )
+            .map(|()| conn)
+        };
+        self.config
+            .connect(NoTls)
+            .and_then(durable)
+            .map_err(|e| {
+                self.closed();
+                self.failed("reached", e)
+            })
     }
 
     fn put_back(&self, conn: postgres::Client) {
@@ -983,6 +1003,32 @@ mod tests {
             Claim::Taken(Some("{r}".into())),
             "the host behind sees the run-out lease as run out"
         );
+    }
+
+    #[test]
+    fn a_record_is_committed_durably_whatever_the_database_says() {
+        // A DBA's `synchronous_commit = off` (a common tuning) made every save an
+        // asynchronous commit: a record could be acknowledged, and its attempt sent, before it
+        // was flushed. A stronger setting is left as it is.
+        let Some(url) = fresh_database("a_record_is_committed_durably_whatever_the_database_says")
+        else {
+            return;
+        };
+        let name = url.rsplit_once('/').unwrap().1.to_owned();
+        let mut admin = postgres::Client::connect(&url, NoTls).unwrap();
+        for (set, want) in [("off", "on"), ("remote_apply", "remote_apply"), ("local", "local")] {
+            admin
+                .batch_execute(&format!("ALTER DATABASE {name} SET synchronous_commit = {set}"))
+                .unwrap();
+            let store = PostgresStore::connect(&url).unwrap();
+            let mut conn = store.connection().unwrap();
+            let now: String = conn
+                .query_one("SHOW synchronous_commit", &[])
+                .unwrap()
+                .get(0);
+            assert_eq!(now, want, "the database says {set}");
+            store.put_back(conn);
+        }
     }
 
     #[test]
