@@ -402,13 +402,10 @@ impl PostgresStore {
             )
             .map(|()| conn)
         };
-        self.config
-            .connect(NoTls)
-            .and_then(durable)
-            .map_err(|e| {
-                self.closed();
-                self.failed("reached", e)
-            })
+        self.config.connect(NoTls).and_then(durable).map_err(|e| {
+            self.closed();
+            self.failed("reached", e)
+        })
     }
 
     fn put_back(&self, conn: postgres::Client) {
@@ -1016,9 +1013,15 @@ mod tests {
         };
         let name = url.rsplit_once('/').unwrap().1.to_owned();
         let mut admin = postgres::Client::connect(&url, NoTls).unwrap();
-        for (set, want) in [("off", "on"), ("remote_apply", "remote_apply"), ("local", "local")] {
+        for (set, want) in [
+            ("off", "on"),
+            ("remote_apply", "remote_apply"),
+            ("local", "local"),
+        ] {
             admin
-                .batch_execute(&format!("ALTER DATABASE {name} SET synchronous_commit = {set}"))
+                .batch_execute(&format!(
+                    "ALTER DATABASE {name} SET synchronous_commit = {set}"
+                ))
                 .unwrap();
             let store = PostgresStore::connect(&url).unwrap();
             let mut conn = store.connection().unwrap();

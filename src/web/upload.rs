@@ -401,7 +401,10 @@ pub(crate) fn ended(d: &Driver, key: &Key, now: Option<Key>) {
             }
             None => (u.blocked && u.in_idb.as_ref() == Some(key)).then(|| {
                 let replaced = u.replaced.clone();
-                [Some(key.clone()), replaced.filter(|_| u.writing.as_ref() != Some(key))]
+                [
+                    Some(key.clone()),
+                    replaced.filter(|_| u.writing.as_ref() != Some(key)),
+                ]
             }),
         }
     };
