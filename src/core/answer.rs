@@ -171,9 +171,9 @@ impl Answer {
             let value = value.trim();
             // A malformed value is ignored, not taken for "none": an earlier good one stands.
             if name.eq_ignore_ascii_case("retry-after") {
-                retry_after = RetryAfter::parse(value).or(retry_after);
+                retry_after = later(retry_after, RetryAfter::parse(value));
             } else if name.eq_ignore_ascii_case("retry-after-ms") {
-                retry_after_ms = RetryAfter::parse_ms(value).or(retry_after_ms);
+                retry_after_ms = later(retry_after_ms, RetryAfter::parse_ms(value));
             } else if name.eq_ignore_ascii_case("stripe-should-retry")
                 || name.eq_ignore_ascii_case("x-should-retry")
             {
@@ -188,22 +188,28 @@ impl Answer {
                 answer.replayed |= value.eq_ignore_ascii_case("replayed");
             }
         }
-        // Both: never earlier than either says. Two delays, the longer (`retry-after-ms` is the
-        // precise one, `Retry-After` its whole seconds rounded up); a date, which cannot be
-        // compared here without the time, is the standard header's and stands.
-        answer.retry_after = match (retry_after_ms, retry_after) {
-            (Some(RetryAfter::Delay(ms)), Some(RetryAfter::Delay(secs))) => {
-                Some(RetryAfter::Delay(ms.max(secs)))
-            }
-            (ms, None) => ms,
-            (_, given) => given,
-        };
+        // Both: never earlier than either says (`retry-after-ms` is the precise one,
+        // `Retry-After` its whole seconds rounded up).
+        answer.retry_after = later(retry_after_ms, retry_after);
         if status == 400 {
             let body = body.to_ascii_lowercase();
             let header = key_header.to_ascii_lowercase();
             answer.names_key = contains(&body, &header) || contains(&body, "idempotency");
         }
         answer
+    }
+}
+
+/// Of two server hints (a header given twice, or both headers), the one never earlier than the
+/// other: the longer of two delays, the later of two dates. A delay and a date cannot be
+/// compared without the time; the second given (the standard header's) stands.
+fn later(a: Option<RetryAfter>, b: Option<RetryAfter>) -> Option<RetryAfter> {
+    match (a, b) {
+        (Some(RetryAfter::Delay(a)), Some(RetryAfter::Delay(b))) => {
+            Some(RetryAfter::Delay(a.max(b)))
+        }
+        (Some(RetryAfter::At(a)), Some(RetryAfter::At(b))) => Some(RetryAfter::At(a.max(b))),
+        (a, b) => b.or(a),
     }
 }
 
@@ -451,6 +457,16 @@ mod tests {
         // A date in the past means "now".
         let past = RetryAfter::At(Timestamp::from_millis(5));
         assert_eq!(past.not_before(now), now);
+        let dates = Answer::from_response(
+            429,
+            [
+                ("retry-after", "Sun, 06 Nov 1994 08:49:37 GMT"),
+                ("retry-after", "Sun, 06 Nov 1994 08:49:30 GMT"),
+            ],
+            "",
+            "k",
+        );
+        assert_eq!(dates.retry_after, date.retry_after, "the later date");
         let ms = Answer::from_response(
             429,
             [("retry-after-ms", "1500.2"), ("Retry-After", "1")],
@@ -461,10 +477,13 @@ mod tests {
             ms.retry_after,
             Some(RetryAfter::Delay(Duration::from_millis(1501)))
         );
-        // The two disagree: never earlier than either. A malformed repeat leaves a good one.
+        // The two disagree: never earlier than either. A malformed repeat leaves a good one,
+        // and a shorter repeat a longer one.
         for headers in [
             [("retry-after-ms", "1500"), ("Retry-After", "9")],
             [("Retry-After", "9"), ("retry-after", "soon")],
+            [("Retry-After", "9"), ("retry-after", "2")],
+            [("retry-after-ms", "9000"), ("retry-after-ms", "10")],
         ] {
             let a = Answer::from_response(503, headers, "", "k");
             let want = RetryAfter::Delay(Duration::from_secs(9));
