@@ -1303,6 +1303,72 @@ fn try_again_waits_for_the_retry_after_of_the_answer_that_ended_the_round() {
     }
 }
 
+/// A submission whose one answer, at T0 + 1 s, asked for `retry_after` seconds beyond the cap
+/// (30 s): unsure, with nothing more sent.
+fn asked_beyond_the_cap(d: &mut Driver, retry_after: &str) -> Submission {
+    let mut s = Submission::new("new-ticket", RetryPolicy::default());
+    s.begin(T0, request(TICKET), bytes(1)).unwrap();
+    d.drain(&mut s);
+    let first = d.last_sent().clone();
+    let busy = Answer::from_response(503, [("Retry-After", retry_after)], "", "Idempotency-Key");
+    s.handle_answer(T0 + secs(1), first.id, &busy, 0);
+    d.drain(&mut s);
+    assert_eq!(s.state(), State::Unsure);
+    s
+}
+
+#[test]
+fn a_try_again_offline_never_waits_longer_than_the_cap_online_or_after_a_reload() {
+    // Pressed offline, Try again began a round waiting for the connection, with the
+    // server's hour still in its record: back online, or reloaded with resume, it waited
+    // that hour (the form locked), longer than the cap.
+    let mut d = Driver::default();
+    let mut s = asked_beyond_the_cap(&mut d, "3600");
+    s.handle_online(T0 + secs(2), false);
+    s.try_again(T0 + secs(3)).unwrap();
+    d.drain(&mut s);
+    assert_eq!(
+        s.state(),
+        State::Unsure,
+        "unsure again at once, offline too"
+    );
+    let gave_up = d.settled.last().unwrap().gave_up;
+    assert_eq!(gave_up, Some(GiveUp::RetryAfterBeyondCap));
+    s.handle_online(T0 + secs(4), true);
+    d.drain(&mut s);
+    assert_eq!(
+        s.state(),
+        State::Unsure,
+        "back online: still unsure, not waiting"
+    );
+    // A reload with resume finds the round the server ended: unsure again, nothing sent.
+    let stored = d.stored.clone().unwrap();
+    assert_eq!(stored.stopped, Some(GiveUp::RetryAfterBeyondCap));
+    let mut d2 = Driver::default();
+    let mut s2 = Submission::new("new-ticket", RetryPolicy::default());
+    s2.restore(T0 + secs(5), stored, true).unwrap();
+    d2.drain(&mut s2);
+    assert_eq!(s2.state(), State::Unsure);
+    assert!(d2.sent.is_empty() && d.sent.len() == 1, "nothing more sent");
+}
+
+#[test]
+fn a_retry_after_longer_than_the_key_s_life_leaves_try_again_unsure_not_expired() {
+    // A 503 asking for two days (a quota): Try again a second later settled expired a key
+    // with a day of life left, which a reload then showed unsure again.
+    let mut d = Driver::default();
+    let mut s = asked_beyond_the_cap(&mut d, "172800");
+    s.try_again(T0 + secs(2)).unwrap();
+    d.drain(&mut s);
+    assert_eq!(s.state(), State::Unsure);
+    let settled = d.settled.last().unwrap();
+    assert_eq!(
+        (settled.outcome, settled.gave_up),
+        (Outcome::Unsure, Some(GiveUp::RetryAfterBeyondCap))
+    );
+    assert_eq!(d.sent.len(), 1, "nothing more sent");
+}
+
 #[test]
 fn a_record_whose_first_attempt_is_in_the_future_is_not_sent() {
     // A startedAt far ahead (a corrupt record, or a clock far off) pushed the key's deadline

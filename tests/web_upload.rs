@@ -170,10 +170,13 @@ impl Case {
         }
     }
 
+    /// A submitter of the case's name and tenant, with `extra` options. Its cap is above the
+    /// server's fail-before Retry-After (1 s), which a shorter cap would not wait for (a round
+    /// ended by it, resumed or tried again, would be unsure again at once).
     fn submitter(&self, extra: &str) -> Submitter {
         let sep = if extra.is_empty() { "" } else { "," };
         let options = JSON::parse(&format!(
-            r#"{{"url":"{}/api/tickets","headers":{{"X-Tenant":"{}"}},"retry":{{"base":20,"cap":500}}{sep}{extra}}}"#,
+            r#"{{"url":"{}/api/tickets","headers":{{"X-Tenant":"{}"}},"retry":{{"base":20,"cap":2000}}{sep}{extra}}}"#,
             server(),
             self.tenant
         ))

@@ -349,6 +349,19 @@ struct Pending {
     last_status: Option<u16>,
 }
 
+/// What the server's last `Retry-After` (the record's `notBefore`) says of sending now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ServerWait {
+    /// Nothing holds it back.
+    None,
+    /// Not before this time, within the cap and the key's lifetime.
+    Until(Timestamp),
+    /// The time left is beyond the cap: waited for by nobody (CONTRACT.md section 2).
+    BeyondCap,
+    /// Past the key's lifetime: it can never be sent.
+    PastDeadline,
+}
+
 impl Pending {
     fn new(record: Record) -> Pending {
         Pending {
@@ -607,16 +620,11 @@ impl Submission {
         }
         match (resume, spent) {
             // The server's Retry-After, given before the restart, still holds.
-            (true, None) => match self.pending.as_mut().and_then(|p| {
-                let t = p.record.not_before.filter(|t| *t > now && self.online)?;
-                p.wake_at = Some(t);
-                Some(t)
-            }) {
-                Some(_) => {
-                    self.state = State::Waiting;
-                    self.changed();
-                }
-                None => self.send_next(now),
+            (true, None) => match self.server_wait(now) {
+                ServerWait::BeyondCap => self.give_up(GiveUp::RetryAfterBeyondCap, false),
+                ServerWait::PastDeadline => self.expire(),
+                ServerWait::Until(t) if self.online => self.wait_until(t, false),
+                _ => self.send_next(now),
             },
             // Asked to resume, but its round was spent before the restart: it settles unsure
             // at once, so a caller waiting on it hears why.
@@ -711,13 +719,11 @@ impl Submission {
         if p.record.is_expired(now) {
             return self.expire();
         }
-        match p.record.not_before.filter(|t| *t > now) {
-            Some(t) => {
-                p.wake_at = Some(t);
-                self.actions.push_back(Action::Persist(p.record.to_json()));
-                self.changed();
-            }
-            None => self.send_next(now),
+        match self.server_wait(now) {
+            ServerWait::BeyondCap => self.give_up(GiveUp::RetryAfterBeyondCap, false),
+            ServerWait::PastDeadline => self.expire(),
+            ServerWait::Until(t) => self.wait_until(t, true),
+            ServerWait::None => self.send_next(now),
         }
     }
 
@@ -847,43 +853,53 @@ impl Submission {
     }
 
     fn new_round(&mut self, now: Timestamp) {
+        // A Retry-After the server gave still holds, deliberate as a new round is: never
+        // earlier than it said, and never a wait longer than the cap (CONTRACT.md section 2).
+        // While the time left is beyond the cap, it is unsure again at once, as the answer
+        // that asked for it made it, offline too: nothing begins and nothing is written.
+        let wait = self.server_wait(now);
+        if wait == ServerWait::BeyondCap {
+            return self.give_up(GiveUp::RetryAfterBeyondCap, false);
+        }
         let online = self.online;
-        let mut wait = None;
         if let Some(p) = &mut self.pending {
             p.record.round_started_at = now;
             p.record.round_attempts = 0;
             p.record.offline = Duration::ZERO;
             p.record.offline_since = (!online).then_some(now);
             p.record.stopped = None;
-            // A Retry-After the server gave still holds, deliberate as a new round is: never
-            // earlier than it said (CONTRACT.md section 2). Offline, `send_next` waits for the
-            // connection, and `handle_online` for this time.
-            wait = p.record.not_before.filter(|t| *t > now && online);
         }
         match wait {
-            Some(t)
-                if self
-                    .pending
-                    .as_ref()
-                    .is_some_and(|p| t > p.record.key_deadline()) =>
-            {
-                self.expire()
-            }
-            // Nor longer than the cap: unsure again at once, for now, as the answer that asked
-            // for it made it. Once the wait left is within the cap, it waits.
-            Some(t) if t.saturating_since(now) > self.policy.cap => {
-                self.give_up(GiveUp::RetryAfterBeyondCap, false)
-            }
-            Some(t) => {
-                if let Some(p) = &mut self.pending {
-                    p.wake_at = Some(t);
-                    self.actions.push_back(Action::Persist(p.record.to_json()));
-                }
-                self.state = State::Waiting;
-                self.changed();
-            }
-            None => self.send_next(now),
+            ServerWait::PastDeadline => self.expire(),
+            // Offline, `send_next` waits for the connection, and `handle_online` for this time.
+            ServerWait::Until(t) if online => self.wait_until(t, true),
+            _ => self.send_next(now),
         }
+    }
+
+    /// What the server's last `Retry-After` says of sending the pending submission at `now`.
+    fn server_wait(&self, now: Timestamp) -> ServerWait {
+        let Some(p) = &self.pending else {
+            return ServerWait::None;
+        };
+        match p.record.not_before.filter(|t| *t > now) {
+            None => ServerWait::None,
+            Some(t) if t.saturating_since(now) > self.policy.cap => ServerWait::BeyondCap,
+            Some(t) if t > p.record.key_deadline() => ServerWait::PastDeadline,
+            Some(t) => ServerWait::Until(t),
+        }
+    }
+
+    /// Waits for the server's time `t` ([`ServerWait::Until`]), writing the record first when
+    /// it changed (`persist`).
+    fn wait_until(&mut self, t: Timestamp, persist: bool) {
+        let Some(p) = &mut self.pending else { return };
+        p.wake_at = Some(t);
+        if persist {
+            self.actions.push_back(Action::Persist(p.record.to_json()));
+        }
+        self.state = State::Waiting;
+        self.changed();
     }
 
     /// Sends the next attempt, unless the key is past its lifetime (then it expires) or the
@@ -950,7 +966,7 @@ impl Submission {
             Next::GiveUp(why) => {
                 // The round ends, but the server's Retry-After still holds for "Try again" (see
                 // `new_round`), here or after a restart: never earlier than it said.
-                p.record.not_before = retry_after.map(|h| h.not_before(now));
+                p.record.not_before = retry_after.map(|h| h.not_before(now)).filter(|t| *t > now);
                 let asked = p.record.not_before.is_some();
                 self.give_up(why, asked)
             }
