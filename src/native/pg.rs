@@ -43,7 +43,9 @@
 //!   covers is sent (a `synchronous_commit = off` of the database, role or server is turned on
 //!   for the store's connections; a stronger setting is kept). The removal after a definite
 //!   answer commits with `synchronous_commit = off`, and is made durable by the next synchronous
-//!   commit's flush.
+//!   commit's flush. That setting is the session's: connect directly or through a pooler in
+//!   session mode, as a transaction-pooling one (PgBouncer's `pool_mode = transaction`) keeps
+//!   no session's settings.
 //!
 //! Connections are plain TCP or Unix sockets (`NoTls`): run it on a private network or a
 //! loopback. Secrets never reach the table (CONTRACT.md section 5), but request bodies do.
