@@ -688,6 +688,93 @@ async fn a_refusal_marks_the_invalid_field_and_moves_the_focus_to_it() {
 }
 
 #[test]
+async fn a_refusal_marks_and_focuses_the_visible_field_not_its_hidden_twin() {
+    // A hidden field before the one the person fills, under one name (Rails' check_box
+    // pattern): the note, aria-invalid and the focus went to the hidden one, and the focus
+    // stayed on the page's body.
+    let case = Case::new("refused-twin");
+    let form = case.form(r#"<input type="hidden" name="email" value="">"#);
+    let _kit = case.attach(&form, 8);
+    fill_ticket(&form, "Twin");
+    form.request_submit().unwrap();
+    settled(&form, "refused").await;
+    let visible: Element = form
+        .query_selector("input[name=email]:not([type=hidden])")
+        .unwrap()
+        .unwrap();
+    let hidden: Element = form
+        .query_selector("input[name=email][type=hidden]")
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        visible.get_attribute("aria-invalid").as_deref(),
+        Some("true")
+    );
+    assert_eq!(hidden.get_attribute("aria-invalid"), None);
+    assert_eq!(focused(), Some(visible));
+    assert_eq!(case.count("tickets").await, 0.0);
+    form.remove();
+}
+
+#[test]
+async fn an_image_submit_button_is_enabled_by_the_kit_and_locked_while_sending() {
+    // `<input type=image>` is not in form.elements: a markup-only form whose image button
+    // waited for the kit (disabled, data-oncekey-wait) stayed disabled for good, and an enabled
+    // one was not locked while sending (a click then was a silent Try again).
+    let case = Case::new("image-button");
+    let form = case
+        .form(r#"<input type="image" name="go" alt="Go" src="data:," disabled data-oncekey-wait>"#);
+    let _kit = case.attach(&form, 8);
+    let image = "input[type=image]";
+    assert!(!disabled(&form, image), "enabled once the kit is attached");
+    fill_ticket(&form, "Image");
+    case.plan(&["delay=500"]);
+    let go: HtmlElement = form
+        .query_selector(image)
+        .unwrap()
+        .unwrap()
+        .unchecked_into();
+    go.click();
+    assert_eq!(state(&form), "sending");
+    assert!(disabled(&form, image), "locked with the fields");
+    settled(&form, "succeeded").await;
+    assert!(!disabled(&form, image), "unlocked after the answer");
+    assert_eq!(case.keys().len(), 1);
+    assert_eq!(case.count("tickets").await, 1.0);
+    form.remove();
+}
+
+#[test]
+async fn a_dialog_s_cancel_button_sends_nothing_and_another_formaction_is_refused() {
+    // A button with formmethod="dialog" closes its dialog: nothing is submitted. The kit sent
+    // the form as a ticket under a new key. A button with a formaction of its own (Save draft)
+    // went to the form's address.
+    let case = Case::new("button-elsewhere");
+    let form = case.form(concat!(
+        r#"<button type="submit" formmethod="dialog" formnovalidate value="cancel">Cancel</button>"#,
+        r#"<button type="submit" formaction="/api/drafts">Save draft</button>"#,
+    ));
+    let _kit = case.attach(&form, 8);
+    fill_ticket(&form, "Not now");
+    button(&form, "Cancel").unwrap().click();
+    JsFuture::from(sleep(300)).await.unwrap();
+    assert_eq!(state(&form), "idle");
+    assert_eq!(field(&form, "subject").value(), "Not now");
+    button(&form, "Save draft").unwrap().click();
+    JsFuture::from(sleep(300)).await.unwrap();
+    assert_eq!(state(&form), "idle");
+    let said = status_text(&form);
+    assert!(
+        said.contains("formaction") && said.contains("/api/drafts"),
+        "{said}"
+    );
+    assert!(!disabled(&form, "[name=subject]"), "the form as it was");
+    assert!(case.keys().is_empty(), "nothing sent: {:?}", case.keys());
+    assert_eq!(case.count("tickets").await, 0.0);
+    form.remove();
+}
+
+#[test]
 async fn a_status_text_holding_html_is_shown_as_text() {
     let case = Case::new("html");
     let form = case.form("");

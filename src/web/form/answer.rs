@@ -132,7 +132,12 @@ pub(crate) fn show_problem(
         let name = name.trim_start_matches('/');
         let reason = first_string(p, &["reason", "message", "detail"])
             .unwrap_or_else(|| m.text(Message::FieldReason));
-        let Some(field) = named_controls(form, name).into_iter().next() else {
+        // The one the person fills: a hidden field of the same name before it (Rails'
+        // check_box pattern) can be neither marked for them nor focused.
+        let visible = named_controls(form, name)
+            .into_iter()
+            .find(|el| !attr(el, "type").is_some_and(|t| t.eq_ignore_ascii_case("hidden")));
+        let Some(field) = visible else {
             continue;
         };
         let safe: String = name

@@ -86,9 +86,19 @@ pub(super) fn items(list: &JsValue) -> Vec<Element> {
         .collect()
 }
 
-/// The form's controls, in document order.
+/// The form's controls, in document order, then its image buttons (`<input type=image>`, in
+/// the form or naming it with `form=`), which `form.elements` leaves out: they are submit
+/// buttons all the same, to lock and unlock.
 pub(super) fn controls(form: &JsValue) -> Vec<Element> {
-    items(&get(form, "elements"))
+    let mut all = items(&get(form, "elements"));
+    let document = get(form, "ownerDocument");
+    let images = select_all(&document, "input[type=image]");
+    all.extend(
+        images
+            .into_iter()
+            .filter(|image| get(image, "form") == *form),
+    );
+    all
 }
 
 /// `parent.querySelectorAll(selector)`'s elements.

@@ -229,8 +229,13 @@ impl Kit {
     fn on_event(kit: &Rc<Kit>, event: &Event) {
         match text(event, "type").as_deref() {
             Some("submit") => {
+                let button = get(event, "submitter");
+                // It closes its dialog: no submission, the browser's to carry out.
+                if closes_dialog(&button) {
+                    return;
+                }
                 run(event, "preventDefault");
-                return Kit::on_submit(kit, &get(event, "submitter"));
+                return Kit::on_submit(kit, &button);
             }
             // The person is about to fill the form: the key of its submit is drawn ahead, with
             // its Web Lock, out of the submit's way (`spare.rs`).
@@ -365,8 +370,12 @@ impl Kit {
     }
 
     fn begin(kit: &Rc<Kit>, submitter: &JsValue) {
-        if kit.in_flight.get() {
+        if kit.in_flight.get() || closes_dialog(submitter) {
             return;
+        }
+        if let Some(why) = elsewhere(&kit.form, submitter) {
+            web_sys::console::error_1(&JsValue::from_str(&concat(&["oncekey: ", &why])));
+            return kit.say(&why);
         }
         if kit.marked.replace(false) {
             clear_field_errors(&kit.form);
@@ -614,4 +623,41 @@ pub(crate) fn waiting_for(why: WaitingFor) -> &'static str {
         WaitingFor::Timer(_) => "retry",
         WaitingFor::Online => "online",
     }
+}
+
+/// Whether the pressed `button` has `formmethod="dialog"`: it closes the form's dialog, and
+/// submits nothing (a Cancel button), so the kit sends nothing either.
+fn closes_dialog(button: &JsValue) -> bool {
+    attr(button, "formmethod").is_some_and(|m| m.eq_ignore_ascii_case("dialog"))
+}
+
+/// Why the kit does not send what the pressed `button` asks for: its `formaction` or
+/// `formmethod` names another address or method than the form's, and the kit sends every
+/// submission of the form one way (a "Save draft" button would have gone to the form's
+/// address). `None` when it asks for nothing else.
+fn elsewhere(form: &HtmlFormElement, button: &JsValue) -> Option<String> {
+    let refused = |what: &str, asked: &str| {
+        Some(concat(&[
+            "this button's ",
+            what,
+            " is ",
+            &quoted(asked),
+            ", but the form kit sends every submission of this form to one address, one way: nothing was sent",
+        ]))
+    };
+    if let Some(asked) = attr(button, "formaction") {
+        // Both resolved against the page, as the browser would submit them (the attribute
+        // when a control named "action" hides the form's property).
+        let to = text(button, "formAction").unwrap_or(asked);
+        let own = text(form, "action").or_else(|| attr(form, "action"));
+        if own.as_deref() != Some(to.as_str()) {
+            return refused("formaction", &to);
+        }
+    }
+    let method = attr(button, "formmethod")?;
+    let own = attr(form, "method").unwrap_or_else(|| "post".into());
+    if method.eq_ignore_ascii_case(&own) {
+        return None;
+    }
+    refused("formmethod", &method)
 }
