@@ -569,6 +569,40 @@ async fn after_a_reload_the_kit_asks_for_the_secrets_then_resends_with_the_same_
 }
 
 #[test]
+async fn a_server_asking_for_more_than_the_cap_is_said_and_try_again_goes_once_that_time_is_near() {
+    // The server's 503 asks for a second; this kit waits half a second at most. Unsure, the
+    // status said only that nothing was confirmed, and Try again came straight back to it (the
+    // server's time is not waited for beyond the cap): a person saw the button do nothing.
+    let case = Case::new("kit-busy");
+    let form = case.form("");
+    let mut options = case.options(8);
+    options.submitter.retry.cap = Duration::from_millis(500);
+    let _kit = FormKit::attach(&form, options).expect("valid options");
+    fill_ticket(&form, "Busy server");
+    case.plan(&["fail-before"]);
+    form.request_submit().unwrap();
+    settled(&form, "unsure").await;
+    let busy = Messages::default().get("busy").unwrap().to_owned();
+    assert_eq!(status_text(&form), busy, "it says the server asked to wait");
+    button(&form, "Try again").unwrap().click();
+    JsFuture::from(sleep(50)).await.unwrap();
+    assert_eq!(state(&form), "unsure");
+    assert_eq!(status_text(&form), busy);
+    assert_eq!(
+        case.keys().len(),
+        1,
+        "nothing sent before the server's time"
+    );
+    JsFuture::from(sleep(600)).await.unwrap();
+    button(&form, "Try again").unwrap().click();
+    settled(&form, "succeeded").await;
+    let keys = case.keys();
+    assert!(keys.len() == 2 && keys[0] == keys[1], "{keys:?}");
+    assert_eq!(case.count("tickets").await, 1.0);
+    form.remove();
+}
+
+#[test]
 async fn unsure_locks_the_form_s_own_buttons_and_offers_try_again() {
     let case = Case::new("unsure");
     let form = case.form("");

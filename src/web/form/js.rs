@@ -52,6 +52,8 @@ export interface FormKitMessages {
   offline?: string;
   /** We could not confirm that this was received. Try again sends the same request, and the server will not do it twice; or discard it to write a new one. */
   unsure?: string;
+  /** The server asked us to wait before this is sent again. Try again in a little while: it sends the same request, and the server will not do it twice; or discard it to write a new one. */
+  busy?: string;
   /** This request was sent before the page reloaded, and its answer was lost. Try again sends the same request; the server will not do it twice. */
   reloaded?: string;
   /** We could not confirm that this ticket arrived, and it is now too old to be sent again safely: it may or may not have arrived. Please check whether it did before you send it again. Send as a new ticket sends it again as a new one; Discard drops it. */

@@ -20,6 +20,7 @@ pub(crate) enum Message {
     Waiting,
     Offline,
     Unsure,
+    Busy,
     Reloaded,
     Expired,
     Discarded,
@@ -45,7 +46,7 @@ pub(crate) enum Message {
 
 /// Each message's key and its English text, in the order of [`Message`]. README.md ("A plain
 /// HTML form") and the `FormKitMessages` declarations list the same.
-const TEXTS: [(&str, &str); 26] = [
+const TEXTS: [(&str, &str); 27] = [
     ("sending", "Sending…"),
     // {attempt}: the attempt's number.
     ("sendingAgain", "Sending again (attempt {attempt}), with the same key…"),
@@ -53,6 +54,7 @@ const TEXTS: [(&str, &str); 26] = [
     ("waiting", "No answer yet. Trying again in {seconds} s; it will not be counted twice."),
     ("offline", "You are offline. This request will be sent when the connection is back, as the same request; the form stays locked until then."),
     ("unsure", "We could not confirm that this was received. Try again sends the same request, and the server will not do it twice; or discard it to write a new one."),
+    ("busy", "The server asked us to wait before this is sent again. Try again in a little while: it sends the same request, and the server will not do it twice; or discard it to write a new one."),
     ("reloaded", "This request was sent before the page reloaded, and its answer was lost. Try again sends the same request; the server will not do it twice."),
     ("expired", "We could not confirm that this ticket arrived, and it is now too old to be sent again safely: it may or may not have arrived. Please check whether it did before you send it again. Send as a new ticket sends it again as a new one; Discard drops it."),
     ("discarded", "Discarded. Nothing was confirmed; sending again makes a new request."),
@@ -136,12 +138,13 @@ impl Messages {
     }
 }
 
-const ALL: [Message; 26] = [
+const ALL: [Message; 27] = [
     Message::Sending,
     Message::SendingAgain,
     Message::Waiting,
     Message::Offline,
     Message::Unsure,
+    Message::Busy,
     Message::Reloaded,
     Message::Expired,
     Message::Discarded,

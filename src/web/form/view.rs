@@ -5,7 +5,7 @@
 //! `oncekey:change` event. Text goes in as text, never as HTML.
 
 use crate::core::text::concat;
-use crate::core::{Outcome, State};
+use crate::core::{GiveUp, Outcome, State};
 use crate::prelude::*;
 use js_sys::{Object, JSON};
 use wasm_bindgen::closure::Closure;
@@ -27,7 +27,9 @@ impl Kit {
         self.asking_secrets.set(false);
         let outcome = s.outcome();
         if outcome == Outcome::Unsure {
-            self.show_unsure(Message::Unsure);
+            // The server asked for longer than the cap: Try again before then comes back here.
+            let busy = s.gave_up() == Some(GiveUp::RetryAfterBeyondCap);
+            self.show_unsure(if busy { Message::Busy } else { Message::Unsure });
             return self.finish(State::Unsure, s);
         }
         if outcome == Outcome::Expired {
