@@ -1370,6 +1370,20 @@ fn a_retry_after_longer_than_the_key_s_life_leaves_try_again_unsure_not_expired(
 }
 
 #[test]
+fn try_again_past_the_key_s_lifetime_expires_whatever_the_server_asked_for() {
+    // A Retry-After far beyond the cap, and Try again a day later (a tab asleep, its timer
+    // not fired): the wait beyond the cap was judged first, and it came back unsure, offering
+    // Try again for a key past its lifetime, where it must be expired (Send as new).
+    let mut d = Driver::default();
+    let mut s = asked_beyond_the_cap(&mut d, "400000");
+    s.try_again(T0 + secs(25 * 3600)).unwrap();
+    d.drain(&mut s);
+    assert_eq!(s.state(), State::Expired);
+    assert_eq!(d.settled.last().unwrap().outcome, Outcome::Expired);
+    assert_eq!(d.sent.len(), 1, "nothing more sent");
+}
+
+#[test]
 fn a_record_whose_first_attempt_is_in_the_future_is_not_sent() {
     // A startedAt far ahead (a corrupt record, or a clock far off) pushed the key's deadline
     // past any now: the key was never expired, whatever its age.

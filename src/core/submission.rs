@@ -853,6 +853,15 @@ impl Submission {
     }
 
     fn new_round(&mut self, now: Timestamp) {
+        // Past the key's lifetime (its timer not fired yet: a tab asleep), it expires, whatever
+        // the server asked for.
+        if self
+            .pending
+            .as_ref()
+            .is_some_and(|p| p.record.is_expired(now))
+        {
+            return self.expire();
+        }
         // A Retry-After the server gave still holds, deliberate as a new round is: never
         // earlier than it said, and never a wait longer than the cap (CONTRACT.md section 2).
         // While the time left is beyond the cap, it is unsure again at once, as the answer
@@ -955,7 +964,7 @@ impl Submission {
             Next::At(at) if at > r.key_deadline() => self.expire(),
             Next::At(at) => {
                 p.wake_at = Some(at);
-                p.record.not_before = retry_after.map(|h| h.not_before(now));
+                p.record.not_before = retry_after.map(|h| h.not_before(now)).filter(|t| *t > now);
                 if p.record.not_before.is_some() {
                     // The server's wait outlives this process: a restart honours it too.
                     self.actions.push_back(Action::Persist(p.record.to_json()));
