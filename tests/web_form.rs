@@ -745,8 +745,17 @@ async fn a_refusal_marks_and_focuses_the_visible_field_not_its_hidden_twin() {
         Some("true")
     );
     assert_eq!(hidden.get_attribute("aria-invalid"), None);
-    assert_eq!(focused(), Some(visible));
+    assert_eq!(focused(), Some(visible.clone()));
     assert_eq!(case.count("tickets").await, 0.0);
+    // Only hidden (the page's mistake): its note is still shown, and the focus goes to the
+    // status, which says what was not accepted.
+    visible.remove();
+    fill(&form, "email", "not-an-email");
+    form.request_submit().unwrap();
+    settled(&form, "refused").await;
+    let note = form.query_selector(".oncekey-field-error").unwrap();
+    assert!(note.is_some_and(|n| n.text_content().unwrap().contains("email")));
+    assert_eq!(focused(), Some(status(&form)));
     form.remove();
 }
 
@@ -805,6 +814,26 @@ async fn a_dialog_s_cancel_button_sends_nothing_and_another_formaction_is_refuse
     assert!(!disabled(&form, "[name=subject]"), "the form as it was");
     assert!(case.keys().is_empty(), "nothing sent: {:?}", case.keys());
     assert_eq!(case.count("tickets").await, 0.0);
+    form.remove();
+}
+
+#[test]
+async fn a_button_whose_formaction_is_the_kit_s_address_sends_even_beside_a_control_named_action() {
+    // A hidden control named "action" hides the form's action property: the button's
+    // formaction, the very address the kit sends to, was compared with what was left (nothing,
+    // or the attribute unresolved), and every submit was refused.
+    let case = Case::new("formaction-same");
+    let form = case.form(&format!(
+        r#"<input type="hidden" name="action" value="open">
+           <button type="submit" formaction="{}/api/tickets" formmethod="POST">Open it</button>"#,
+        server()
+    ));
+    let _kit = case.attach(&form, 8);
+    fill_ticket(&form, "Same address");
+    button(&form, "Open it").unwrap().click();
+    settled(&form, "succeeded").await;
+    assert_eq!(case.keys().len(), 1);
+    assert_eq!(case.count("tickets").await, 1.0);
     form.remove();
 }
 
@@ -1539,6 +1568,55 @@ async fn a_submit_held_before_the_module_loaded_is_sent_with_the_button_that_was
     assert_eq!(case.count("tickets").await, 1.0);
     assert_eq!(form.get_attribute("data-oncekey-held"), None, "taken off");
     form.remove();
+}
+
+#[test]
+async fn a_held_cancel_or_a_held_button_not_told_from_send_sends_nothing() {
+    // Before the kit was attached, the snippet held a dialog's Cancel (formmethod=dialog,
+    // which submits nothing) and noted it as ["", ""]: the kit took it for Send, the first
+    // submit button of no name and value, and sent a ticket. An unnamed Save draft with its
+    // own formaction was held and sent as Send alike.
+    for (extra, pressed) in [
+        (
+            r#"<button type="submit" formmethod="dialog" value="">Cancel</button>"#,
+            "Cancel",
+        ),
+        (
+            r#"<button type="submit" formaction="/api/drafts">Save draft</button>"#,
+            "Save draft",
+        ),
+    ] {
+        let case = Case::new("held-not-send");
+        let form = case.form("");
+        // After Send: the first submit button of its name and value is Send.
+        form.insert_adjacent_html("beforeend", extra).unwrap();
+        let off = first_paint_snippet_on(&form);
+        fill_ticket(&form, "Not this one");
+        button(&form, pressed).expect("the button").click();
+        // A dialog's Cancel is not held: the browser closes the dialog, as without the kit.
+        let held = form.get_attribute("data-oncekey-held").is_some();
+        assert_eq!(held, pressed == "Save draft", "{pressed}");
+        let _kit = case.attach(&form, 8);
+        off.call0(&JsValue::NULL).unwrap();
+        // Taken up once the kit has looked in IndexedDB; then anything sent would be under way.
+        for _ in 0..150 {
+            if form.get_attribute("data-oncekey-held").is_none() {
+                break;
+            }
+            JsFuture::from(sleep(20)).await.unwrap();
+        }
+        JsFuture::from(sleep(300)).await.unwrap();
+        assert_eq!(state(&form), "idle", "{pressed}");
+        assert_eq!(field(&form, "subject").value(), "Not this one", "{pressed}");
+        assert!(
+            !disabled(&form, "[name=subject]"),
+            "{pressed}: the form as it was"
+        );
+        assert_eq!(form.get_attribute("data-oncekey-held"), None, "{pressed}");
+        assert!(case.keys().is_empty(), "{pressed}: nothing sent");
+        assert_eq!(case.count("tickets").await, 0.0, "{pressed}");
+        form.remove();
+    }
 }
 
 /// Two tabs of the origin, as two forms of one name on `localStorage`, both attached before

@@ -133,11 +133,13 @@ pub(crate) fn show_problem(
         let reason = first_string(p, &["reason", "message", "detail"])
             .unwrap_or_else(|| m.text(Message::FieldReason));
         // The one the person fills: a hidden field of the same name before it (Rails'
-        // check_box pattern) can be neither marked for them nor focused.
-        let visible = named_controls(form, name)
-            .into_iter()
-            .find(|el| !attr(el, "type").is_some_and(|t| t.eq_ignore_ascii_case("hidden")));
-        let Some(field) = visible else {
+        // check_box pattern) can be neither marked for them nor focused. A field that is only
+        // hidden still gets its note, but not the focus.
+        let named = named_controls(form, name);
+        let hidden =
+            |el: &Element| attr(el, "type").is_some_and(|t| t.eq_ignore_ascii_case("hidden"));
+        let visible = named.iter().find(|el| !hidden(el)).cloned();
+        let Some(field) = visible.clone().or_else(|| named.into_iter().next()) else {
             continue;
         };
         let safe: String = name
@@ -175,7 +177,9 @@ pub(crate) fn show_problem(
             concat(&[&own, " ", &id])
         };
         set_attr(&field, "aria-describedby", &described);
-        first.get_or_insert(field);
+        if visible.is_some() {
+            first.get_or_insert(field);
+        }
     }
     first
 }

@@ -18,7 +18,7 @@
 //!   locks the form for anything it finds pending.
 
 use wasm_bindgen::JsValue;
-use web_sys::HtmlFormElement;
+use web_sys::{Element, HtmlFormElement};
 
 use super::dom::{attr, controls, has_attr, remove_attr, text};
 use super::fields::is_submit_button;
@@ -57,12 +57,24 @@ pub(super) fn take_held(form: &HtmlFormElement) -> Option<JsValue> {
         },
         _ => None,
     };
-    let button = pressed.and_then(|(name, value)| {
-        controls(form).into_iter().find(|el| {
-            is_submit_button(el)
-                && text(el, "name").as_deref() == Some(&*name)
-                && text(el, "value").as_deref() == Some(&*value)
-        })
+    let Some((name, value)) = pressed else {
+        return Some(JsValue::UNDEFINED);
+    };
+    let mut found = controls(form).into_iter().filter(|el| {
+        is_submit_button(el)
+            && text(el, "name").as_deref() == Some(&*name)
+            && text(el, "value").as_deref() == Some(&*value)
     });
+    let button = found.next();
+    // Another button of that name and value that would not do what this one does (an unnamed
+    // Send beside a dialog's Cancel or a Save draft with a formaction of its own): which was
+    // pressed is not known, so nothing is sent, and the person, the kit there now, presses it
+    // again.
+    let asks = |el: &Element| has_attr(el, "formaction") || has_attr(el, "formmethod");
+    if let Some(first) = &button {
+        if found.any(|other| asks(first) || asks(&other)) {
+            return None;
+        }
+    }
     Some(button.map_or(JsValue::UNDEFINED, JsValue::from))
 }

@@ -373,7 +373,7 @@ impl Kit {
         if kit.in_flight.get() || closes_dialog(submitter) {
             return;
         }
-        if let Some(why) = elsewhere(&kit.form, submitter) {
+        if let Some(why) = elsewhere(kit, submitter) {
             web_sys::console::error_1(&JsValue::from_str(&concat(&["oncekey: ", &why])));
             return kit.say(&why);
         }
@@ -632,10 +632,10 @@ fn closes_dialog(button: &JsValue) -> bool {
 }
 
 /// Why the kit does not send what the pressed `button` asks for: its `formaction` or
-/// `formmethod` names another address or method than the form's, and the kit sends every
-/// submission of the form one way (a "Save draft" button would have gone to the form's
-/// address). `None` when it asks for nothing else.
-fn elsewhere(form: &HtmlFormElement, button: &JsValue) -> Option<String> {
+/// `formmethod` names another address or method than the kit's (the form's, unless its options
+/// said otherwise), and the kit sends every submission of the form one way (a "Save draft"
+/// button would have gone to the kit's address). `None` when it asks for nothing else.
+fn elsewhere(kit: &Kit, button: &JsValue) -> Option<String> {
     let refused = |what: &str, asked: &str| {
         Some(concat(&[
             "this button's ",
@@ -645,19 +645,24 @@ fn elsewhere(form: &HtmlFormElement, button: &JsValue) -> Option<String> {
             ", but the form kit sends every submission of this form to one address, one way: nothing was sent",
         ]))
     };
+    let options = &kit.submitter.driver().options;
     if let Some(asked) = attr(button, "formaction") {
-        // Both resolved against the page, as the browser would submit them (the attribute
-        // when a control named "action" hides the form's property).
+        // Both resolved against the page, as the browser resolves the button's.
         let to = text(button, "formAction").unwrap_or(asked);
-        let own = text(form, "action").or_else(|| attr(form, "action"));
-        if own.as_deref() != Some(to.as_str()) {
+        if resolved(&kit.form, &options.url).as_deref() != Some(to.as_str()) {
             return refused("formaction", &to);
         }
     }
     let method = attr(button, "formmethod")?;
-    let own = attr(form, "method").unwrap_or_else(|| "post".into());
-    if method.eq_ignore_ascii_case(&own) {
+    if method.eq_ignore_ascii_case(&options.method) {
         return None;
     }
     refused("formmethod", &method)
+}
+
+/// `url` resolved against `el`'s document, as a link's `href` is.
+fn resolved(el: &JsValue, url: &str) -> Option<String> {
+    let link = super::dom::make(el, "a")?;
+    set_attr(&link, "href", url);
+    text(&link, "href")
 }
