@@ -16,7 +16,7 @@ const POLICY = [
   // The demo's favicon is a data: URL.
   "img-src 'self' data:",
   // The demo's first-paint snippet, by its hash (README.md, "Protected from the first paint").
-  "script-src 'self' 'wasm-unsafe-eval' 'sha256-6RL07EGAb8L2gKm8S4NfKK6L9xJipgyMCnkdUmgqrG4='",
+  "script-src 'self' 'wasm-unsafe-eval' 'sha256-KDopf7/8u3A6KFj/TkTdtvdbThQ3KzhjkWRrGWJVZU0='",
   "object-src 'none'",
   "base-uri 'none'",
   "form-action 'self'",
