@@ -821,11 +821,12 @@ async fn a_dialog_s_cancel_button_sends_nothing_and_another_formaction_is_refuse
 async fn a_button_whose_formaction_is_the_kit_s_address_sends_even_beside_a_control_named_action() {
     // A hidden control named "action" hides the form's action property: the button's
     // formaction, the very address the kit sends to, was compared with what was left (nothing,
-    // or the attribute unresolved), and every submit was refused.
+    // or the attribute unresolved), and every submit was refused. A fragment is not sent, so it
+    // names the same address.
     let case = Case::new("formaction-same");
     let form = case.form(&format!(
         r#"<input type="hidden" name="action" value="open">
-           <button type="submit" formaction="{}/api/tickets" formmethod="POST">Open it</button>"#,
+           <button type="submit" formaction="{}/api/tickets#top" formmethod="POST">Open it</button>"#,
         server()
     ));
     let _kit = case.attach(&form, 8);
@@ -1615,8 +1616,27 @@ async fn a_held_cancel_or_a_held_button_not_told_from_send_sends_nothing() {
         assert_eq!(form.get_attribute("data-oncekey-held"), None, "{pressed}");
         assert!(case.keys().is_empty(), "{pressed}: nothing sent");
         assert_eq!(case.count("tickets").await, 0.0, "{pressed}");
+        if held {
+            let said = status_text(&form);
+            assert!(said.contains("press the button again"), "{said}");
+        }
         form.remove();
     }
+    // Send itself, pressed early beside a dialog's Cancel of the same (no) name and value, is
+    // the one held, and sent: one ticket.
+    let case = Case::new("held-send-by-cancel");
+    let form = case.form("");
+    let cancel = r#"<button type="submit" formmethod="dialog" value="">Cancel</button>"#;
+    form.insert_adjacent_html("beforeend", cancel).unwrap();
+    let off = first_paint_snippet_on(&form);
+    fill_ticket(&form, "This one");
+    button(&form, "Send").expect("Send").click();
+    let _kit = case.attach(&form, 8);
+    off.call0(&JsValue::NULL).unwrap();
+    settled(&form, "succeeded").await;
+    assert_eq!(case.keys().len(), 1);
+    assert_eq!(case.count("tickets").await, 1.0);
+    form.remove();
 }
 
 /// Two tabs of the origin, as two forms of one name on `localStorage`, both attached before

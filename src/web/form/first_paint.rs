@@ -44,10 +44,25 @@ pub(super) fn is_held(form: &HtmlFormElement) -> bool {
     has_attr(form, HELD)
 }
 
-/// The submit the snippet held of `form`, if it held one: the button that was pressed, found
-/// again by its name and value (`undefined` when none was pressed, or the form has no submit
-/// button of that name and value any more). The mark is taken off.
-pub(super) fn take_held(form: &HtmlFormElement) -> Option<JsValue> {
+/// What the snippet held of a form.
+pub(super) enum Held {
+    /// The button that was pressed (`undefined` when none was, or the form has no submit button
+    /// of that name and value any more).
+    Pressed(JsValue),
+    /// Buttons of the pressed one's name and value that do different things (an unnamed Send
+    /// beside an unnamed Save draft with a formaction of its own): which was pressed is not
+    /// known.
+    Unknown,
+}
+
+/// The submit the snippet held of `form`, if it held one, found again by the pressed button's
+/// name and value; `differs` tells a button that would not do what the form's plain submit
+/// does. A dialog's buttons are not among them: the snippet holds none of their submits. The
+/// mark is taken off.
+pub(super) fn take_held(
+    form: &HtmlFormElement,
+    differs: impl Fn(&Element) -> bool,
+) -> Option<Held> {
     let mark = attr(form, HELD)?;
     remove_attr(form, HELD);
     let pressed = match crate::core::body::parse(&mark) {
@@ -58,23 +73,27 @@ pub(super) fn take_held(form: &HtmlFormElement) -> Option<JsValue> {
         _ => None,
     };
     let Some((name, value)) = pressed else {
-        return Some(JsValue::UNDEFINED);
+        return Some(Held::Pressed(JsValue::UNDEFINED));
     };
     let mut found = controls(form).into_iter().filter(|el| {
         is_submit_button(el)
+            && !closes_dialog(el)
             && text(el, "name").as_deref() == Some(&*name)
             && text(el, "value").as_deref() == Some(&*value)
     });
     let button = found.next();
-    // Another button of that name and value that would not do what this one does (an unnamed
-    // Send beside a dialog's Cancel or a Save draft with a formaction of its own): which was
-    // pressed is not known, so nothing is sent, and the person, the kit there now, presses it
-    // again.
-    let asks = |el: &Element| has_attr(el, "formaction") || has_attr(el, "formmethod");
     if let Some(first) = &button {
-        if found.any(|other| asks(first) || asks(&other)) {
-            return None;
+        if found.any(|other| differs(first) != differs(&other)) {
+            return Some(Held::Unknown);
         }
     }
-    Some(button.map_or(JsValue::UNDEFINED, JsValue::from))
+    Some(Held::Pressed(
+        button.map_or(JsValue::UNDEFINED, JsValue::from),
+    ))
+}
+
+/// Whether `button` has `formmethod="dialog"`: it closes the form's dialog, and submits nothing
+/// (a Cancel button).
+pub(super) fn closes_dialog(button: &JsValue) -> bool {
+    attr(button, "formmethod").is_some_and(|m| m.eq_ignore_ascii_case("dialog"))
 }

@@ -20,7 +20,7 @@ use web_sys::{Element, Event, HtmlFormElement};
 use super::answer::clear_field_errors;
 use super::dom::{attr, call2, call_str, get, put, remove_attr, run, set_attr, set_text, text};
 use super::fields::{empty_secret_fields, read_fields, restore_fields, secret_field_names};
-use super::first_paint;
+use super::first_paint::{self, closes_dialog};
 use super::messages::{Message, Messages};
 use super::view::status_of;
 use super::{FormLock, FormOptions, Resume, SuccessMessage};
@@ -194,8 +194,11 @@ impl Kit {
                     if !holds(&kit.wiring) {
                         return;
                     }
-                    if let Some(button) = first_paint::take_held(&kit.form) {
-                        Kit::on_submit(&kit, &button);
+                    let differs = |button: &Element| elsewhere(&kit, button).is_some();
+                    match first_paint::take_held(&kit.form, differs) {
+                        Some(first_paint::Held::Pressed(button)) => Kit::on_submit(&kit, &button),
+                        Some(first_paint::Held::Unknown) => kit.say(UNKNOWN_HELD),
+                        None => {}
                     }
                 }
             });
@@ -625,11 +628,9 @@ pub(crate) fn waiting_for(why: WaitingFor) -> &'static str {
     }
 }
 
-/// Whether the pressed `button` has `formmethod="dialog"`: it closes the form's dialog, and
-/// submits nothing (a Cancel button), so the kit sends nothing either.
-fn closes_dialog(button: &JsValue) -> bool {
-    attr(button, "formmethod").is_some_and(|m| m.eq_ignore_ascii_case("dialog"))
-}
+/// Said when a submit held before the kit was attached cannot be told from another button of
+/// its name and value that does something else ([`first_paint::Held::Unknown`]).
+const UNKNOWN_HELD: &str = "this form was submitted before the page had loaded, with a button that cannot be told from another one that does something else: nothing was sent; press the button again";
 
 /// Why the kit does not send what the pressed `button` asks for: its `formaction` or
 /// `formmethod` names another address or method than the kit's (the form's, unless its options
@@ -649,7 +650,9 @@ fn elsewhere(kit: &Kit, button: &JsValue) -> Option<String> {
     if let Some(asked) = attr(button, "formaction") {
         // Both resolved against the page, as the browser resolves the button's.
         let to = text(button, "formAction").unwrap_or(asked);
-        if resolved(&kit.form, &options.url).as_deref() != Some(to.as_str()) {
+        // A fragment is not sent: `/tickets#top` goes where `/tickets` goes.
+        let bare = |url: &str| url.split('#').next().unwrap_or_default().to_owned();
+        if resolved(&kit.form, &options.url).map(|u| bare(&u)) != Some(bare(&to)) {
             return refused("formaction", &to);
         }
     }
