@@ -349,7 +349,8 @@ struct Pending {
     last_status: Option<u16>,
 }
 
-/// What the server's last `Retry-After` (the record's `notBefore`) says of sending now.
+/// What the key's lifetime and the server's last `Retry-After` (the record's `notBefore`) say
+/// of sending now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum ServerWait {
     /// Nothing holds it back.
@@ -358,7 +359,7 @@ enum ServerWait {
     Until(Timestamp),
     /// The time left is beyond the cap: waited for by nobody (CONTRACT.md section 2).
     BeyondCap,
-    /// Past the key's lifetime: it can never be sent.
+    /// The key is past its lifetime, or will be by the server's time: it can never be sent.
     PastDeadline,
 }
 
@@ -716,9 +717,6 @@ impl Submission {
             self.actions.push_back(Action::Persist(p.record.to_json()));
             return;
         }
-        if p.record.is_expired(now) {
-            return self.expire();
-        }
         match self.server_wait(now) {
             ServerWait::BeyondCap => self.give_up(GiveUp::RetryAfterBeyondCap, false),
             ServerWait::PastDeadline => self.expire(),
@@ -854,21 +852,16 @@ impl Submission {
 
     fn new_round(&mut self, now: Timestamp) {
         // Past the key's lifetime (its timer not fired yet: a tab asleep), it expires, whatever
-        // the server asked for.
-        if self
-            .pending
-            .as_ref()
-            .is_some_and(|p| p.record.is_expired(now))
-        {
-            return self.expire();
-        }
-        // A Retry-After the server gave still holds, deliberate as a new round is: never
-        // earlier than it said, and never a wait longer than the cap (CONTRACT.md section 2).
-        // While the time left is beyond the cap, it is unsure again at once, as the answer
-        // that asked for it made it, offline too: nothing begins and nothing is written.
+        // the server asked for. A Retry-After the server gave still holds, deliberate as a new
+        // round is: never earlier than it said, and never a wait longer than the cap
+        // (CONTRACT.md section 2). While the time left is beyond the cap, it is unsure again at
+        // once, as the answer that asked for it made it, offline too. Either way nothing
+        // begins and nothing is written.
         let wait = self.server_wait(now);
-        if wait == ServerWait::BeyondCap {
-            return self.give_up(GiveUp::RetryAfterBeyondCap, false);
+        match wait {
+            ServerWait::PastDeadline => return self.expire(),
+            ServerWait::BeyondCap => return self.give_up(GiveUp::RetryAfterBeyondCap, false),
+            _ => {}
         }
         let online = self.online;
         if let Some(p) = &mut self.pending {
@@ -879,18 +872,21 @@ impl Submission {
             p.record.stopped = None;
         }
         match wait {
-            ServerWait::PastDeadline => self.expire(),
             // Offline, `send_next` waits for the connection, and `handle_online` for this time.
             ServerWait::Until(t) if online => self.wait_until(t, true),
             _ => self.send_next(now),
         }
     }
 
-    /// What the server's last `Retry-After` says of sending the pending submission at `now`.
+    /// What the key's lifetime and the server's last `Retry-After` say of sending the pending
+    /// submission at `now`, judged in that order.
     fn server_wait(&self, now: Timestamp) -> ServerWait {
         let Some(p) = &self.pending else {
             return ServerWait::None;
         };
+        if p.record.is_expired(now) {
+            return ServerWait::PastDeadline;
+        }
         match p.record.not_before.filter(|t| *t > now) {
             None => ServerWait::None,
             Some(t) if t.saturating_since(now) > self.policy.cap => ServerWait::BeyondCap,
@@ -951,6 +947,9 @@ impl Submission {
     }
 
     fn schedule(&mut self, now: Timestamp, retry_after: Option<RetryAfter>, jitter: u32) {
+        // The server's time, written down whether the round goes on or ends: a restart, and a
+        // "Try again", honour it too (see `new_round`).
+        let asked = retry_after.map(|h| h.not_before(now)).filter(|t| *t > now);
         let Some(p) = &mut self.pending else { return };
         let r = &p.record;
         match self.policy.next(
@@ -964,8 +963,8 @@ impl Submission {
             Next::At(at) if at > r.key_deadline() => self.expire(),
             Next::At(at) => {
                 p.wake_at = Some(at);
-                p.record.not_before = retry_after.map(|h| h.not_before(now)).filter(|t| *t > now);
-                if p.record.not_before.is_some() {
+                p.record.not_before = asked;
+                if asked.is_some() {
                     // The server's wait outlives this process: a restart honours it too.
                     self.actions.push_back(Action::Persist(p.record.to_json()));
                 }
@@ -973,11 +972,8 @@ impl Submission {
                 self.changed();
             }
             Next::GiveUp(why) => {
-                // The round ends, but the server's Retry-After still holds for "Try again" (see
-                // `new_round`), here or after a restart: never earlier than it said.
-                p.record.not_before = retry_after.map(|h| h.not_before(now)).filter(|t| *t > now);
-                let asked = p.record.not_before.is_some();
-                self.give_up(why, asked)
+                p.record.not_before = asked;
+                self.give_up(why, asked.is_some())
             }
         }
     }
