@@ -271,28 +271,12 @@ impl Client {
         // Held for the whole call (see `Flights::hold`).
         let _hold = self.inner.flights.hold(name)?;
         let record = self.claim(name).await?;
-        let owner = self.inner.owner.clone();
         if let Some(Err(why)) = record.as_deref().map(|r| read_stored(name, r)) {
-            let (n, owner, reason) = (name.to_owned(), owner.clone(), why.clone());
-            let moved = self
-                .store_call(move |s| s.quarantine(&n, &owner, &reason, now()))
-                .await;
-            let moved = match moved {
-                Ok(moved) => moved,
-                Err(e) => {
-                    self.release(name, None).await;
-                    return Err(e);
-                }
-            };
-            if moved {
-                tracing::warn!(
-                    name,
-                    "the discarded record cannot be read ({why}); moved aside to the store's quarantine (oncekey list --quarantined), not deleted"
-                );
+            if self.move_aside(name, &why).await? {
                 return Ok(true);
             }
         }
-        let n = name.to_owned();
+        let (n, owner) = (name.to_owned(), self.inner.owner.clone());
         self.store_call(move |s| s.remove(&n, &owner)).await?;
         Ok(record.is_some())
     }
@@ -359,6 +343,20 @@ impl Client {
     /// store's quarantine, with a warning, and answers the error for the caller. A store that
     /// has no quarantine keeps it in place (and the error says so).
     pub(super) async fn quarantine(&self, name: &str, why: &str) -> Error {
+        match self.move_aside(name, why).await {
+            Ok(true) => Error::unreadable_record(name, why, true),
+            Ok(false) => {
+                self.release(name, None).await;
+                Error::unreadable_record(name, why, false)
+            }
+            Err(e) => Error::unreadable_record(name, why, false).with_source(e.to_string()),
+        }
+    }
+
+    /// Moves the unreadable record of `name` (whose lease this client holds) into the store's
+    /// quarantine, with a warning: whether it was moved (a store with no quarantine keeps it in
+    /// place, and the lease with it). The lease is let go when the store fails.
+    async fn move_aside(&self, name: &str, why: &str) -> Result<bool> {
         let (n, owner, reason) = (name.to_owned(), self.inner.owner.clone(), why.to_owned());
         let moved = self
             .store_call(move |s| s.quarantine(&n, &owner, &reason, now()))
@@ -369,15 +367,12 @@ impl Client {
                     name,
                     "the stored record cannot be read ({why}); moved aside to the store's quarantine (oncekey list --quarantined)"
                 );
-                Error::unreadable_record(name, why, true)
+                Ok(true)
             }
-            Ok(false) => {
-                self.release(name, None).await;
-                Error::unreadable_record(name, why, false)
-            }
+            Ok(false) => Ok(false),
             Err(e) => {
                 self.release(name, None).await;
-                Error::unreadable_record(name, why, false).with_source(e.to_string())
+                Err(e)
             }
         }
     }
