@@ -361,11 +361,8 @@ pub(crate) fn forget(d: &Driver, key: &Key) {
         }
         kept
     };
-    if let (Some(keys), Some(db)) = (kept, db(d)) {
-        let name = d.name.clone();
-        spawn_local(async move {
-            let _ = idb::delete(&db, &name, &keys).await;
-        });
+    if let Some(keys) = kept {
+        remove(d, keys);
     }
 }
 
@@ -408,7 +405,16 @@ pub(crate) fn ended(d: &Driver, key: &Key, now: Option<Key>) {
             }),
         }
     };
-    if let (Some(keys), Some(db)) = (removal, db(d)) {
+    if let Some(keys) = removal {
+        remove(d, keys);
+    }
+}
+
+/// Removes this driver's record of one of `keys` from IndexedDB (another writer's stays, see
+/// [`idb::delete`]). Its transaction is made in a task spawned now, so it comes before those of
+/// any IndexedDB call spawned after it.
+fn remove(d: &Driver, keys: [Option<Key>; 2]) {
+    if let Some(db) = db(d) {
         let name = d.name.clone();
         spawn_local(async move {
             let _ = idb::delete(&db, &name, &keys).await;
