@@ -13,7 +13,7 @@
 //! | network error, timeout, lost connection | retry: unknown |
 //! | 422 | [`Outcome::Conflict`]: the server holds this key for another body; never retried |
 //! | 400 naming the idempotency key | [`Outcome::Misconfigured`]: nothing was done; a setup error |
-//! | other 4xx (and a 1xx that reaches us) | [`Outcome::Refused`]: the request was not carried out |
+//! | other 4xx | [`Outcome::Refused`]: the request was not carried out |
 //!
 //! The contract's table is silent on redirects that reach the classifier (the native client
 //! follows no `303`, `301` or `302` after a `POST`, nor any to another origin; `fetch` follows
@@ -22,6 +22,10 @@
 //! 3xx is no answer about the request, which may or may not have been carried out:
 //! [`Outcome::Unsure`] ([`GiveUp::Redirected`]), its key kept, never `refused` (which would let
 //! the corrected resend go under a new key).
+//!
+//! Nor is it on a 1xx given as the final answer (a `101` to a `POST` that asked for no upgrade,
+//! from a broken server or middlebox): an interim status says nothing of whether the request was
+//! carried out, so it is retried with the same key, as a 5xx is, never `refused`.
 //!
 //! A server hint overrides the status on anything but a 2xx: `Stripe-Should-Retry` or
 //! `x-should-retry: false` stops retries (a retryable status then ends [`Outcome::Unsure`]), `true`
@@ -268,9 +272,10 @@ pub fn classify(answer: &Answer) -> Verdict {
         // Not sent again on its own, nothing will have changed; unsure, unless the server
         // says to retry (the hint below).
         300..=399 if answer.should_retry != Some(true) => return Verdict::Stop(GiveUp::Redirected),
-        // A status of no HTTP class (an intermediary's 999, a 0) says nothing of the request:
-        // as a 5xx (RFC 9110 section 15), not a refusal that would free the name for a new key.
-        409 | 408 | 425 | 429 | 500.. | 0..=99 => None,
+        // A status of no HTTP class (an intermediary's 999, a 0), or an interim 1xx given as
+        // the answer, says nothing of the request: as a 5xx (RFC 9110 section 15), not a
+        // refusal that would free the name for a new key.
+        409 | 408 | 425 | 429 | 500.. | 0..=199 => None,
         422 => Some(Outcome::Conflict),
         400 if answer.names_key => Some(Outcome::Misconfigured),
         _ => Some(Outcome::Refused),
@@ -330,11 +335,14 @@ mod tests {
             u16::MAX,
             0,
             99,
+            100,
+            101,
+            199,
         ] {
             assert_eq!(classify(&Answer::status(s)), RETRY, "{s}");
         }
         assert_eq!(classify(&Answer::status(422)), definite(Outcome::Conflict));
-        for s in [400, 401, 403, 404, 405, 410, 413, 415, 418, 451, 499, 100] {
+        for s in [400, 401, 403, 404, 405, 410, 413, 415, 418, 451, 499] {
             assert_eq!(
                 classify(&Answer::status(s)),
                 definite(Outcome::Refused),
