@@ -1103,6 +1103,73 @@ fn a_restart_does_not_send_on_its_own_what_the_server_stopped() {
 }
 
 #[test]
+fn a_restart_does_not_send_on_its_own_a_round_whose_next_attempt_was_due_past_its_budget() {
+    // The round ended because its next attempt was due past the time budget: by the server's
+    // Retry-After, or by the delay drawn. Nothing in the record showed it, so a restart with
+    // automatic resume sent it again (after the budget, at the server's time; or at once, and
+    // `resume --wait` once a second).
+    let budget = RetryPolicy {
+        budget: secs(60),
+        ..RetryPolicy::default()
+    };
+    let ms = std::time::Duration::from_millis;
+    // (how, Retry-After, answered at, jitter, restarted at)
+    for (how, retry_after, answered, jitter, restart) in [
+        (
+            "the server's Retry-After",
+            Some("25"),
+            secs(40),
+            0,
+            secs(41),
+        ),
+        ("the delay drawn", None, ms(59_800), u32::MAX, ms(59_900)),
+    ] {
+        let mut d = Driver::default();
+        let mut s = Submission::new("new-ticket", budget);
+        s.begin(T0, request(TICKET), bytes(1)).unwrap();
+        d.drain(&mut s);
+        let first = d.last_sent().clone();
+        let headers: Vec<(&str, &str)> = retry_after
+            .map(|r| ("Retry-After", r))
+            .into_iter()
+            .collect();
+        let busy = Answer::from_response(503, headers, "", "Idempotency-Key");
+        s.handle_answer(T0 + answered, first.id, &busy, jitter);
+        d.drain(&mut s);
+        assert_eq!(
+            d.settled.last().unwrap().gave_up,
+            Some(GiveUp::BudgetSpent),
+            "{how}"
+        );
+        let stored = Record::from_json(&d.stored.clone().unwrap().to_json()).unwrap();
+        assert_eq!(
+            stored.stopped,
+            Some(GiveUp::BudgetSpent),
+            "{how}: written down"
+        );
+        let mut d2 = Driver::default();
+        let mut s2 = Submission::new("new-ticket", budget);
+        s2.restore(T0 + restart, stored, true).unwrap();
+        d2.drain(&mut s2);
+        assert_eq!(s2.state(), State::Unsure, "{how}");
+        s2.handle_timeout(T0 + secs(66));
+        d2.drain(&mut s2);
+        assert!(
+            d2.sent.is_empty(),
+            "{how}: nothing sent, at once or at the server's time"
+        );
+        let settled = d2.settled.last().expect("settles unsure again, saying why");
+        assert_eq!(settled.gave_up, Some(GiveUp::BudgetSpent), "{how}");
+        // "Try again" sends it, with the same key, as a new round.
+        s2.try_again(T0 + secs(70)).unwrap();
+        d2.drain(&mut s2);
+        assert_eq!(d2.sent.len(), 1, "{how}");
+        assert_eq!(d2.last_sent().key, first.key, "{how}");
+        assert_eq!(d2.stored.as_ref().unwrap().stopped, None, "{how}");
+    }
+}
+
+#[test]
 fn a_restart_does_not_send_on_its_own_what_the_caller_stopped() {
     // The caller stopped waiting (an abort) while a retry was due: the submission stays pending
     // for "Try again". A reload with automatic resume sent it at once, though nobody had asked

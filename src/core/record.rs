@@ -15,11 +15,12 @@
 //! attempt ever, and the key's lifetime (`keyLifetimeMs`) from `startedAt`; `roundStartedAt` and
 //! `roundAttempts` from the last "Try again", and the time budget counts from there, less the
 //! time spent offline in the round (`offlineMs`, and `offlineSince` while offline). Two fields
-//! are there only when the server or the caller said so: `notBefore`, the server's
+//! are there only when the round needs them: `notBefore`, the server's
 //! `Retry-After` for the next attempt (ms since the epoch), and `stopped`, the reason the round
-//! ended (`"server-said-stop"`, `"retry-after-beyond-cap"`, `"redirected"`, or `"stopped"` when
-//! the caller stopped it), so that a restart neither sends earlier than the server asked nor
-//! sends on its own what the server or the caller stopped.
+//! ended (`"server-said-stop"`, `"retry-after-beyond-cap"`, `"redirected"`, `"budget-spent"` when
+//! its next attempt was due past the time budget, or `"stopped"` when the caller stopped it), so
+//! that a restart neither sends earlier than the server asked nor sends on its own a round that
+//! the server, the budget or the caller ended.
 //!
 //! # Version 1, still
 //!
@@ -248,8 +249,9 @@ pub struct Record {
     /// The server's `Retry-After` for the next attempt: none is sent before it, across reloads
     /// and restarts (cleared by the attempt, and by "Try again").
     pub not_before: Option<Timestamp>,
-    /// The server ended the round ([`GiveUp::by_server`]), or the caller stopped it
-    /// ([`GiveUp::Stopped`]): a resumed record settles unsure again rather than send on its own;
+    /// The server ended the round ([`GiveUp::by_server`]), its next attempt was due past the
+    /// time budget ([`GiveUp::BudgetSpent`]), or the caller stopped it ([`GiveUp::Stopped`]):
+    /// a resumed record settles unsure again rather than send on its own;
     /// "Try again", a person's or caller's decision, sends it (and clears this).
     pub stopped: Option<GiveUp>,
 }

@@ -138,6 +138,16 @@ impl GiveUp {
         )
     }
 
+    /// The reason is written in the record ([`Record::stopped`](super::record::Record::stopped)),
+    /// as nothing else there shows it, so that a restart does not send it on its own: the server
+    /// ended the round ([`GiveUp::by_server`]), or its next attempt was due past the time budget
+    /// (a `Retry-After`, or the delay drawn, decided that, and the clock alone does not yet show
+    /// it). A round spent by its attempts shows in the record's attempt count; the caller's stop
+    /// is written when the caller stops.
+    pub fn written(self) -> bool {
+        self.by_server() || self == GiveUp::BudgetSpent
+    }
+
     /// The reason as the stored record writes it.
     pub fn code(self) -> &'static str {
         match self {

@@ -981,9 +981,10 @@ impl Submission {
     /// Ends the round unsure; `changed`: the record changed since it was last written.
     fn give_up(&mut self, why: GiveUp, changed: bool) {
         let Some(p) = &mut self.pending else { return };
-        let stopped = why.by_server() && p.record.stopped != Some(why);
+        let stopped = why.written() && p.record.stopped != Some(why);
         if stopped {
-            // Written down, so that a restart does not send on its own what the server stopped.
+            // Written down, so that a restart does not send on its own what the server stopped,
+            // or a round whose next attempt was due past its budget.
             p.record.stopped = Some(why);
         }
         if stopped || changed {

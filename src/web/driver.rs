@@ -183,8 +183,9 @@ impl Pending {
         self.started_at
     }
 
-    /// Its round was ended by the server (said not to retry, or redirected) or by its caller
-    /// (an abort): only a deliberate "Try again" sends it.
+    /// Its round was ended by the server (said not to retry, or redirected), by its time
+    /// budget (its next attempt was due past it), or by its caller (an abort): only a deliberate
+    /// "Try again" sends it.
     pub fn stopped(&self) -> Option<GiveUp> {
         self.stopped
     }

@@ -9,7 +9,7 @@ use ::core::cell::{Cell, RefCell};
 
 use crate::core::body::{Fields, Value};
 use crate::core::text::{concat, decimal, quoted};
-use crate::core::{State, WaitingFor};
+use crate::core::{GiveUp, State, WaitingFor};
 use crate::prelude::*;
 use alloc::rc::Rc;
 use js_sys::Object;
@@ -333,9 +333,12 @@ impl Kit {
             kit.announce(State::Expired, &detail);
         } else if !kit.secret_names.is_empty() {
             kit.ask_for_secrets();
-        } else if resume == Resume::Auto && pending.stopped().is_none() {
+        } else if resume == Resume::Auto
+            && matches!(pending.stopped(), None | Some(GiveUp::BudgetSpent))
+        {
             // Not a round the server or the caller ended (x-should-retry: false, a redirect,
             // an abort): that one waits for the person's Try again, as it did before the reload.
+            // A round its attempts or its budget ended is sent again, as a new round.
             Kit::resend(kit);
         } else {
             kit.show_unsure(Message::Reloaded);
