@@ -1402,3 +1402,74 @@ async fn the_settlement_does_not_wait_for_the_records_removal() {
     store.release();
     assert!(c.pending().await.unwrap().is_empty());
 }
+
+/// A store whose listing still names a submission that another process settled (and removed)
+/// after the listing was made and before its turn came.
+#[derive(Debug, Default)]
+struct ListsOneGone {
+    inner: MemoryStore,
+}
+
+impl Store for ListsOneGone {
+    fn claim(
+        &self,
+        name: &str,
+        lease: &oncekey::Lease,
+        now: oncekey::Timestamp,
+    ) -> Result<oncekey::Claim, oncekey::BoxError> {
+        self.inner.claim(name, lease, now)
+    }
+    fn save(
+        &self,
+        name: &str,
+        record: &str,
+        lease: &oncekey::Lease,
+    ) -> Result<bool, oncekey::BoxError> {
+        self.inner.save(name, record, lease)
+    }
+    fn renew(&self, name: &str, lease: &oncekey::Lease) -> Result<bool, oncekey::BoxError> {
+        self.inner.renew(name, lease)
+    }
+    fn remove(&self, name: &str, owner: &str) -> Result<bool, oncekey::BoxError> {
+        self.inner.remove(name, owner)
+    }
+    fn release(&self, name: &str, owner: &str) -> Result<(), oncekey::BoxError> {
+        self.inner.release(name, owner)
+    }
+    fn list(&self) -> Result<Vec<oncekey::Listed>, oncekey::BoxError> {
+        let mut listed = self.inner.list()?;
+        listed.push(oncekey::Listed {
+            name: "settled-elsewhere".into(),
+            record: String::new(),
+            lease: None,
+        });
+        Ok(listed)
+    }
+    fn blocks(&self) -> bool {
+        false
+    }
+}
+
+#[tokio::test]
+async fn a_submission_settled_elsewhere_after_the_listing_is_not_a_failure_of_resume() {
+    // Two `oncekey resume` at once, or `resume --wait` while the holder settles: the name is
+    // listed, then gone when its turn comes. Resume reported "nothing is stored" as a failure
+    // of that name, and the command line exited 1.
+    let server = Server::start();
+    let tenant = tenant("gone");
+    let store = Arc::new(ListsOneGone::default());
+    let plan = Plan::new();
+    let client = client_on(store.clone(), &plan);
+    plan.always("left", "fail-before");
+    let left = send(&client, &server, &tenant, "left").await.unwrap();
+    assert_eq!(left.outcome(), Outcome::Unsure, "{left}");
+    plan.clear();
+    let resumed = client.resume_pending().await.unwrap();
+    let names: Vec<&str> = resumed.iter().map(|r| r.name.as_str()).collect();
+    assert_eq!(names, ["left"], "one result per submission still stored");
+    assert!(resumed[0].result.is_ok(), "{:?}", resumed[0].result);
+    // "Try again" of a name with nothing stored is still the caller's error.
+    let none = client.try_again("settled-elsewhere").await.unwrap_err();
+    assert!(none.is_request(), "{none}");
+    assert!(none.to_string().contains("nothing is stored"), "{none}");
+}

@@ -162,7 +162,8 @@ impl Client {
     /// with its key and body (a submission whose round is spent, by attempts or time budget,
     /// stays unsure without being sent; one whose key is past its lifetime settles expired,
     /// unsent). Runs up to [`ClientBuilder::resume_concurrency`] at
-    /// once; one result per stored name.
+    /// once; one result per stored name, and none for a name found gone when its turn came
+    /// (another process settled or discarded it after the listing: nothing is left to resume).
     pub async fn resume_pending(&self) -> Result<Vec<Resumed>> {
         let listed = self.store_call(|s| s.list()).await?;
         Ok(self
@@ -213,6 +214,10 @@ impl Client {
                     let next = queue.lock().unwrap_or_else(|e| e.into_inner()).pop_front();
                     let Some((i, (name, job))) = next else { break };
                     let result = client.run(&name, job).await;
+                    if result.as_ref().is_err_and(Error::is_not_stored) {
+                        // Settled or discarded elsewhere since it was listed.
+                        continue;
+                    }
                     done.push((i, Resumed { name, result }));
                 }
                 done

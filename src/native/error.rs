@@ -33,8 +33,13 @@ struct Inner {
 pub(crate) enum Kind {
     Builder,
     Request,
+    /// Nothing is stored under the name (a request error to the caller, see `is_request`).
+    NotStored,
     PendingMismatch,
-    Busy { owner: String, until: Timestamp },
+    Busy {
+        owner: String,
+        until: Timestamp,
+    },
     LeaseLost,
     Store,
     Corrupt,
@@ -64,6 +69,18 @@ impl Error {
 
     pub(crate) fn request(message: impl Into<String>) -> Error {
         Error::new(Kind::Request, message)
+    }
+
+    /// "Try again" (or a resume) of a name under which nothing is stored.
+    pub(crate) fn not_stored(name: &str) -> Error {
+        let mut not = Error::new(Kind::NotStored, format!("nothing is stored under {name:?}"));
+        not.inner.name = Some(name.to_owned());
+        not
+    }
+
+    /// Nothing was stored under the name when it was taken up.
+    pub(crate) fn is_not_stored(&self) -> bool {
+        self.inner.kind == Kind::NotStored
     }
 
     /// An outbox's enqueue of a name already pending (enqueued, or being sent).
@@ -227,9 +244,10 @@ impl Error {
     }
 
     /// The request cannot be made: a bad method or URL, a body that is not JSON, a secret header
-    /// given where it would be stored. Nothing was stored or sent.
+    /// given where it would be stored; "Try again" of a name under which nothing is stored.
+    /// Nothing was stored or sent.
     pub fn is_request(&self) -> bool {
-        self.inner.kind == Kind::Request
+        matches!(self.inner.kind, Kind::Request | Kind::NotStored)
     }
 
     /// Another request is pending under this submission's name (another body, method, URL or

@@ -335,7 +335,7 @@ impl Client {
             }
             Ok(None) => {
                 self.release(name, None).await;
-                Err(Error::request(format!("nothing is stored under {name:?}")).with_name(name))
+                Err(Error::not_stored(name))
             }
             Err(e) => {
                 self.release(name, None).await;
