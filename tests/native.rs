@@ -1473,3 +1473,27 @@ async fn a_submission_settled_elsewhere_after_the_listing_is_not_a_failure_of_re
     assert!(none.is_request(), "{none}");
     assert!(none.to_string().contains("nothing is stored"), "{none}");
 }
+
+#[tokio::test]
+async fn a_discard_is_synced_before_it_is_answered() {
+    // CONTRACT.md section 5: only a removal after a definite answer may ride a later sync. A
+    // discard lost in a power cut brought back a submission that was dropped on purpose, and the
+    // next `oncekey resume` sent it, beside whatever was sent in its place under a new key.
+    let server = Server::start();
+    let tenant = tenant("discard-synced");
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(SqliteStore::open(dir.path().join("s.db")).unwrap());
+    let plan = Plan::new();
+    plan.always("drop-me", "fail-before");
+    let client = client_on(store.clone(), &plan);
+    let s = send(&client, &server, &tenant, "drop-me").await.unwrap();
+    assert_eq!(s.outcome(), Outcome::Unsure, "{s}");
+    // Nothing else is written after it: a removal left in the open transaction stays unsynced.
+    let before = store.syncs();
+    assert!(client.discard("drop-me").await.unwrap());
+    assert!(
+        store.syncs() > before,
+        "the discard was answered with no sync of the removal ({before} syncs before and after)"
+    );
+    assert!(client.pending().await.unwrap().is_empty());
+}

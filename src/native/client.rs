@@ -282,7 +282,8 @@ impl Client {
             }
         }
         let (n, owner) = (name.to_owned(), self.inner.owner.clone());
-        self.store_call(move |s| s.remove(&n, &owner)).await?;
+        // Durable before it is answered: no definite answer stands behind it (Store::discard).
+        self.store_call(move |s| s.discard(&n, &owner)).await?;
         Ok(record.is_some())
     }
 

@@ -731,6 +731,18 @@ impl Store for PostgresStore {
         })?)
     }
 
+    /// The removal with the session's synchronous commit (turned on by `open`), flushed before
+    /// it is answered.
+    fn discard(&self, name: &str, owner: &str) -> Result<bool, BoxError> {
+        Ok(self.with(|c| {
+            c.execute(
+                "DELETE FROM oncekey_pending WHERE name = $1 AND lease_owner = $2",
+                &[&name, &owner],
+            )
+            .map(|n| n == 1)
+        })?)
+    }
+
     fn release(&self, name: &str, owner: &str) -> Result<(), BoxError> {
         Ok(self.with(|c| {
             c.execute(

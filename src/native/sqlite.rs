@@ -658,16 +658,9 @@ fn job(call: StoreCall) -> (bool, Run) {
             }),
         ),
         // Not synced on its own: it rides the next synced commit (see the module docs).
-        StoreCall::Remove { name, owner } => (
-            false,
-            Box::new(move |conn| {
-                conn.prepare_cached(
-                    "DELETE FROM oncekey_pending WHERE name = ?1 AND lease_owner = ?2",
-                )?
-                .execute(params![name, owner])
-                .map(|n| Done::Bool(n == 1))
-            }),
-        ),
+        StoreCall::Remove { name, owner } => {
+            (false, Box::new(move |conn| remove(conn, &name, &owner)))
+        }
         // Deferred (`due`): kept out of `claim_due` until then; released, due at once.
         StoreCall::Release { name, owner, due } => (
             false,
@@ -687,6 +680,13 @@ fn job(call: StoreCall) -> (bool, Run) {
             }),
         ),
     }
+}
+
+/// Removes the record and lease of `name` if `owner` holds its lease.
+fn remove(conn: &Connection, name: &str, owner: &str) -> rusqlite::Result<Done> {
+    conn.prepare_cached("DELETE FROM oncekey_pending WHERE name = ?1 AND lease_owner = ?2")?
+        .execute(params![name, owner])
+        .map(|n| Done::Bool(n == 1))
 }
 
 /// Writes `record` under `name` if `lease.owner` holds its lease, extending it.
@@ -790,6 +790,15 @@ impl Store for SqliteStore {
             owner: owner.to_owned(),
         };
         match self.call_blocking(call)? {
+            Done::Bool(b) => Ok(b),
+            _ => Err(unexpected()),
+        }
+    }
+
+    /// The removal as a durable job: answered once it is synced.
+    fn discard(&self, name: &str, owner: &str) -> Result<bool, BoxError> {
+        let (name, owner) = (name.to_owned(), owner.to_owned());
+        match self.call(true, move |conn| remove(conn, &name, &owner))? {
             Done::Bool(b) => Ok(b),
             _ => Err(unexpected()),
         }

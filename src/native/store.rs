@@ -267,6 +267,15 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     /// same key, and the server replays its first answer.
     fn remove(&self, name: &str, owner: &str) -> Result<bool, BoxError>;
 
+    /// Removes the name's record and lease if `owner` holds the lease, as [`Store::remove`]
+    /// does, but durably (synced) before returning: a deliberate discard has no definite answer
+    /// for the server to replay, and one lost in a crash would bring the submission back for
+    /// the next process to send, beside whatever was sent in its place. The default is
+    /// [`Store::remove`], for a store whose removals are durable by themselves.
+    fn discard(&self, name: &str, owner: &str) -> Result<bool, BoxError> {
+        self.remove(name, owner)
+    }
+
     /// Gives the lease up if `owner` holds it, keeping the record (or removing the row when it
     /// has none).
     fn release(&self, name: &str, owner: &str) -> Result<(), BoxError>;
