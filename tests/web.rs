@@ -72,7 +72,7 @@ export function fill_storage_after(n) {
   const real = Storage.prototype.setItem;
   let left = n;
   Storage.prototype.setItem = function (k, v) {
-    if (String(k).startsWith('oncekey:') && k !== 'oncekey:probe' && left-- <= 0) {
+    if (String(k).startsWith('oncekey:') && left-- <= 0) {
       throw new DOMException('The quota has been exceeded.', 'QuotaExceededError');
     }
     return real.call(this, k, v);
@@ -82,7 +82,7 @@ export function fill_storage_after(n) {
 export function fill_storage() {
   const real = Storage.prototype.setItem;
   Storage.prototype.setItem = function (k, v) {
-    if (String(k).startsWith('oncekey:') && k !== 'oncekey:probe') {
+    if (String(k).startsWith('oncekey:')) {
       throw new DOMException('The quota has been exceeded.', 'QuotaExceededError');
     }
     return real.call(this, k, v);
@@ -1937,22 +1937,6 @@ async fn a_refused_submit_does_not_let_go_of_the_lock_drawn_ahead_for_the_pendin
 }
 
 #[test]
-async fn a_key_in_memory_only_takes_no_lock() {
-    // Memory storage: no other tab or submitter can know the key, so no lock is asked for.
-    let case = Case::new("lock-memory");
-    case.plan(&["fail-before"]);
-    let locks = delay_locks(0);
-    let s = case.submitter(r#""storage":"memory""#);
-    let result = settle(s.submit(json(TICKET), None)).await;
-    let restore: js_sys::Function = get(&locks, "restore").unchecked_into();
-    restore.call0(&JsValue::NULL).unwrap();
-    assert_eq!(text(&result.unwrap(), "outcome"), "succeeded");
-    assert_eq!(js_sys::Array::from(&get(&locks, "log")).length(), 0);
-    assert_eq!(statuses(&case), ["503", "201"]);
-    assert_eq!(case.tickets().await, 1.0);
-}
-
-#[test]
 async fn wrong_submit_options_are_errors() {
     let case = Case::new("submit-opts");
     let s = case.submitter("");
@@ -2235,4 +2219,209 @@ mod rust_api {
         assert_eq!(case.keys().len(), 2);
         assert_eq!(case.tickets().await, 1.0);
     }
+}
+
+/// A case whose submission is named `name` exactly (not made unique).
+fn named_case(what: &str, name: &str) -> Case {
+    spy_install();
+    reset_online();
+    session().remove_item(&format!("oncekey:{name}")).unwrap();
+    Case {
+        tenant: unique(what),
+        name: name.to_owned(),
+    }
+}
+
+#[test]
+async fn a_submission_named_probe_is_found_after_a_reload() {
+    // The storage probe wrote and removed "oncekey:probe", the record slot of a submission
+    // named "probe": every submitter made wiped it, and a reload found nothing (a new key).
+    let case = named_case("probe-reload", "probe");
+    let key = leave_pending(&case).await;
+    assert!(
+        case.stored().is_some_and(|t| t.contains(&key)),
+        "stored while unsure"
+    );
+    // The "reloaded page": a new submitter of the same name.
+    let s = case.submitter("");
+    let pending = s.pending();
+    session().remove_item("oncekey:probe").unwrap();
+    assert!(!pending.is_null(), "pending() after a reload is null");
+    assert_eq!(
+        text(&pending, "key"),
+        key,
+        "the pending submission after a reload"
+    );
+}
+
+#[test]
+async fn another_submitter_made_in_the_page_leaves_the_record_of_probe_alone() {
+    let case = named_case("probe-other", "probe");
+    let key = leave_pending(&case).await;
+    let _other = Case::new("probe-other-name").submitter("");
+    let stored = case.stored();
+    session().remove_item("oncekey:probe").unwrap();
+    assert!(
+        stored.is_some_and(|t| t.contains(&key)),
+        "the pending record of \"probe\" is still stored"
+    );
+}
+
+#[test]
+async fn two_submitters_of_one_name_in_memory_never_send_at_once() {
+    // Memory storage is the page's: a second submitter of the name takes the first one's record
+    // up. Its attempt took no Web Lock (memory keys took none), and went out beside the first.
+    let case = Case::new("mem-two");
+    case.plan(&["delay=800"]);
+    let a = case.submitter(r#""storage":"memory""#);
+    let pa = a.submit(json(TICKET), None);
+    JsFuture::from(sleep(100)).await.unwrap();
+    let b = case.submitter(r#""storage":"memory""#);
+    let pb = b.submit(json(TICKET), None);
+    let (ra, rb) = (settle(pa).await.unwrap(), settle(pb).await.unwrap());
+    assert_eq!(text(&ra, "key"), text(&rb, "key"));
+    let seen = case.seen();
+    for w in seen.windows(2) {
+        assert!(
+            number(&w[1], "at") >= number(&w[0], "answeredAt"),
+            "an attempt went out while the one before was under way: {:?}",
+            statuses(&case)
+        );
+    }
+    assert_eq!(case.tickets().await, 1.0);
+}
+
+#[test]
+async fn attempt_headers_whose_object_throws_when_read_still_settle() {
+    // A getter that throws as the headers are read unwound through the attempt: no fetch, no
+    // failure for the core, the lock held, and the submit pending for ever.
+    let case = Case::new("ah-getter");
+    let options = case.options("");
+    let f = js_sys::Function::new_no_args(
+        "return { get Authorization() { throw new Error('token not ready'); } };",
+    );
+    Reflect::set(&options, &"attemptHeaders".into(), &f).unwrap();
+    let s = Submitter::new(case.name.as_str().into(), options).unwrap();
+    let p = s.submit(json(TICKET), None);
+    let result = JsFuture::from(within(&p, 5000)).await;
+    assert_ne!(
+        result.as_ref().ok(),
+        Some(&JsValue::from_str(STILL_WAITING)),
+        "the submit settled; state {}, attempts seen {:?}",
+        state(&s),
+        statuses(&case)
+    );
+}
+
+#[test]
+async fn a_discard_in_a_listener_of_succeeded_does_not_reject_the_settled_caller() {
+    // The caller's settlement was queued behind the change the listener hears; the discard
+    // rejected it "discarded", though the ticket was made.
+    let case = Case::new("discard-on-success");
+    let s = case.submitter("");
+    let s2 = s.clone();
+    let f = Closure::<dyn FnMut(JsValue)>::new(move |e: JsValue| {
+        if text(&e, "state") == "succeeded" {
+            s2.discard();
+        }
+    });
+    s.on_change(f.as_ref().clone()).unwrap();
+    f.forget();
+    let result = settle(s.submit(json(TICKET), None)).await;
+    assert_eq!(case.tickets().await, 1.0);
+    let result = result.unwrap_or_else(|e| panic!("rejected: {}", text(&e, "code")));
+    assert_eq!(text(&result, "outcome"), "succeeded");
+}
+
+#[test]
+async fn a_submit_in_a_listener_of_succeeded_keeps_the_lock_drawn_ahead() {
+    // The settlement let go of the lock of the key made last, which was by then the one the
+    // listener's submit had drawn: its lock was asked for again, after the record was written.
+    let case = Case::new("listener-next-lock");
+    let locks = delay_locks(0);
+    let s = case.submitter("");
+    let first = settle(s.submit(json(TICKET), None)).await.unwrap();
+    let first_key = text(&first, "key");
+    // On the second's "succeeded" (its answer drew the next key ahead, with its lock), the
+    // listener sends the next one.
+    let next: std::rc::Rc<std::cell::RefCell<Option<Promise>>> = Default::default();
+    let (s2, out) = (s.clone(), next.clone());
+    let f = Closure::<dyn FnMut(JsValue)>::new(move |e: JsValue| {
+        let key = text(&e, "key");
+        if text(&e, "state") == "succeeded"
+            && !key.is_empty()
+            && key != first_key
+            && out.borrow().is_none()
+        {
+            let p = s2.submit(
+                json(r#"{"subject":"Next","email":"a@example.com","body":"."}"#),
+                None,
+            );
+            *out.borrow_mut() = Some(p);
+        }
+    });
+    s.on_change(f.as_ref().clone()).unwrap();
+    f.forget();
+    let second = settle(s.submit(
+        json(r#"{"subject":"Second","email":"a@example.com","body":"."}"#),
+        None,
+    ))
+    .await
+    .unwrap();
+    let p = next.borrow_mut().take().expect("submitted in the listener");
+    let third = settle(p).await.unwrap();
+    let restore: js_sys::Function = get(&locks, "restore").unchecked_into();
+    restore.call0(&JsValue::NULL).unwrap();
+    assert_eq!(text(&second, "outcome"), "succeeded");
+    assert_eq!(text(&third, "outcome"), "succeeded");
+    let k = text(&third, "key");
+    let asked = js_sys::Array::from(&get(&locks, "log"))
+        .iter()
+        .filter(|e| text(e, "name") == "oncekey:".to_owned() + &k)
+        .count();
+    assert_eq!(
+        asked, 1,
+        "the key made in the listener had its lock asked for once, ahead (and kept)"
+    );
+}
+
+#[test]
+async fn a_record_removed_at_submit_is_told_to_the_listeners_as_a_warning() {
+    // A record found unreadable at submit (another tab's, say) was removed with a console
+    // warning only; at construction the listeners hear of it too.
+    let case = Case::new("corrupt-later");
+    let s = case.submitter("");
+    let events = listen(&s);
+    session()
+        .set_item(&format!("oncekey:{}", case.name), "{not json")
+        .unwrap();
+    let result = submit(&s, TICKET).await;
+    assert_eq!(text(&result, "outcome"), "succeeded");
+    let warned = events
+        .iter()
+        .any(|e| text(&e, "warning").contains("was removed"));
+    assert!(warned, "the listeners heard of the record removed");
+}
+
+#[test]
+async fn an_abort_in_a_listener_of_succeeded_does_not_reject_the_settled_caller() {
+    // Aborting after the settlement does nothing (AbortHandle's docs); from a listener of the
+    // change before it, the caller was rejected "aborted".
+    let case = Case::new("abort-on-success");
+    let s = case.submitter("");
+    let controller = web_sys::AbortController::new().unwrap();
+    let c2 = controller.clone();
+    let f = Closure::<dyn FnMut(JsValue)>::new(move |e: JsValue| {
+        if text(&e, "state") == "succeeded" {
+            c2.abort();
+        }
+    });
+    s.on_change(f.as_ref().clone()).unwrap();
+    f.forget();
+    let options = js_sys::Object::new();
+    Reflect::set(&options, &"signal".into(), &controller.signal()).unwrap();
+    let result = settle(s.submit(json(TICKET), Some(options.into()))).await;
+    assert_eq!(case.tickets().await, 1.0);
+    let result = result.unwrap_or_else(|e| panic!("rejected: {}", text(&e, "code")));
+    assert_eq!(text(&result, "outcome"), "succeeded");
 }

@@ -3,7 +3,8 @@
 //! One `fetch` of the core's `Send`, after the current task, under the Web Lock named after the
 //! key: every attempt, the first of a key too, since another tab can know a key from its first
 //! moment (`localStorage`, or a duplicated tab, which copies `sessionStorage` with the record in
-//! it). Only a key kept in memory needs none. The first attempt of a key made here asks for the
+//! it), and another submitter of the name in this page can take a record up from any storage,
+//! the page's memory too. The first attempt of a key made here asks for the
 //! lock before anyone else can and does not wait for the grant; every other attempt waits for
 //! it. The per-attempt timeout aborts the fetch; a timed-out attempt, a network error and an
 //! abort are failures for the core, an answer of any status is an answer.
@@ -43,8 +44,8 @@ const READ: &[&str] = &[
 /// current task: secrets set right after a resuming submitter is made (`setSecrets` after `new`,
 /// as the adapters do) go with its first attempt; sent without them, a server that had done the
 /// first attempt saw another body under the key (422, the submission lost). A body that cannot
-/// be put together (a secret the encoding cannot carry) fails like the network. `shared`: another tab or submitter
-/// can know the key (it is not in memory only), so the attempt holds the Web Lock named after it.
+/// be put together (a secret the encoding cannot carry) fails like the network. The attempt
+/// holds the Web Lock named after its key (another tab or submitter can know the key).
 /// `fresh`: the key was made by this submitter for this attempt, its first, so nobody else can
 /// have asked for the lock yet. The lock is asked for now, before anyone could, and held until
 /// the attempt is over, but the fetch does not wait for it to be granted (a round trip to the
@@ -55,13 +56,12 @@ pub(crate) fn start(
     driver: Rc<Driver>,
     attempt: Attempt,
     controller: Option<AbortController>,
-    (shared, fresh): (bool, bool),
+    fresh: bool,
 ) {
     // A key drawn ahead had its lock asked for before anyone could know it (`spare.rs`).
-    let (lock, fresh) = match shared.then(|| spare::take_lock(&driver, &attempt.key)) {
-        Some(Some(held)) => (Some(held), true),
-        Some(None) => (request_lock(&attempt.key), fresh),
-        None => (None, fresh),
+    let (lock, fresh) = match spare::take_lock(&driver, &attempt.key) {
+        Some(held) => (Some(held), true),
+        None => (request_lock(&attempt.key), fresh),
     };
     let n = FLIGHTS.with(|f| f.borrow_mut().number(STEPS));
     let wait = !fresh && lock.is_some();

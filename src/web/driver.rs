@@ -591,8 +591,15 @@ impl Submitter {
         let d = &self.driver;
         let (waiters, flight) = {
             let mut m = d.machine.borrow_mut();
+            // A caller whose settlement was asked for (queued behind the change a listener is
+            // hearing) gets it, not a discard.
+            let asked = m.core.settlements();
             m.core.discard();
-            (std::mem::take(&mut m.waiters), m.flight.take())
+            let (settled, rest): (Vec<_>, Vec<_>) = std::mem::take(&mut m.waiters)
+                .into_iter()
+                .partition(|w| w.borrow().after < asked);
+            m.waiters = settled;
+            (rest, m.flight.take())
         };
         spare::forget_made(d);
         d.drive();
@@ -804,7 +811,11 @@ impl Driver {
         };
         if let Some(why) = why {
             self.store.borrow_mut().remove(&self.name);
-            warn(&removed(&self.name, &why));
+            let warning = removed(&self.name, &why);
+            warn(&warning);
+            // Queued, not told now: heard in the submit's drive, after its begin.
+            let update = self.snapshot(Some(warning));
+            self.queue.borrow_mut().push_back(update);
             return false;
         }
         // Not driven here: a listener hearing "unsure" now could discard it between this and
@@ -938,12 +949,6 @@ impl Driver {
         spare::want(self);
     }
 
-    /// Keys are stored where another tab or submitter can read them, so every attempt holds
-    /// the Web Lock named after its key (`attempt.rs`).
-    pub(crate) fn shares_keys(&self) -> bool {
-        self.store.borrow().kind() != StorageKind::Memory
-    }
-
     /// `slot` waits for the settlement of what `begun` began, or has its refusal at once.
     /// `begun` counts the core's settlements asked for before the call that began it: those
     /// are earlier rounds', and the next is its own, even when that call asked for it already
@@ -969,6 +974,15 @@ impl Driver {
     fn abort(self: &Rc<Self>, slot: &Rc<RefCell<Slot>>) {
         let (found, flight, stopped) = {
             let mut m = self.machine.borrow_mut();
+            // Its settlement was asked for already (queued behind the change a listener is
+            // hearing): aborting after the settlement does nothing.
+            let asked = m.core.settlements();
+            if m.waiters
+                .iter()
+                .any(|w| Rc::ptr_eq(w, slot) && w.borrow().after < asked)
+            {
+                return;
+            }
             // Held until IndexedDB was looked at: it never began, and nothing else stops.
             let held = m.held.len();
             m.held.retain(|h| !Rc::ptr_eq(h, slot));
@@ -1088,16 +1102,13 @@ impl Driver {
                     }
                 }
                 Action::Send(a) => {
-                    // Memory only, and no upload (kept in IndexedDB): no other tab or
-                    // submitter can know the key.
-                    let shared = self.shares_keys() || super::upload::is_upload(self);
                     let (controller, fresh) = {
                         let mut m = self.machine.borrow_mut();
                         let controller = web_sys::AbortController::new().ok();
                         m.flight = controller.clone().map(|c| (a.id, c));
                         (controller, std::mem::take(&mut m.fresh))
                     };
-                    attempt::start(self.clone(), a, controller, (shared, fresh));
+                    attempt::start(self.clone(), a, controller, fresh);
                 }
                 Action::Forget(key) => {
                     // Its secrets went when it ended (`note_ended`).
@@ -1113,7 +1124,7 @@ impl Driver {
                     warning: None,
                 }),
                 Action::Settled(settled) => {
-                    spare::forget_made(self);
+                    spare::forget_made_of(self, &settled.key);
                     let (waiters, text) = {
                         let mut m = self.machine.borrow_mut();
                         m.settled_seen += 1;

@@ -481,6 +481,13 @@ fn headers(value: &JsValue) -> Result<Vec<(String, String)>, Error> {
     Ok(out)
 }
 
+#[wasm_bindgen::prelude::wasm_bindgen]
+extern "C" {
+    /// `Object.entries(value)`, which runs a page's getters and proxy traps: `Err` when they throw.
+    #[wasm_bindgen(catch, js_namespace = Object, js_name = entries)]
+    fn entries_of(value: &JsValue) -> Result<Array, JsValue>;
+}
+
 /// `options.attemptHeaders` as the driver calls it: with `{ attempt, key }`. A throw is reported
 /// on the console and adds nothing; a value that is not a string is left out with a warning.
 fn js_attempt_headers(f: Function) -> AttemptHeaders {
@@ -498,8 +505,18 @@ fn js_attempt_headers(f: Function) -> AttemptHeaders {
         if !given.is_object() {
             return Vec::new();
         }
+        let entries = match entries_of(&given) {
+            Ok(entries) => entries,
+            Err(e) => {
+                super::warn(
+                    &("options.attemptHeaders gave headers that cannot be read: ".to_owned()
+                        + &describe(&e)),
+                );
+                return Vec::new();
+            }
+        };
         let mut out = Vec::new();
-        for entry in Object::entries(given.unchecked_ref::<Object>()).iter() {
+        for entry in entries.iter() {
             let entry: Array = entry.unchecked_into();
             let name = entry.get(0).as_string().unwrap_or_default();
             match entry.get(1).as_string() {

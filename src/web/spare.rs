@@ -65,11 +65,10 @@ pub(crate) fn after_answer(driver: &Rc<Driver>) {
     }
 }
 
-/// Draws a spare in a task of its own, unless one is there or on its way, or the storage is
-/// memory (no lock to ask for).
+/// Draws a spare in a task of its own, unless one is there or on its way.
 pub(crate) fn prepare_soon(driver: &Rc<Driver>) {
     let mut s = driver.spares.borrow_mut();
-    if s.next.is_none() && s.soon.is_none() && driver.shares_keys() {
+    if s.next.is_none() && s.soon.is_none() {
         s.soon = Some(Timer::new(0, driver, soon, 0));
     }
 }
@@ -103,7 +102,7 @@ fn expire(d: &Rc<Driver>, _: u32) {
 }
 
 fn prepare(driver: &Rc<Driver>) {
-    if !driver.shares_keys() || driver.spares.borrow().next.is_some() {
+    if driver.spares.borrow().next.is_some() {
         return;
     }
     let Ok(bytes) = random_bytes() else { return };
@@ -124,8 +123,8 @@ fn prepare(driver: &Rc<Driver>) {
 }
 
 /// The random bytes of a new key: the spare's, whose lock is then kept for the key's first
-/// attempt ([`take_lock`]), or drawn now, with its lock asked for now too (where keys are
-/// shared): before the record is written, so that another tab that reads it from
+/// attempt ([`take_lock`]), or drawn now, with its lock asked for now too: before the record is
+/// written, so that another tab that reads it from
 /// `localStorage` asks for the key's lock after this one, never first.
 pub(crate) fn draw(driver: &Driver) -> Result<[u8; 16], JsValue> {
     let mut s = driver.spares.borrow_mut();
@@ -137,11 +136,8 @@ pub(crate) fn draw(driver: &Driver) -> Result<[u8; 16], JsValue> {
         None => {
             s.made = None;
             let bytes = random_bytes()?;
-            // An upload's record is IndexedDB's, shared by tabs, whatever storage was asked.
-            if driver.shares_keys() || super::upload::begins(driver) {
-                let key = Key::from_random_bytes(bytes);
-                s.made = request_lock(&key).map(|lock| (key, lock));
-            }
+            let key = Key::from_random_bytes(bytes);
+            s.made = request_lock(&key).map(|lock| (key, lock));
             Ok(bytes)
         }
     }
@@ -152,6 +148,19 @@ pub(crate) fn draw(driver: &Driver) -> Result<[u8; 16], JsValue> {
 pub(crate) fn take_lock(driver: &Driver, key: &Key) -> Option<Lock> {
     let made = driver.spares.borrow_mut().made.take();
     made.filter(|(made, _)| made == key).map(|(_, lock)| lock)
+}
+
+/// [`forget_made`], when the key made is `key` (a settled submission's): a key made since, in a
+/// listener of that settlement's change, keeps its lock.
+pub(crate) fn forget_made_of(driver: &Driver, key: &Key) {
+    let made = {
+        let mut s = driver.spares.borrow_mut();
+        match &s.made {
+            Some((k, _)) if k == key => s.made.take(),
+            _ => None,
+        }
+    };
+    drop(made);
 }
 
 /// The key made from a spare will not be sent (its submission settled, was discarded, or was

@@ -25,17 +25,18 @@ thread_local! {
 
 /// Where a record's slot name begins; the rest is the submission's name.
 const SLOT_PREFIX: &str = "oncekey:";
-/// The slot a probe writes and removes (no submission's).
-const PROBE_SLOT: &str = "oncekey:probe";
+/// The slot a probe writes and removes: outside the records' (`oncekey:probe` was the record
+/// slot of a submission named `probe`, which every probe wiped).
+const PROBE_SLOT: &str = "oncekey-probe";
 
 fn slot(name: &str) -> String {
     SLOT_PREFIX.to_owned() + name
 }
 
-/// Whether `slot` of a web storage holds a submission's record (not another key, not a probe).
+/// Whether `slot` of a web storage holds a submission's record (not another key).
 #[cfg(feature = "js")]
 pub(crate) fn is_record_slot(slot: &str) -> bool {
-    slot.starts_with(SLOT_PREFIX) && slot != PROBE_SLOT
+    slot.starts_with(SLOT_PREFIX)
 }
 
 fn memory_get(slot: &str) -> Option<String> {

@@ -433,11 +433,6 @@ pub(crate) fn begins(d: &Driver) -> bool {
     d.uploads.borrow().next.is_some()
 }
 
-/// Whether the pending submission is an upload (kept in IndexedDB, whatever storage was asked).
-pub(crate) fn is_upload(d: &Driver) -> bool {
-    d.uploads.borrow().payload.is_some()
-}
-
 /// The body of an upload's attempt, or `None` when the submission is no upload.
 pub(crate) fn form_data(d: &Driver) -> Option<FormData> {
     let u = d.uploads.borrow();

@@ -452,15 +452,15 @@ impl Kit {
     /// "Discard". A submission this kit shows but is not sending (unsure or expired) may be
     /// another tab's, found in shared storage, which that tab is sending right now: its record
     /// is that tab's until its answer, and removing it here would leave a reload there with
-    /// nothing to resume. So where tabs share records, the discard is done only if no one holds
+    /// nothing to resume (or another submitter of the name in this page, which took it up). So
+    /// the discard is done only if no one holds
     /// or waits for the key's Web Lock (with the lock held, so that no attempt starts
     /// meanwhile); otherwise the form says so and keeps the submission, for "Try again" (which
     /// waits for that tab's attempt and gets its answer) or a later discard.
     pub(super) fn discard(kit: &Rc<Kit>) {
         let submitter = &kit.submitter;
         let driver = submitter.driver();
-        let shared = driver.shares_keys() || crate::web::upload::is_upload(driver);
-        let key = (shared && matches!(submitter.state(), State::Unsure | State::Expired))
+        let key = matches!(submitter.state(), State::Unsure | State::Expired)
             .then(|| driver.pending_key())
             .flatten();
         if let Some(key) = key {
