@@ -1497,3 +1497,34 @@ async fn a_discard_is_synced_before_it_is_answered() {
     );
     assert!(client.pending().await.unwrap().is_empty());
 }
+
+#[tokio::test]
+async fn a_stored_record_whose_url_cannot_be_sent_is_moved_aside_and_named() {
+    // A record put in the store by another writer (an outbox's enqueue, a hand-made Record)
+    // with a URL no attempt can go to: every attempt failed as a "network error", the round
+    // was spent, and the submission ended unsure, the URL never named.
+    let store = Arc::new(MemoryStore::new());
+    for (name, url) in [("relative", "/api/tickets"), ("ftp", "ftp://127.0.0.1/x")] {
+        left_behind(&*store, url, "t", name, Duration::from_secs(1));
+    }
+    let plan = Plan::new();
+    let client = client_on(store.clone(), &plan);
+    let resumed = client.resume_pending().await.unwrap();
+    assert_eq!(resumed.len(), 2);
+    for r in &resumed {
+        let e = r.result.as_ref().expect_err("nothing can be sent");
+        assert!(e.is_unreadable_record(), "{}: {e}", r.name);
+        assert!(e.to_string().contains("cannot be sent"), "{}: {e}", r.name);
+    }
+    assert_eq!(plan.attempts("relative") + plan.attempts("ftp"), 0);
+    // Moved aside for an operator, as it was stored; the names are free.
+    assert!(client.pending().await.unwrap().is_empty());
+    let moved: Vec<_> = client
+        .quarantined()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|q| q.name)
+        .collect();
+    assert_eq!(moved.len(), 2, "{moved:?}");
+}

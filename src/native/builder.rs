@@ -388,14 +388,7 @@ impl SubmissionBuilder {
         let method = self.method.as_deref().ok_or_else(|| {
             Error::request("no method and URL: call post(url) or request(method, url)")
         })?;
-        let url = reqwest::Url::parse(&self.url)
-            .map_err(|e| Error::request(format!("{:?} is not a URL", self.url)).with_source(e))?;
-        if !matches!(url.scheme(), "http" | "https") {
-            return Err(Error::request(format!(
-                "{:?} is not an http or https URL",
-                self.url
-            )));
-        }
+        let url = http_url(&self.url).map_err(Error::request)?;
         // Taken, not copied: the builder is spent by the call that asked for this.
         let (body, encoding) = self
             .body
@@ -470,4 +463,13 @@ impl SubmissionBuilder {
             .run(&self.name, Job::Send { request, key, url })
             .await
     }
+}
+
+/// `text` as an attempt's URL: an absolute `http` or `https` URL, or what is wrong with it.
+pub(super) fn http_url(text: &str) -> std::result::Result<reqwest::Url, String> {
+    let url = reqwest::Url::parse(text).map_err(|e| format!("{text:?} is not a URL ({e})"))?;
+    if !matches!(url.scheme(), "http" | "https") {
+        return Err(format!("{text:?} is not an http or https URL"));
+    }
+    Ok(url)
 }

@@ -20,7 +20,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use reqwest::header::{HeaderMap, HeaderName};
 
-use super::builder::{ClientBuilder, SubmissionBuilder};
+use super::builder::{http_url, ClientBuilder, SubmissionBuilder};
 use super::error::{BoxError, Error, Result};
 use super::flight::{Flights, Job};
 use super::owner::{holder, Holder};
@@ -41,7 +41,12 @@ pub(super) fn now() -> Timestamp {
 /// or it is another submission's): such a record is moved aside, never sent or deleted.
 pub(super) fn read_stored(name: &str, text: &str) -> std::result::Result<Record, String> {
     match Record::from_json(text) {
-        Ok(record) if record.name == name => Ok(record),
+        // Written by a client of this crate, it was checked as it was described; a record put
+        // there otherwise (an outbox's enqueue, another writer) could never be sent.
+        Ok(record) if record.name == name => match http_url(&record.request.url) {
+            Ok(_) => Ok(record),
+            Err(why) => Err(format!("its URL cannot be sent: {why}")),
+        },
         Ok(record) => Err(format!("it belongs to the submission {:?}", record.name)),
         Err(e) => Err(e.to_string()),
     }
