@@ -92,6 +92,9 @@ pub enum RetryAfter {
     Delay(Duration),
     /// Not before this time (an HTTP-date).
     At(Timestamp),
+    /// After this long and not before this time: a delay and a date were both given (which of
+    /// the two is later depends on when it is read).
+    Both(Duration, Timestamp),
 }
 
 impl RetryAfter {
@@ -131,6 +134,7 @@ impl RetryAfter {
         match self {
             RetryAfter::Delay(d) => now + d,
             RetryAfter::At(t) => t.max(now),
+            RetryAfter::Both(d, t) => (now + d).max(t),
         }
     }
 }
@@ -204,16 +208,23 @@ impl Answer {
     }
 }
 
-/// Of two server hints (a header given twice, or both headers), the one never earlier than the
-/// other: the longer of two delays, the later of two dates. A delay and a date cannot be
-/// compared without the time; the second given (the standard header's) stands.
+/// Of two server hints (a header given twice, or both headers), what is never earlier than
+/// either: the longer of two delays, the later of two dates, and a delay with a date kept both
+/// ([`RetryAfter::Both`]: which is later depends on when it is read).
 fn later(a: Option<RetryAfter>, b: Option<RetryAfter>) -> Option<RetryAfter> {
-    match (a, b) {
-        (Some(RetryAfter::Delay(a)), Some(RetryAfter::Delay(b))) => {
-            Some(RetryAfter::Delay(a.max(b)))
-        }
-        (Some(RetryAfter::At(a)), Some(RetryAfter::At(b))) => Some(RetryAfter::At(a.max(b))),
-        (a, b) => b.or(a),
+    let parts = |h: Option<RetryAfter>| match h {
+        None => (None, None),
+        Some(RetryAfter::Delay(d)) => (Some(d), None),
+        Some(RetryAfter::At(t)) => (None, Some(t)),
+        Some(RetryAfter::Both(d, t)) => (Some(d), Some(t)),
+    };
+    let ((da, ta), (db, tb)) = (parts(a), parts(b));
+    // `None` orders before any `Some`: the one given wins.
+    match (da.max(db), ta.max(tb)) {
+        (Some(d), Some(t)) => Some(RetryAfter::Both(d, t)),
+        (Some(d), None) => Some(RetryAfter::Delay(d)),
+        (None, Some(t)) => Some(RetryAfter::At(t)),
+        (None, None) => None,
     }
 }
 
@@ -502,6 +513,24 @@ mod tests {
             assert_eq!(a.retry_after, None, "{bad:?}");
             assert_eq!(classify(&a), RETRY);
         }
+        // A delay and a date: never earlier than either, whichever is later when it is read.
+        let both = Answer::from_response(
+            503,
+            [
+                ("retry-after-ms", "5000"),
+                ("Retry-After", "Sun, 06 Nov 1994 08:49:37 GMT"),
+            ],
+            "",
+            "k",
+        )
+        .retry_after
+        .unwrap();
+        assert_eq!(both.not_before(now), now + Duration::from_secs(777));
+        let later_now = now + Duration::from_secs(776);
+        assert_eq!(
+            both.not_before(later_now),
+            later_now + Duration::from_secs(5)
+        );
         assert_eq!(RetryAfter::parse_ms("-5"), None);
         assert_eq!(
             RetryAfter::parse("99999999999999999999999"),
