@@ -34,7 +34,6 @@ const FR = {
   and: ' et ',
   fieldInvalid: '{field} {reason}',
   fieldReason: 'n’est pas accepté',
-  fileField: 'Le champ {field} contient un fichier ; oncekey ne sait pas encore envoyer de fichiers.',
   tryAgain: 'Réessayer',
   discard: 'Abandonner',
   sendAsNew: 'Envoyer comme nouveau ticket',

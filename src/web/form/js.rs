@@ -14,7 +14,7 @@ use wasm_bindgen::JsCast;
 use web_sys::HtmlFormElement;
 
 use super::dom::{call_str, get, items, put};
-use super::kit::{holds, Faces};
+use super::kit::{form_url, holds, Faces};
 use super::messages::unknown;
 use super::view::body_js;
 use super::{FormKit, FormOptions, Messages, Resume, SuccessMessage};
@@ -88,7 +88,7 @@ export interface FormKitMessages {
   fieldInvalid?: string;
   /** is not accepted */
   fieldReason?: string;
-  /** The field {field} holds a file; oncekey cannot send files yet. — {field}: the field's name. */
+  /** @deprecated Not used: the kit sends files. Accepted so that translation tables written for earlier versions still load. */
   fileField?: string;
   /** Try again */
   tryAgain?: string;
@@ -194,7 +194,7 @@ fn read_options(form: &HtmlFormElement, value: &JsValue) -> Result<FormOptions, 
         }
     }
     if get(&copy, "url").is_undefined() {
-        put(&copy, "url", &get(form, "action"));
+        put(&copy, "url", &form_url(form).into());
     }
     let method_given = !get(&copy, "method").is_undefined();
     o.submitter = Options::from_js(&copy)?;

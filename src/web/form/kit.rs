@@ -92,6 +92,16 @@ pub(super) struct Wiring {
     pub(super) _listener: Listener,
 }
 
+/// Where `form` posts: its `action` property, or the attribute when a control named "action"
+/// hides the property (a common hidden field); a form without one posts to its page, as the
+/// property says.
+pub(super) fn form_url(form: &HtmlFormElement) -> String {
+    text(form, "action")
+        .or_else(|| attr(form, "action"))
+        .or_else(|| text(&get(&js_sys::global(), "location"), "href"))
+        .unwrap_or_default()
+}
+
 impl Kit {
     pub(super) fn attach(form: &HtmlFormElement, o: FormOptions) -> Result<Rc<Kit>, Error> {
         // Two kits on one form would each send its submit, under a key of its own.
@@ -103,12 +113,7 @@ impl Kit {
         }
         let mut options = o.submitter;
         if options.url.is_empty() {
-            // The attribute when a control named "action" hides the property (a common hidden
-            // field); a form without one posts to its page, as the property says.
-            options.url = text(form, "action")
-                .or_else(|| attr(form, "action"))
-                .or_else(|| text(&get(&js_sys::global(), "location"), "href"))
-                .unwrap_or_default();
+            options.url = form_url(form);
         }
         options.method = match o.method {
             Some(method) => method,
@@ -130,7 +135,8 @@ impl Kit {
             Some(name) => name,
             None => attr(form, "data-oncekey")
                 .filter(|n| !n.is_empty())
-                .or_else(|| text(form, "id").filter(|n| !n.is_empty()))
+                // The attribute: a control named "id" hides the property.
+                .or_else(|| attr(form, "id").filter(|n| !n.is_empty()))
                 .ok_or_else(|| {
                     Error::option(
                         "options.name is required when the form has no data-oncekey attribute or id",

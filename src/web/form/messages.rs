@@ -38,7 +38,6 @@ pub(crate) enum Message {
     And,
     FieldInvalid,
     FieldReason,
-    FileField,
     TryAgain,
     Discard,
     SendAsNew,
@@ -46,7 +45,7 @@ pub(crate) enum Message {
 
 /// Each message's key and its English text, in the order of [`Message`]. README.md ("A plain
 /// HTML form") and the `FormKitMessages` declarations list the same.
-const TEXTS: [(&str, &str); 27] = [
+const TEXTS: [(&str, &str); 26] = [
     ("sending", "Sending…"),
     // {attempt}: the attempt's number.
     ("sendingAgain", "Sending again (attempt {attempt}), with the same key…"),
@@ -77,8 +76,6 @@ const TEXTS: [(&str, &str); 27] = [
     // {field}: the field's name; {reason}: the server's reason, or `fieldReason`.
     ("fieldInvalid", "{field} {reason}"),
     ("fieldReason", "is not accepted"),
-    // {field}: the field's name.
-    ("fileField", "The field {field} holds a file; oncekey cannot send files yet."),
     ("tryAgain", "Try again"),
     ("discard", "Discard"),
     ("sendAsNew", "Send as a new ticket"),
@@ -104,8 +101,13 @@ impl Messages {
         TEXTS.iter().copied()
     }
 
-    /// Replaces the message `key`; an error names a key the kit does not know.
+    /// Replaces the message `key`; an error names a key the kit does not know. `fileField`,
+    /// from versions that could not send files, is accepted and not used, so that translation
+    /// tables written for them still load.
     pub fn set(&mut self, key: &str, text: impl Into<String>) -> Result<&mut Messages, Error> {
+        if key == RETIRED {
+            return Ok(self);
+        }
         let Some(i) = TEXTS.iter().position(|(k, _)| *k == key) else {
             return Err(unknown("messages.", key));
         };
@@ -138,7 +140,7 @@ impl Messages {
     }
 }
 
-const ALL: [Message; 27] = [
+const ALL: [Message; 26] = [
     Message::Sending,
     Message::SendingAgain,
     Message::Waiting,
@@ -162,11 +164,13 @@ const ALL: [Message; 27] = [
     Message::And,
     Message::FieldInvalid,
     Message::FieldReason,
-    Message::FileField,
     Message::TryAgain,
     Message::Discard,
     Message::SendAsNew,
 ];
+
+/// A message no version uses any more ([`Messages::set`]).
+const RETIRED: &str = "fileField";
 
 /// "options.messages.tryagain is not a message of the form kit; the messages are ...".
 pub(crate) fn unknown(prefix: &str, key: &str) -> Error {
