@@ -1936,6 +1936,45 @@ async fn a_refused_submit_does_not_let_go_of_the_lock_drawn_ahead_for_the_pendin
     assert_eq!(case.tickets().await, 2.0);
 }
 
+/// Replaces `crypto.getRandomValues` with `body` (a function's source, taking the array);
+/// the returned function puts the real one back.
+fn stub_random_values(body: &str) -> js_sys::Function {
+    js_sys::Function::new_no_args(&format!(
+        "var c = globalThis.crypto; c.getRandomValues = {body}; \
+         return function () {{ delete c.getRandomValues; }};"
+    ))
+    .call0(&JsValue::NULL)
+    .unwrap()
+    .unchecked_into()
+}
+
+#[test]
+async fn the_key_is_drawn_from_crypto_get_random_values_and_never_made_without_it() {
+    // CONTRACT.md section 1: browser keys are UUID v4 from the platform CSPRNG
+    // (crypto.getRandomValues), never Math.random, never a timestamp.
+    let case = Case::new("csprng");
+    let restore = stub_random_values("function (a) { a.fill(0x5a); return a; }");
+    let s = case.submitter("");
+    let p = s.submit(json(TICKET), None);
+    restore.call0(&JsValue::NULL).unwrap();
+    let result = settle(p).await.unwrap();
+    let want = oncekey::Key::from_random_bytes([0x5a; 16]);
+    assert_eq!(text(&result, "key"), want.as_str());
+    assert!(
+        want.as_str().starts_with("5a5a5a5a-5a5a-4"),
+        "a v4 UUID: {want}"
+    );
+    assert_eq!(case.tickets().await, 1.0);
+    // Without it, no key is made another way: the submit is refused, nothing stored or sent.
+    let case = Case::new("no-csprng");
+    let restore = stub_random_values("function () { throw new Error('no entropy here'); }");
+    let s = case.submitter("");
+    let refused = settle(s.submit(json(TICKET), None)).await;
+    restore.call0(&JsValue::NULL).unwrap();
+    assert!(refused.is_err(), "refused");
+    assert!(case.seen().is_empty() && case.stored().is_none());
+}
+
 #[test]
 async fn wrong_submit_options_are_errors() {
     let case = Case::new("submit-opts");

@@ -1337,6 +1337,87 @@ async fn attach_form_reads_the_url_and_the_name_past_controls_named_action_and_i
 }
 
 #[test]
+async fn a_conflict_unlocks_the_form_keeps_the_fields_says_so_and_is_not_retried() {
+    // CONTRACT.md section 4: conflict: fields unlocked and kept, the error shown, nothing
+    // retried. A key the server did with one body, found stored with another (a record changed
+    // while the page was away): the server answers 422.
+    let case = Case::new("kit-conflict");
+    let form = case.form("");
+    let kit = case.attach(&form, 1);
+    fill_ticket(&form, "First body");
+    case.plan(&["delay=300"]);
+    form.request_submit().unwrap();
+    let stored = case.stored().expect("stored before it is sent");
+    settled(&form, "succeeded").await;
+    kit.detach();
+    form.remove();
+    assert!(stored.contains("First body"));
+    session()
+        .set_item(
+            &format!("oncekey:{}", case.name),
+            &stored.replace("First body", "Second body"),
+        )
+        .unwrap();
+    // The reload, and Try again.
+    let form = case.form("");
+    let options = FormOptions {
+        resume: Resume::Manual,
+        ..case.options(8)
+    };
+    let _kit = FormKit::attach(&form, options).unwrap();
+    button(&form, "Try again").expect("offered").click();
+    settled(&form, "conflict").await;
+    assert_eq!(
+        case.keys().len(),
+        2,
+        "the lost reply's attempt and one more, not retried"
+    );
+    assert!(!disabled(&form, "[name=subject]") && !disabled(&form, "button[type=submit]"));
+    assert_eq!(busy(&form), None);
+    assert_eq!(field(&form, "subject").value(), "Second body", "kept");
+    assert!(
+        status_text(&form).contains("different content"),
+        "{}",
+        status_text(&form)
+    );
+    assert!(button(&form, "Try again").is_none());
+    assert_eq!(case.count("tickets").await, 1.0);
+    assert!(
+        case.stored().is_none(),
+        "definite: the next send gets a new key"
+    );
+    form.remove();
+}
+
+#[test]
+async fn a_misconfigured_key_header_unlocks_the_form_keeps_the_fields_says_so_and_is_not_retried() {
+    // CONTRACT.md section 4: misconfigured: fields unlocked and kept, the error shown, nothing
+    // retried. The key sent under another header (X-Tenant: the one other header the test
+    // server lets a page of another origin send): the server finds none and says so (400).
+    let case = Case::new("kit-misconfigured");
+    let form = case.form("");
+    let mut options = case.options(8);
+    options.submitter.key_header = "X-Tenant".into();
+    let _kit = FormKit::attach(&form, options).unwrap();
+    fill_ticket(&form, "Wrong header");
+    form.request_submit().unwrap();
+    settled(&form, "misconfigured").await;
+    assert_eq!(case.keys().len(), 1, "not retried");
+    assert!(!disabled(&form, "[name=subject]") && !disabled(&form, "button[type=submit]"));
+    assert_eq!(busy(&form), None);
+    assert_eq!(field(&form, "subject").value(), "Wrong header", "kept");
+    assert!(
+        status_text(&form).contains("set up wrongly"),
+        "{}",
+        status_text(&form)
+    );
+    assert!(button(&form, "Try again").is_none());
+    assert_eq!(case.count("tickets").await, 0.0);
+    assert!(case.stored().is_none());
+    form.remove();
+}
+
+#[test]
 async fn a_round_started_through_the_kit_s_submitter_unlocks_the_form_when_it_settles() {
     // The form locked on 'sending' but the kit heard only its own rounds' settlements: a Try
     // again made by the page through kit.submitter left the form locked for good.

@@ -356,6 +356,8 @@ async fn an_upload_is_stored_in_indexeddb_before_it_is_sent_and_another_file_is_
     refused_pending(&s, ticket_form(&other, "a.png", "image/png")).await;
     // The same file under another name is another body too.
     refused_pending(&s, ticket_form(&bytes, "b.png", "image/png")).await;
+    // And of another type (CONTRACT.md section 5: each file's SHA-256, name and type).
+    refused_pending(&s, ticket_form(&bytes, "a.png", "image/jpeg")).await;
     assert_eq!(case.seen().len(), sent, "nothing sent");
     // Try again resends the same bytes with the same key.
     let again = JsFuture::from(s.try_again(None)).await.expect("resolves");
