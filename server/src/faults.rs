@@ -19,7 +19,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 
 use crate::api::{App, ConnectionAbort, Reply};
-use crate::problem::{param, problem, unavailable};
+use crate::problem::{param, problem, quote, unavailable};
 use crate::store::{StoreError, Stored};
 
 /// The longest `delay=MS` honoured.
@@ -58,7 +58,8 @@ impl Fault {
                     .and_then(|ms| ms.parse::<u64>().ok())
                     .ok_or_else(|| {
                         format!(
-                            "unknown fault {other:?}; known: drop-reply, fail-before, offline, delay=MS, crash-before-commit"
+                            "unknown fault {}; known: drop-reply, fail-before, offline, delay=MS, crash-before-commit",
+                            quote(other)
                         )
                     })?;
                 Ok(Fault::Delay(Duration::from_millis(ms).min(MAX_DELAY)))

@@ -67,6 +67,24 @@ pub(crate) fn respond(answer: &Stored) -> Response {
     response
 }
 
+/// The most characters of a client's own text (a media type, a part's name, a header) a problem
+/// document quotes: enough to recognise it, never a copy of a large input, since a keyed
+/// request's refusal is stored and replayed on every retry.
+pub(crate) const QUOTED: usize = 40;
+
+/// `text` cut for a problem document: its first [`QUOTED`] characters, `...` when cut.
+pub(crate) fn cut(text: &str) -> String {
+    match text.char_indices().nth(QUOTED) {
+        Some((end, _)) => format!("{}...", &text[..end]),
+        None => text.to_owned(),
+    }
+}
+
+/// `text` in quotes for a problem document, [`cut`].
+pub(crate) fn quote(text: &str) -> String {
+    format!("\"{}\"", cut(text))
+}
+
 pub(crate) fn param(name: &str, reason: impl Into<String>) -> InvalidParam {
     InvalidParam {
         name: name.to_owned(),

@@ -15,7 +15,7 @@ use oncekey::core::body::{self as canonical, Value};
 use sha2::{Digest, Sha256};
 
 use crate::budget::{BodyBudget, Reserved};
-use crate::problem::{param, problem, respond, JSON};
+use crate::problem::{cut, param, problem, quote, respond, JSON};
 use crate::store::{hex, NewAttachment, NewTicket, StoreError, Stored, Tx};
 
 /// The largest request body read unless configured otherwise (`--max-body`), in bytes.
@@ -30,6 +30,9 @@ pub const MAX_UPLOAD_CAP: usize = 256 * 1024 * 1024;
 pub const MAX_ATTACHMENTS: usize = 16;
 /// The longest attachment file name, in bytes.
 pub const MAX_FILE_NAME: usize = 255;
+/// The longest name of a multipart part (a field's or a file input's), in bytes, as
+/// [`MAX_FILE_NAME`]: a longer one is refused without being copied, nor quoted in the `400`.
+pub const MAX_PART_NAME: usize = 255;
 /// The longest attachment media type, in bytes.
 pub const MAX_MEDIA_TYPE: usize = 127;
 /// The longest subject, in characters.
@@ -139,7 +142,7 @@ pub(crate) fn read_ticket(tenant: &str, headers: &HeaderMap, bytes: &[u8]) -> Ti
     } else {
         return invalid(
             "Content-Type",
-            format!("the body must be application/json, application/x-www-form-urlencoded or multipart/form-data, not {media:?}"),
+            format!("the body must be application/json, application/x-www-form-urlencoded or multipart/form-data, not {}", quote(&media)),
         );
     };
     let (canonical, value) = match parsed {
@@ -193,12 +196,22 @@ pub(crate) async fn read_multipart(
             Ok(None) => break,
             Err(e) => return malformed("body", multipart_reason(&e)),
         };
-        let Some(name) = part.name().map(str::to_owned) else {
+        let Some(name) = part.name() else {
             return malformed(
                 "body",
                 "a part has no name (Content-Disposition: form-data; name=\"...\")".into(),
             );
         };
+        if name.len() > MAX_PART_NAME {
+            return malformed(
+                "body",
+                format!(
+                    "a part's name is {} bytes long; at most {MAX_PART_NAME} are allowed",
+                    name.len()
+                ),
+            );
+        }
+        let name = name.to_owned();
         let file_name = part.file_name().map(str::to_owned);
         let media_type = part.content_type().map(|m| m.to_string());
         let data = match part.bytes().await {
@@ -261,8 +274,8 @@ fn multipart_reason(e: &multer::Error) -> String {
             "the multipart body ends before its closing boundary".into()
         }
         multer::Error::IncompleteFieldData { field_name } => format!(
-            "the part {:?} ends before the next boundary",
-            field_name.as_deref().unwrap_or("")
+            "the part {} ends before the next boundary",
+            quote(field_name.as_deref().unwrap_or(""))
         ),
         multer::Error::IncompleteHeaders => "a part's headers are incomplete".into(),
         multer::Error::ReadHeaderFailed(_) => "a part's headers cannot be read".into(),
@@ -272,7 +285,11 @@ fn multipart_reason(e: &multer::Error) -> String {
         multer::Error::NoMultipart | multer::Error::NoBoundary => {
             "no multipart body with this boundary".into()
         }
-        other => format!("is not well-formed multipart/form-data ({other})"),
+        // multer's own words may hold a part's name.
+        other => format!(
+            "is not well-formed multipart/form-data ({})",
+            cut(&other.to_string())
+        ),
     }
 }
 

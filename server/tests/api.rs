@@ -217,6 +217,25 @@ async fn invalid_fields_are_400s_that_name_each_field() {
     assert_eq!(desk.stat("tickets").await, 2);
 }
 
+/// Before, the request's media type was quoted whole (Debug-formatted) in its stored `400`;
+/// now a problem document quotes at most 40 characters of what the client sent.
+#[tokio::test]
+async fn a_long_content_type_is_quoted_cut_short_in_its_400() {
+    let desk = Desk::start("long-content-type").await;
+    let media = format!("text/{}", "x".repeat(8000));
+    let request = desk.request("/api/tickets", &desk.tenant, Some("k1"), &media, "hello");
+    let answer = send(request).await;
+    assert_eq!(answer.invalid_names(), ["Content-Type"]);
+    let reason = &answer.json()["invalid-params"][0]["reason"];
+    let quoted = format!("\"text/{}...\"", "x".repeat(35));
+    assert!(reason.as_str().unwrap().ends_with(&quoted), "{reason}");
+    assert!(
+        answer.body.len() < 1024,
+        "a {} byte answer",
+        answer.body.len()
+    );
+}
+
 #[tokio::test]
 async fn a_body_over_64_kib_is_a_413() {
     let desk = Desk::start("too-large").await;

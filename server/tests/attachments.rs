@@ -529,6 +529,81 @@ async fn malformed_multipart_is_a_400_naming_what_was_wrong() {
     assert_eq!(desk.stat("tickets").await, 2);
 }
 
+/// A part's header section up to its data (`data` is sent as is, with no closing boundary
+/// unless it holds one).
+fn part_named(name: &str, file_name: Option<&str>, data: &str) -> Vec<u8> {
+    let file = file_name.map_or(String::new(), |f| format!("; filename=\"{f}\""));
+    format!("--{BOUNDARY}\r\nContent-Disposition: form-data; name=\"{name}\"{file}\r\n\r\n{data}")
+        .into_bytes()
+}
+
+/// Before, a part's name was copied whole into its `400`, Debug-escaped and then JSON-escaped,
+/// in the detail and again in `invalid-params`, and that answer stored as the key's: a 512 KiB
+/// name of backslashes made an answer (and a receipt, replayed on every retry) of 2 to 4 MiB.
+#[tokio::test]
+async fn a_part_name_over_255_bytes_is_a_400_that_does_not_quote_it() {
+    let desk = Desk::start("long-part-name").await;
+    // Backslashes, which each escaping doubles; the last character ends the quoted name.
+    let long = format!("{}n", "\\".repeat(512 * 1024));
+    let closing = format!("\r\n--{BOUNDARY}--\r\n");
+    let cases = [
+        // A file part with an empty file name and some bytes (refused, naming the part, before).
+        (
+            "a file part",
+            part_named(&long, Some(""), &format!("x{closing}")),
+        ),
+        // Cut inside the part's data (multer's error, holding the name, before).
+        ("a part cut short", part_named(&long, None, "x")),
+        (
+            "a text field",
+            part_named(&long, None, &format!("x{closing}")),
+        ),
+    ];
+    for (i, (what, body)) in cases.into_iter().enumerate() {
+        let key = format!("k-long-name-{i}");
+        let answer = send(upload(&desk, Some(&key), body.clone())).await;
+        assert_eq!(answer.status, 400, "{what}");
+        let problem = answer.json();
+        assert_eq!(
+            problem["type"], "urn:oncekey:problem:invalid-multipart",
+            "{what}"
+        );
+        assert_eq!(answer.invalid_names(), ["body"], "{what}: {problem}");
+        let reason = problem["invalid-params"][0]["reason"].as_str().unwrap();
+        assert!(reason.contains("at most 255"), "{what}: {reason}");
+        assert!(
+            answer.body.len() < 1024,
+            "{what}: a {} byte answer",
+            answer.body.len()
+        );
+        let again = send(upload(&desk, Some(&key), body)).await;
+        assert!(again.replayed, "{what}");
+        assert_eq!(again.body, answer.body, "{what}");
+    }
+    // A name of 255 bytes is a name; cut short, its 400 quotes only its first characters.
+    let name = "n".repeat(255);
+    let mut body = part_named(&name, None, "x\r\n");
+    body.extend_from_slice(&multipart(FIELDS, &[])[..]);
+    let taken = send(upload(&desk, Some("k-name-255"), body)).await;
+    assert_eq!(
+        taken.status,
+        201,
+        "{}",
+        String::from_utf8_lossy(&taken.body)
+    );
+    let cut = send(upload(
+        &desk,
+        Some("k-name-cut"),
+        part_named(&name, None, "x"),
+    ))
+    .await;
+    assert_eq!(cut.status, 400);
+    let text = String::from_utf8_lossy(&cut.body);
+    assert!(text.contains(&"n".repeat(40)), "{text}");
+    assert!(!text.contains(&"n".repeat(41)), "{text}");
+    assert_eq!(desk.stat("tickets").await, 1);
+}
+
 #[tokio::test]
 async fn a_multipart_ticket_without_files_is_the_same_body_as_its_json_twin() {
     let desk = Desk::start("multipart-json-twin").await;
