@@ -5,10 +5,12 @@
 //! the connection is ready for a request, so it also ends a connection that sits idle that long).
 //! This module adds what hyper's HTTP/1 connection does not have:
 //!
-//! - an idle keep-alive timeout: a connection with no request in flight and no byte read or
-//!   written for [`Limits::keep_alive_timeout`] is closed. A request is in flight from its head
-//!   until its answer's body has been written out (or dropped), so a slow answer or a handler
-//!   waiting on the database never counts as idle.
+//! - an idle keep-alive timeout: a connection with no request in flight, no write waiting on
+//!   the socket, and no byte read or written for [`Limits::keep_alive_timeout`] is closed. A
+//!   request is in flight from its head until hyper has taken its answer's last frame (or
+//!   dropped it); hyper then writes what it took, and while the socket refuses those bytes the
+//!   write waits, so a slow answer, a client pausing mid-answer, or a handler waiting on the
+//!   database never counts as idle (a client that stops reading meets the send timeout).
 //! - a send timeout: a write of an answer that the socket takes not one byte of for
 //!   [`Limits::send_timeout`] fails, and the connection is reset, which drops the answer's body
 //!   and with it any room it holds in the memory budget (a download's). The timer starts when
@@ -26,7 +28,7 @@
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -65,13 +67,17 @@ impl Limits {
     }
 }
 
-/// When a connection last moved a byte, and how many of its requests are in flight.
+/// When a connection last moved a byte, how many of its requests are in flight, and whether a
+/// write waits on its socket.
 #[derive(Debug)]
 pub(crate) struct Activity {
     opened: Instant,
     /// Milliseconds after `opened`.
     last: AtomicU64,
     in_flight: AtomicUsize,
+    /// The socket refused the last write (its bytes are still hyper's to send): set when a
+    /// write is pending, cleared when the socket takes a byte.
+    writing: AtomicBool,
 }
 
 impl Activity {
@@ -80,6 +86,7 @@ impl Activity {
             opened: Instant::now(),
             last: AtomicU64::new(0),
             in_flight: AtomicUsize::new(0),
+            writing: AtomicBool::new(false),
         })
     }
 
@@ -99,12 +106,15 @@ impl Activity {
         InFlight(self.clone())
     }
 
-    /// Resolves once the connection has been idle for `timeout`: nothing in flight, no byte
-    /// moved.
+    /// Resolves once the connection has been idle for `timeout`: nothing in flight, no write
+    /// waiting on the socket, no byte moved.
     pub async fn idle_for(&self, timeout: Duration) {
         loop {
             let due = self.last() + timeout;
-            if Instant::now() >= due && self.in_flight.load(Ordering::SeqCst) == 0 {
+            if Instant::now() >= due
+                && self.in_flight.load(Ordering::SeqCst) == 0
+                && !self.writing.load(Ordering::SeqCst)
+            {
                 return;
             }
             // Busy past the deadline: look again a timeout later (the end of a request touches).
@@ -125,7 +135,8 @@ impl Drop for InFlight {
 }
 
 impl InFlight {
-    /// The answer, with this guard kept until its body has been written out or dropped.
+    /// The answer, with this guard kept until hyper has taken its body's last frame or dropped
+    /// it (the bytes it has yet to write are the socket's pending write, see [`Activity`]).
     pub fn until_written(self, response: Response) -> Response {
         response.map(|body| {
             Body::new(body.map_frame(move |frame| {
@@ -214,6 +225,7 @@ impl Watched {
         if due {
             return Poll::Ready(Err(self.time_out()));
         }
+        self.activity.writing.store(true, Ordering::SeqCst);
         if self.stalled.is_none() {
             let mut stalled = Box::pin(tokio::time::sleep(self.send_timeout));
             // Polled once so that it wakes this connection when it is due.
@@ -228,6 +240,7 @@ impl Watched {
     /// `n` bytes taken: the connection is active, and a stall over.
     fn sent(&mut self, n: usize) -> usize {
         self.activity.touch();
+        self.activity.writing.store(false, Ordering::SeqCst);
         self.stalled = None;
         n
     }

@@ -554,6 +554,58 @@ async fn the_ticket_list_is_newest_first_and_limited() {
     assert_eq!(two.len(), 2);
 }
 
+/// Before, an answer stopped counting as in flight once hyper had taken its body's last frame
+/// (the ticket list is one frame), while megabytes of it still waited on the socket: a client
+/// that paused longer than --keep-alive-timeout mid-answer was cut, short of it, though a slow
+/// answer never counts as idle and only --send-timeout (30 s here) may end it.
+#[tokio::test]
+async fn a_large_answer_paused_longer_than_the_keep_alive_timeout_is_whole() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let config = Config {
+        keep_alive_timeout: Duration::from_secs(1),
+        send_timeout: Duration::from_secs(30),
+        ..Config::default()
+    };
+    let desk = Desk::with("paused-answer", config).await;
+    // 150 tickets of 60,000 characters: a list of 9 MB, more than the socket buffers of a
+    // client with a 16 KiB receive buffer that reads nothing take.
+    let text = "a".repeat(60_000);
+    for i in 0..150 {
+        let body = format!(r#"{{"subject":"s{i}","body":"{text}","email":"a@b.co"}}"#);
+        let created = send(desk.post_to("/api/plain/tickets", None, &body)).await;
+        assert_eq!(created.status, 201);
+    }
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(16 * 1024).unwrap();
+    let mut stream = socket.connect(desk.server.addr()).await.unwrap();
+    let request = format!(
+        "GET /api/tickets?limit=150 HTTP/1.1\r\nHost: t\r\nX-Tenant: {}\r\n\r\n",
+        desk.tenant
+    );
+    stream.write_all(request.as_bytes()).await.unwrap();
+    // Three keep-alive timeouts without reading a byte, then everything until the connection
+    // closes (once idle, after the answer).
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let mut heard = Vec::new();
+    tokio::time::timeout(Duration::from_secs(30), stream.read_to_end(&mut heard))
+        .await
+        .expect("the answer within 30 s")
+        .expect("the answer, not a reset");
+    let end = heard.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+    let head = String::from_utf8_lossy(&heard[..end]).to_ascii_lowercase();
+    let length: usize = head
+        .lines()
+        .find_map(|l| l.strip_prefix("content-length: "))
+        .expect("a Content-Length")
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(length > 9_000_000, "{head}");
+    assert_eq!(heard.len() - end, length, "the whole answer");
+    let listed: Vec<serde_json::Value> = serde_json::from_slice(&heard[end..]).unwrap();
+    assert_eq!(listed.len(), 150);
+}
+
 #[tokio::test]
 async fn random_faults_still_make_one_ticket_per_submission() {
     let config = Config {
