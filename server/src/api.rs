@@ -6,7 +6,8 @@
 //!   (`idempotency`, CONTRACT.md section 6), wrapped by the faults
 //!   (`faults`); with `--no-key-check`, the handler alone.
 //! - `POST /api/plain/tickets`: the tickets handler alone: every request makes a ticket.
-//! - `GET /api/tickets`, `GET /api/stats`: a tenant's tickets, and counts for the tests.
+//! - `GET /api/tickets`, `GET /api/stats`: a tenant's tickets (at most [`MAX_LIST`], their
+//!   answer held within `--upload-memory` while it is sent), and counts for the tests.
 //! - `GET /api/tickets/{id}/attachments/{n}`: the bytes of a ticket's file `n` (0-based, in
 //!   the order of the ticket's `attachments`), held in memory within `--upload-memory` like an
 //!   upload's (`budget`).
@@ -28,7 +29,7 @@ use crate::budget::{BodyBudget, Reserved};
 use crate::faults::{self, finish, RandomFaults};
 use crate::idempotency::{self, Keyed};
 pub use crate::problem::InvalidParam;
-use crate::problem::{problem, respond, unavailable};
+use crate::problem::{problem, respond, unavailable, JSON};
 use crate::store::{File, Store, StoreError, Tx};
 use crate::tickets::{self, read_body, read_request, tenant};
 pub use crate::tickets::{
@@ -253,13 +254,23 @@ async fn plain(app: Arc<App>, headers: HeaderMap, body: Body, abort: ConnectionA
     finish(reply, &abort).await
 }
 
+/// The tickets a list gives unless `?limit=N` says otherwise.
+pub const DEFAULT_LIST: i64 = 100;
+/// The most tickets one list gives (a larger `?limit=N` gives this many): each may hold a text
+/// of 64 Ki characters, and the list is built whole in memory.
+pub const MAX_LIST: i64 = 500;
+
 /// `?limit=N` for the ticket list.
 #[derive(Debug, serde::Deserialize)]
 pub struct ListQuery {
     limit: Option<i64>,
 }
 
-/// `GET /api/tickets`: the tenant's tickets, newest first (100 unless `?limit=N`, at most 10000).
+/// `GET /api/tickets`: the tenant's tickets, newest first ([`DEFAULT_LIST`] unless `?limit=N`,
+/// at most [`MAX_LIST`]). Read without holding up the store's writer (see
+/// [`Store::list_tickets`]); the answer, built whole, holds its length of `--upload-memory`
+/// until it has been handed to the connection, as a download does: without room, `503` with
+/// `Retry-After: 1`.
 pub async fn list_tickets(
     State(app): State<Arc<App>>,
     Query(q): Query<ListQuery>,
@@ -269,13 +280,19 @@ pub async fn list_tickets(
         Ok(t) => t,
         Err(problem) => return respond(&problem),
     };
-    let limit = q.limit.unwrap_or(100).clamp(0, 10_000);
-    match app
-        .store
-        .run_light(move |tx| tx.list_tickets(&tenant, limit))
-        .await
-    {
-        Ok(tickets) => axum::Json(tickets).into_response(),
+    let limit = q.limit.unwrap_or(DEFAULT_LIST).clamp(0, MAX_LIST);
+    match app.store.list_tickets(tenant, limit).await {
+        Ok(tickets) => {
+            let json = serde_json::to_vec(&tickets).unwrap_or_default();
+            drop(tickets);
+            let Some(reserved) = app.bodies.reserve_download(json.len()) else {
+                return app.bodies.busy(json.len());
+            };
+            let mut r = Response::new(reserved.into_body(json));
+            r.headers_mut()
+                .insert(header::CONTENT_TYPE, HeaderValue::from_static(JSON));
+            r
+        }
         Err(e) => {
             tracing::error!("listing tickets failed: {e}");
             unavailable("the store is unavailable; retry")

@@ -12,7 +12,8 @@
 //! the request is done: answered, its body unreadable or late, or its client gone. A download
 //! reserves its file's stored length before the bytes are read from the store, and gives it
 //! back when its answer's body has been handed to the connection whole, or dropped (its client
-//! gone, or cut off by `--send-timeout` for taking none of it). When the room is not there, the
+//! gone, or cut off by `--send-timeout` for taking none of it); a ticket list's answer, built
+//! whole, reserves its length and is held the same way. When the room is not there, the
 //! request is answered `503` with `Retry-After` at once rather than put in a queue that could
 //! grow without bound. Nothing of it was read, claimed or stored, so the client's retry (with
 //! the same key, CONTRACT.md section 2) does the work.

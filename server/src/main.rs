@@ -77,9 +77,10 @@ struct Args {
     /// `413`. At most 268435456 (256 MiB): a body is held in memory while it is read.
     #[arg(long, default_value_t = oncekey_server::api::MAX_UPLOAD)]
     max_upload: usize,
-    /// The bytes of bodies held in memory at once, over all requests, uploads and downloads; a
-    /// request whose declared length (its limit, when chunked), or a download whose file's
-    /// length, finds no room gets `503` + `Retry-After`.
+    /// The bytes of bodies held in memory at once, over all requests, uploads, downloads and
+    /// ticket lists (at most 500 tickets each); a request whose declared length (its limit,
+    /// when chunked), a download whose file's length, or a list whose answer's length finds no
+    /// room gets `503` + `Retry-After`.
     /// Default: 4 times the larger of --max-upload and --max-body (100 MiB); at least that
     /// larger limit.
     #[arg(long, value_name = "BYTES")]

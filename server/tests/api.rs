@@ -558,6 +558,87 @@ async fn the_ticket_list_is_newest_first_and_limited() {
 /// (the ticket list is one frame), while megabytes of it still waited on the socket: a client
 /// that paused longer than --keep-alive-timeout mid-answer was cut, short of it, though a slow
 /// answer never counts as idle and only --send-timeout (30 s here) may end it.
+/// `GET /api/tickets` with this query, for the desk's tenant.
+async fn list(desk: &Desk, query: &str) -> Answer {
+    let request = desk
+        .client
+        .get(desk.url(&format!("/api/tickets{query}")))
+        .header("X-Tenant", &desk.tenant);
+    send(request).await
+}
+
+/// Before, a list gave up to 10,000 tickets (a cap written nowhere), each with a text of up to
+/// 64 Ki characters, built whole in memory; now at most 500, 100 by default.
+#[tokio::test]
+async fn a_ticket_list_gives_at_most_500_tickets() {
+    let desk = Desk::start("list-cap").await;
+    for _ in 0..17 {
+        let burst: Vec<_> = (0..30)
+            .map(|_| tokio::spawn(send(desk.post_to("/api/plain/tickets", None, TICKET))))
+            .collect();
+        for created in burst {
+            assert_eq!(created.await.unwrap().status, 201);
+        }
+    }
+    let ids = |answer: &Answer| -> Vec<i64> {
+        assert_eq!(answer.status, 200);
+        let listed: Vec<serde_json::Value> = serde_json::from_slice(&answer.body).unwrap();
+        listed.iter().map(|t| t["id"].as_i64().unwrap()).collect()
+    };
+    let most = ids(&list(&desk, "?limit=10000").await);
+    assert_eq!(most.len(), 500);
+    assert!(most.windows(2).all(|w| w[0] > w[1]), "newest first");
+    assert_eq!(ids(&list(&desk, "?limit=500").await), most);
+    assert_eq!(ids(&list(&desk, "").await), most[..100]);
+}
+
+/// Before, a list's answer was held outside --upload-memory: with the budget full (an upload
+/// holding it), lists were still built and sent. It now reserves its length, as a download
+/// does: `503` with `Retry-After: 1`, and the list once the room is back.
+#[tokio::test]
+async fn a_ticket_list_counts_against_the_memory_budget() {
+    use tokio::io::AsyncWriteExt;
+    let config = Config {
+        max_body: 65_536,
+        max_upload: 65_536,
+        upload_memory: Some(65_536),
+        ..Config::default()
+    };
+    let desk = Desk::with("list-budget", config).await;
+    assert_eq!(send(desk.post(Some("k1"), TICKET)).await.status, 201);
+    // An upload that declares the whole budget and sends 10 bytes of it.
+    let mut upload = tokio::net::TcpStream::connect(desk.server.addr())
+        .await
+        .unwrap();
+    let head = format!(
+        "POST /api/plain/tickets HTTP/1.1\r\nHost: t\r\nX-Tenant: {}\r\nContent-Type: application/json\r\nContent-Length: 65536\r\n\r\n{{\"subject\"",
+        desk.tenant
+    );
+    upload.write_all(head.as_bytes()).await.unwrap();
+    let mut busy = None;
+    for _ in 0..500 {
+        let answer = list(&desk, "").await;
+        if answer.status == 503 {
+            busy = Some(answer);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let busy = busy.expect("a 503 while the upload holds the budget");
+    assert_eq!(busy.retry_after.as_deref(), Some("1"));
+    assert_eq!(busy.content_type, "application/problem+json");
+    drop(upload);
+    for _ in 0..500 {
+        let answer = list(&desk, "").await;
+        if answer.status == 200 {
+            assert_eq!(answer.json().as_array().unwrap().len(), 1);
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("no list once the upload went away");
+}
+
 #[tokio::test]
 async fn a_large_answer_paused_longer_than_the_keep_alive_timeout_is_whole() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};

@@ -557,3 +557,38 @@ async fn servers_whose_clocks_disagree_judge_claims_by_the_databases_clock() {
         writer.join();
     }
 }
+
+/// Before, on SQLite the ticket list was a job of the writer thread, the one that claims keys
+/// and commits tickets: a long list held up every ticket meanwhile. It is read on a connection
+/// of its own: a list is answered while the writer is busy.
+#[tokio::test]
+async fn on_a_sqlite_file_a_ticket_list_does_not_wait_for_the_writer() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tickets.db");
+    let (store, writer) = Store::open(path.to_str().unwrap()).unwrap();
+    store
+        .run(|tx| tx.insert_ticket(&ticket(), None).map(drop))
+        .await
+        .unwrap();
+    // A job that holds the writer thread until told to go on.
+    let (go, wait) = std::sync::mpsc::channel::<()>();
+    let (holding, held) = tokio::sync::oneshot::channel();
+    let busy = tokio::spawn({
+        let store = store.clone();
+        let job = move |_: &mut dyn oncekey_server::store::Tx| {
+            let _ = holding.send(());
+            Ok(wait.recv().ok())
+        };
+        async move { store.run_light(job).await }
+    });
+    held.await.unwrap();
+    let listed = tokio::time::timeout(Duration::from_secs(5), store.list_tickets("t".into(), 10))
+        .await
+        .expect("listed while the writer is busy")
+        .unwrap();
+    assert_eq!(listed.len(), 1);
+    go.send(()).unwrap();
+    busy.await.unwrap().unwrap();
+    store.stop();
+    writer.join();
+}

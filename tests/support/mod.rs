@@ -114,7 +114,7 @@ impl Server {
     /// The subjects of the tenant's tickets.
     pub async fn subjects(&self, tenant: &str) -> Vec<String> {
         let list: Vec<serde_json::Value> = plain_http()
-            .get(format!("{}/api/tickets?limit=10000", self.url))
+            .get(format!("{}/api/tickets?limit=500", self.url))
             .header("X-Tenant", tenant)
             .send()
             .await

@@ -13,7 +13,8 @@
 //! is held before its work begins, and stays when the work fails ([`Store::claim_then`]).
 //!
 //! - SQLite: one connection, owned by a writer thread that groups waiting jobs into shared
-//!   transactions (group commit). See `sqlite.rs`.
+//!   transactions (group commit), and one that reads the ticket list ([`Store::list_tickets`]).
+//!   See `sqlite.rs`.
 //! - PostgreSQL: a small pool of connections, each owned by a thread of its own, each job in a
 //!   transaction of its own. The claim reads an existing receipt `FOR UPDATE`, so claimers in
 //!   several server processes on one database take turns. See `pg.rs`.
@@ -286,6 +287,23 @@ impl Store {
         F: FnOnce(&mut dyn Tx) -> Result<T, StoreError> + Send + 'static,
     {
         self.job(Kind::Light, Box::new(f)).await
+    }
+
+    /// The tenant's newest `limit` tickets. On a SQLite file, read on a connection of its own,
+    /// never by the writer thread, which a long list would hold up for every claim and ticket
+    /// meanwhile; `:memory:` has the writer's connection only. On PostgreSQL, a light job.
+    pub async fn list_tickets(
+        &self,
+        tenant: String,
+        limit: i64,
+    ) -> Result<Vec<Ticket>, StoreError> {
+        match &self.0 {
+            Backend::Sqlite(w) => w.list_tickets(tenant, limit).await,
+            Backend::Postgres(_) => {
+                self.run_light(move |tx| tx.list_tickets(&tenant, limit))
+                    .await
+            }
+        }
     }
 
     async fn job<T: Send + 'static>(&self, kind: Kind, f: Work<T>) -> Result<T, StoreError> {

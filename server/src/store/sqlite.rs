@@ -2,7 +2,9 @@
 //!
 //! One SQLite connection, owned by one writer thread. Requests hand it jobs; the thread runs the
 //! jobs that are waiting together (group commit), each inside its own savepoint so a failing job
-//! rolls back alone, and answers them only after their COMMIT has returned.
+//! rolls back alone, and answers them only after their COMMIT has returned. The ticket list,
+//! which may read megabytes, is read on a second connection of its own ([`Writer::list_tickets`]),
+//! never by the writer (but for `:memory:`).
 //!
 //! *Durable* jobs commit with an fsync (`synchronous=FULL`): once a request hears of its ticket,
 //! the ticket survives a power cut. *Light* jobs commit without one. That is safe because the
@@ -20,7 +22,7 @@
 //! `PRAGMA user_version`.
 
 use std::path::Path;
-use std::sync::mpsc;
+use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
 
 use rusqlite::functions::FunctionFlags;
@@ -214,10 +216,15 @@ enum Message {
     Stop,
 }
 
-/// The handle requests use to reach the writer thread.
+/// The handle requests use to reach the writer thread, and the connection that reads the
+/// ticket list.
 #[derive(Debug, Clone)]
 pub(super) struct Writer {
     tx: mpsc::Sender<Message>,
+    /// A connection of its own for the ticket list, so that a long list never holds up the
+    /// writer thread (in WAL mode a reader and the writer never wait on each other); `None` for
+    /// `:memory:`, a database that lives in the writer's connection alone.
+    reader: Option<Arc<tokio::sync::Mutex<Connection>>>,
 }
 
 impl Writer {
@@ -232,12 +239,17 @@ impl Writer {
         merge_at: usize,
     ) -> Result<(Writer, JoinHandle<()>), StoreError> {
         let conn = Db::open(open_connection(path)?, merge_at)?;
+        // Opened once the writer's connection has made or migrated the schema.
+        let reader = match path {
+            ":memory:" => None,
+            _ => Some(Arc::new(tokio::sync::Mutex::new(open_reader(path)?))),
+        };
         let (tx, rx) = mpsc::channel();
         let thread = std::thread::Builder::new()
             .name("oncekey-store".into())
             .spawn(move || writer(conn, rx))
             .map_err(|e| StoreError::Open(format!("cannot start the writer thread: {e}")))?;
-        Ok((Writer { tx }, thread))
+        Ok((Writer { tx, reader }, thread))
     }
 
     /// Asks the writer to finish the jobs sent so far and stop.
@@ -333,6 +345,27 @@ impl Writer {
         };
         self.send(Kind::Durable, Box::new(job))?;
         answer.await.map_err(|_| StoreError::Closed)?
+    }
+
+    /// The tenant's newest `limit` tickets, read on the reader's connection in one snapshot, or
+    /// by the writer for `:memory:`.
+    pub(super) async fn list_tickets(
+        &self,
+        tenant: String,
+        limit: i64,
+    ) -> Result<Vec<Ticket>, StoreError> {
+        let Some(reader) = self.reader.clone() else {
+            let list = move |tx: &mut dyn Tx| tx.list_tickets(&tenant, limit);
+            return self.run(Kind::Light, Box::new(list)).await;
+        };
+        // Lists waiting for the connection wait here, not on a blocking thread each.
+        let mut conn = reader.lock_owned().await;
+        tokio::task::spawn_blocking(move || {
+            let snapshot = conn.transaction()?;
+            list_tickets(&snapshot, &tenant, limit)
+        })
+        .await
+        .map_err(|_| StoreError::NotCommitted)?
     }
 
     fn send(&self, kind: Kind, job: Job) -> Result<(), StoreError> {
@@ -533,6 +566,55 @@ where
             ),
         }
     })
+}
+
+/// The tenant's newest `limit` tickets, with their files' descriptions, read on `conn`.
+fn list_tickets(conn: &Connection, tenant: &str, limit: i64) -> Result<Vec<Ticket>, StoreError> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT id, subject, body, email, created_at FROM tickets
+         WHERE tenant = ?1 ORDER BY id DESC LIMIT ?2",
+    )?;
+    let rows = stmt.query_map(params![tenant, limit], |r| {
+        Ok(Ticket {
+            id: r.get(0)?,
+            subject: r.get(1)?,
+            body: r.get(2)?,
+            email: r.get(3)?,
+            created_at: r.get(4)?,
+            attachments: Vec::new(),
+        })
+    })?;
+    let mut tickets: Vec<Ticket> = rows.collect::<Result<_, _>>()?;
+    let Some(oldest) = tickets.last().map(|t| t.id) else {
+        return Ok(tickets);
+    };
+    let mut stmt = conn.prepare_cached(
+        "SELECT a.ticket_id, a.name, a.media_type, a.size, a.sha256
+         FROM attachments a JOIN tickets t ON t.id = a.ticket_id
+         WHERE t.tenant = ?1 AND a.ticket_id >= ?2 ORDER BY a.ticket_id, a.n",
+    )?;
+    let files = stmt.query_map(params![tenant, oldest], |r| {
+        let sha: Vec<u8> = r.get(4)?;
+        Ok((
+            r.get::<_, i64>(0)?,
+            Attachment {
+                name: r.get(1)?,
+                media_type: r.get(2)?,
+                size: r.get(3)?,
+                sha256: hex(&sha),
+            },
+        ))
+    })?;
+    attach(&mut tickets, files.collect::<Result<Vec<_>, _>>()?);
+    Ok(tickets)
+}
+
+/// The reader's connection to the file `path` (see [`Writer`]): reads only.
+fn open_reader(path: &str) -> Result<Connection, StoreError> {
+    let conn = Connection::open(path)?;
+    conn.busy_timeout(std::time::Duration::from_secs(5))?;
+    conn.execute_batch("PRAGMA query_only = ON;")?;
+    Ok(conn)
 }
 
 fn open_connection(path: &str) -> Result<Connection, StoreError> {
@@ -912,43 +994,7 @@ impl Tx for Db {
     }
 
     fn list_tickets(&mut self, tenant: &str, limit: i64) -> Result<Vec<Ticket>, StoreError> {
-        let mut stmt = self.prepare_cached(
-            "SELECT id, subject, body, email, created_at FROM tickets
-             WHERE tenant = ?1 ORDER BY id DESC LIMIT ?2",
-        )?;
-        let rows = stmt.query_map(params![tenant, limit], |r| {
-            Ok(Ticket {
-                id: r.get(0)?,
-                subject: r.get(1)?,
-                body: r.get(2)?,
-                email: r.get(3)?,
-                created_at: r.get(4)?,
-                attachments: Vec::new(),
-            })
-        })?;
-        let mut tickets: Vec<Ticket> = rows.collect::<Result<_, _>>()?;
-        let Some(oldest) = tickets.last().map(|t| t.id) else {
-            return Ok(tickets);
-        };
-        let mut stmt = self.prepare_cached(
-            "SELECT a.ticket_id, a.name, a.media_type, a.size, a.sha256
-             FROM attachments a JOIN tickets t ON t.id = a.ticket_id
-             WHERE t.tenant = ?1 AND a.ticket_id >= ?2 ORDER BY a.ticket_id, a.n",
-        )?;
-        let files = stmt.query_map(params![tenant, oldest], |r| {
-            let sha: Vec<u8> = r.get(4)?;
-            Ok((
-                r.get::<_, i64>(0)?,
-                Attachment {
-                    name: r.get(1)?,
-                    media_type: r.get(2)?,
-                    size: r.get(3)?,
-                    sha256: hex(&sha),
-                },
-            ))
-        })?;
-        attach(&mut tickets, files.collect::<Result<Vec<_>, _>>()?);
-        Ok(tickets)
+        list_tickets(&self.conn, tenant, limit)
     }
 
     fn attachment_size(

@@ -116,7 +116,7 @@ impl Desk {
     }
 
     pub async fn tickets(&self) -> Vec<Value> {
-        self.get_json("/api/tickets?limit=10000").await
+        self.get_json("/api/tickets?limit=500").await
     }
 
     /// Polls the stats until `name` reaches `value` (bounded: 2000 polls).
