@@ -109,8 +109,9 @@ where
         fingerprint,
         token: app.next_token.fetch_add(1, Ordering::Relaxed),
         now,
-        lease_until: now + ms(app.lease + hold.unwrap_or_default()),
-        expired_before: now - ms(app.receipt_ttl),
+        // Both durations are bounded at start (MAX_LEASE, MAX_RECEIPT_TTL); saturating anyway.
+        lease_until: now.saturating_add(ms(app.lease.saturating_add(hold.unwrap_or_default()))),
+        expired_before: now.saturating_sub(ms(app.receipt_ttl)),
     };
     let c = claim.clone();
     let complete = move |tx: &mut dyn Tx| {

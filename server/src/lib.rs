@@ -69,9 +69,10 @@ pub struct Config {
     pub fault_rate: f64,
     /// The seed of the random faults.
     pub seed: u64,
-    /// How long a completed receipt is kept.
+    /// How long a completed receipt is kept (at most [`MAX_RECEIPT_TTL`]).
     pub receipt_ttl: Duration,
-    /// How long a claim on a key holds before another request may take it over.
+    /// How long a claim on a key holds before another request may take it over (at most
+    /// [`MAX_LEASE`]).
     pub lease: Duration,
     /// Origins allowed by CORS; empty means any loopback origin (`http://127.0.0.1:*`,
     /// `http://localhost:*`).
@@ -129,6 +130,11 @@ pub const DEFAULT_MAX_HEADER_BYTES: usize = 16 * 1024;
 pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
 /// The default [`Config::upload_memory`] is room for this many bodies of the largest size.
 pub const UPLOAD_MEMORY_PER_BODY: usize = 4;
+/// The longest [`Config::lease`] (`--lease`): a day. A claim whose request died holds its key
+/// that long.
+pub const MAX_LEASE: Duration = Duration::from_secs(24 * 60 * 60);
+/// The longest [`Config::receipt_ttl`] (`--receipt-ttl`): 365 days.
+pub const MAX_RECEIPT_TTL: Duration = Duration::from_secs(365 * 24 * 60 * 60);
 
 impl Default for Config {
     fn default() -> Config {
@@ -309,6 +315,23 @@ pub async fn start(config: Config) -> Result<Server, StartError> {
     }
     if config.lease.is_zero() {
         return Err(StartError::Config("--lease must be positive".into()));
+    }
+    for (flag, value, bound, said) in [
+        ("--lease", config.lease, MAX_LEASE, "1 day"),
+        (
+            "--receipt-ttl",
+            config.receipt_ttl,
+            MAX_RECEIPT_TTL,
+            "365 days",
+        ),
+    ] {
+        if value > bound {
+            return Err(StartError::Config(format!(
+                "{flag} must be at most {said} ({}s), not {}",
+                bound.as_secs(),
+                humantime::format_duration(value)
+            )));
+        }
     }
     if config.receipt_ttl < config.lease {
         // A claim older than the TTL counts as expired: one still held (its request at work)

@@ -42,11 +42,11 @@ struct Args {
     /// Seed of the random faults.
     #[arg(long, default_value_t = 0)]
     seed: u64,
-    /// How long completed receipts are kept (e.g. `24h`, `90m`).
+    /// How long completed receipts are kept (e.g. `24h`, `90m`); at most 365 days.
     #[arg(long, default_value = "24h", value_parser = humantime::parse_duration)]
     receipt_ttl: Duration,
     /// How long a claim on a key holds before another request may take it over (e.g. `10s`,
-    /// `500ms`).
+    /// `500ms`); at most 1 day.
     #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
     lease: Duration,
     /// An origin allowed by CORS (repeatable); by default any `http://127.0.0.1:*` or

@@ -720,6 +720,46 @@ async fn random_faults_still_make_one_ticket_per_submission() {
     assert_eq!(subjects.len(), 20);
 }
 
+/// Before, --lease and --receipt-ttl had no upper bound: a huge one overflowed the claim's
+/// arithmetic (`now + lease`), and every keyed request failed with no answer. Past its bound
+/// (1 day, 365 days) each now stops the server at start, naming the flag; at the bounds keyed
+/// requests work.
+#[tokio::test]
+async fn a_lease_or_receipt_ttl_past_its_bound_stops_the_server_at_start() {
+    use oncekey_server::{MAX_LEASE, MAX_RECEIPT_TTL};
+    let huge = Duration::from_secs(300_000_000 * 365 * 86_400);
+    let second = Duration::from_secs(1);
+    let cases = [
+        ("--lease", huge, huge),
+        ("--receipt-ttl", MAX_LEASE, huge),
+        ("--lease", MAX_LEASE + second, MAX_RECEIPT_TTL),
+        ("--receipt-ttl", MAX_LEASE, MAX_RECEIPT_TTL + second),
+    ];
+    for (flag, lease, receipt_ttl) in cases {
+        let config = Config {
+            lease,
+            receipt_ttl,
+            ..Config::default()
+        };
+        let Err(refused) = oncekey_server::start(config).await else {
+            panic!("the server started with --lease {lease:?} --receipt-ttl {receipt_ttl:?}");
+        };
+        let text = refused.to_string();
+        assert!(text.contains(&format!("{flag} must be at most")), "{text}");
+    }
+    let config = Config {
+        lease: MAX_LEASE,
+        receipt_ttl: MAX_RECEIPT_TTL,
+        ..Config::default()
+    };
+    let desk = Desk::with("longest-lease", config).await;
+    let first = send(desk.post(Some("k1"), TICKET)).await;
+    assert_eq!(first.status, 201);
+    let again = send(desk.post(Some("k1"), TICKET)).await;
+    assert!(again.replayed);
+    assert_eq!(again.body, first.body);
+}
+
 #[tokio::test]
 async fn a_committed_ticket_survives_a_graceful_restart() {
     let dir = tempfile::tempdir().unwrap();
