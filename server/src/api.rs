@@ -18,7 +18,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::body::Body;
-use axum::extract::{Path, Query, State};
+use axum::extract::rejection::PathRejection;
+use axum::extract::{Path, RawQuery, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Extension;
@@ -29,8 +30,8 @@ use crate::budget::{BodyBudget, Reserved};
 use crate::faults::{self, finish, RandomFaults};
 use crate::idempotency::{self, Keyed};
 pub use crate::problem::InvalidParam;
-use crate::problem::{problem, respond, unavailable, JSON};
-use crate::store::{File, Store, StoreError, Tx};
+use crate::problem::{param, problem, respond, unavailable, JSON};
+use crate::store::{File, Store, StoreError, Stored, Tx};
 use crate::tickets::{self, read_body, read_request, tenant};
 pub use crate::tickets::{
     MAX_ATTACHMENTS, MAX_BODY, MAX_EMAIL, MAX_FILE_NAME, MAX_MEDIA_TYPE, MAX_SUBJECT, MAX_TENANT,
@@ -260,10 +261,33 @@ pub const DEFAULT_LIST: i64 = 100;
 /// of 64 Ki characters, and the list is built whole in memory.
 pub const MAX_LIST: i64 = 500;
 
-/// `?limit=N` for the ticket list.
-#[derive(Debug, serde::Deserialize)]
-pub struct ListQuery {
-    limit: Option<i64>,
+/// The ticket list's `?limit=N`, read by hand so that a bad one is a problem document naming
+/// `limit` (axum's `Query` refuses in plain text): [`DEFAULT_LIST`] when absent, at most
+/// [`MAX_LIST`], and anything but decimal digits a `400`.
+fn list_limit(query: Option<&str>) -> Result<i64, Stored> {
+    let given = query
+        .into_iter()
+        .flat_map(|q| q.split('&'))
+        .find_map(|pair| match pair.split_once('=') {
+            Some(("limit", value)) => Some(value),
+            None if pair == "limit" => Some(""),
+            _ => None,
+        });
+    let Some(value) = given else {
+        return Ok(DEFAULT_LIST);
+    };
+    if value.is_empty() || !value.bytes().all(|b| b.is_ascii_digit()) {
+        let reason = format!("must be a whole number (0 or more; at most {MAX_LIST} are listed)");
+        return Err(problem(
+            StatusCode::BAD_REQUEST,
+            "invalid-limit",
+            "Invalid limit",
+            &format!("limit: {reason}"),
+            vec![param("limit", reason)],
+        ));
+    }
+    // Digits only: one too large for an i64 is larger than the cap.
+    Ok(value.parse::<i64>().map_or(MAX_LIST, |n| n.min(MAX_LIST)))
 }
 
 /// `GET /api/tickets`: the tenant's tickets, newest first ([`DEFAULT_LIST`] unless `?limit=N`,
@@ -273,14 +297,17 @@ pub struct ListQuery {
 /// `Retry-After: 1`.
 pub async fn list_tickets(
     State(app): State<Arc<App>>,
-    Query(q): Query<ListQuery>,
+    RawQuery(query): RawQuery,
     headers: HeaderMap,
 ) -> Response {
     let tenant = match tenant(&headers) {
         Ok(t) => t,
         Err(problem) => return respond(&problem),
     };
-    let limit = q.limit.unwrap_or(DEFAULT_LIST).clamp(0, MAX_LIST);
+    let limit = match list_limit(query.as_deref()) {
+        Ok(limit) => limit,
+        Err(problem) => return respond(&problem),
+    };
     match app.store.list_tickets(tenant, limit).await {
         Ok(tickets) => {
             let json = serde_json::to_vec(&tickets).unwrap_or_default();
@@ -313,7 +340,7 @@ pub async fn list_tickets(
 /// all of it: it is sent when nothing else is held.
 pub async fn get_attachment(
     State(app): State<Arc<App>>,
-    Path((id, n)): Path<(String, String)>,
+    path: Result<Path<(String, String)>, PathRejection>,
     headers: HeaderMap,
 ) -> Response {
     let tenant = match tenant(&headers) {
@@ -328,6 +355,10 @@ pub async fn get_attachment(
             "this tenant has no ticket with this id, or the ticket has no file with this number",
             vec![],
         ))
+    };
+    // A path axum cannot read (not UTF-8 once percent-decoded) names no attachment either.
+    let Ok(Path((id, n))) = path else {
+        return not_found();
     };
     let (Ok(id), Ok(n)) = (id.parse::<i64>(), n.parse::<i64>()) else {
         return not_found();
@@ -379,6 +410,29 @@ pub async fn get_attachment(
             unavailable("the store is unavailable; retry")
         }
     }
+}
+
+/// A path no route or file answers: `404` problem details, as every refusal is.
+pub async fn no_route() -> Response {
+    respond(&problem(
+        StatusCode::NOT_FOUND,
+        "not-found",
+        "Not found",
+        "no route or file has this path",
+        vec![],
+    ))
+}
+
+/// A route asked with a method it does not take: `405` problem details (the router adds
+/// `Allow`).
+pub async fn wrong_method() -> Response {
+    respond(&problem(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "method-not-allowed",
+        "Method not allowed",
+        "this route does not take this method (see Allow)",
+        vec![],
+    ))
 }
 
 /// What a download found in the store.

@@ -29,6 +29,7 @@ use std::sync::atomic::AtomicI64;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use axum::handler::HandlerWithoutStateExt;
 use axum::http::{HeaderName, HeaderValue, Method, Request};
 use axum::routing::{get, post};
 use axum::Router;
@@ -245,6 +246,7 @@ fn router(app: Arc<App>, config: &Config) -> Router {
         )
         .route("/api/plain/tickets", post(api::create_plain_ticket))
         .route("/api/stats", get(api::stats))
+        .method_not_allowed_fallback(api::wrong_method)
         .with_state(app);
     for (prefix, dir) in &config.mounts {
         router = router.nest_service(prefix, ServeDir::new(dir));
@@ -252,9 +254,11 @@ fn router(app: Arc<App>, config: &Config) -> Router {
     if let Some(pkg) = &config.pkg {
         router = router.nest_service("/pkg", ServeDir::new(pkg));
     }
-    if let Some(www) = &config.www {
-        router = router.fallback_service(ServeDir::new(www));
-    }
+    router = match &config.www {
+        Some(www) => router
+            .fallback_service(ServeDir::new(www).not_found_service(api::no_route.into_service())),
+        None => router.fallback(api::no_route),
+    };
     router
         .layer(cors(&config.cors_origins))
         .layer(TraceLayer::new_for_http())

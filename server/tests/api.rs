@@ -760,6 +760,78 @@ async fn a_lease_or_receipt_ttl_past_its_bound_stops_the_server_at_start() {
     assert_eq!(again.body, first.body);
 }
 
+/// Before, the refusals the router made rather than a handler were not problem documents, as
+/// CONTRACT.md section 6 and the README promise: a `limit` that is not a number was axum's
+/// plain-text `400`, a method a route does not take an empty `405`, an unknown path an empty
+/// `404` (and an attachment path that is not UTF-8 a plain-text `400`).
+#[tokio::test]
+async fn the_routers_own_refusals_are_problem_documents() {
+    let www = tempfile::tempdir().unwrap();
+    std::fs::write(www.path().join("index.html"), "<!doctype html>").unwrap();
+    let with_www = Desk::with(
+        "router-refusals-www",
+        Config {
+            www: Some(www.path().to_owned()),
+            ..Config::default()
+        },
+    )
+    .await;
+    let desk = Desk::start("router-refusals").await;
+    let ask = |desk: &Desk, method: reqwest::Method, path: &str| {
+        desk.client
+            .request(method, desk.url(path))
+            .header("X-Tenant", &desk.tenant)
+    };
+    for bad in ["ten", "-1", "", "1.5", "%31"] {
+        let answer = send(ask(
+            &desk,
+            reqwest::Method::GET,
+            &format!("/api/tickets?limit={bad}"),
+        ))
+        .await;
+        assert_eq!(answer.status, 400, "limit={bad}");
+        assert_eq!(
+            answer.content_type, "application/problem+json",
+            "limit={bad}"
+        );
+        assert_eq!(answer.invalid_names(), ["limit"], "limit={bad}");
+    }
+    let ok = send(ask(&desk, reqwest::Method::GET, "/api/tickets?x=1&limit=3")).await;
+    assert_eq!(ok.status, 200);
+    let cases = [
+        (&desk, reqwest::Method::DELETE, "/api/tickets", 405),
+        (&desk, reqwest::Method::PUT, "/api/stats", 405),
+        (&desk, reqwest::Method::GET, "/api/plain/tickets", 405),
+        (&desk, reqwest::Method::GET, "/api/nothing", 404),
+        (
+            &desk,
+            reqwest::Method::GET,
+            "/api/tickets/%FF/attachments/0",
+            404,
+        ),
+        (&with_www, reqwest::Method::GET, "/api/nothing", 404),
+    ];
+    for (desk, method, path, status) in cases {
+        let response = ask(desk, method.clone(), path).send().await.unwrap();
+        let allow = response.headers().get("allow").cloned();
+        let answer = Answer::read(response).await;
+        assert_eq!(answer.status, status, "{method} {path}");
+        assert_eq!(
+            answer.content_type, "application/problem+json",
+            "{method} {path}"
+        );
+        assert_eq!(answer.json()["status"], status, "{method} {path}");
+        assert_eq!(
+            allow.is_some(),
+            status == 405,
+            "{method} {path}: Allow {allow:?}"
+        );
+    }
+    // The demo's files are still served.
+    let page = send(ask(&with_www, reqwest::Method::GET, "/")).await;
+    assert_eq!(page.status, 200);
+}
+
 #[tokio::test]
 async fn a_committed_ticket_survives_a_graceful_restart() {
     let dir = tempfile::tempdir().unwrap();
