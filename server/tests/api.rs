@@ -86,6 +86,33 @@ async fn bare_and_structured_field_keys_are_the_same_key() {
     assert_eq!(desk.stat("tickets").await, 1);
 }
 
+/// The IETF draft defines Idempotency-Key as an RFC 8941 string Item, which may carry
+/// parameters. Before, `"k-param";p=1` was refused as a malformed key (a 400 naming the
+/// header); its parameters are now checked and ignored, and anything else after the string is
+/// still a 400.
+#[tokio::test]
+async fn a_structured_field_key_with_parameters_is_the_same_key() {
+    let desk = Desk::start("sf-params").await;
+    let first = send(desk.post(Some("\"k-param\";p=1"), TICKET)).await;
+    assert_eq!(
+        first.status,
+        201,
+        "{}",
+        String::from_utf8_lossy(&first.body)
+    );
+    for same in ["k-param", "\"k-param\"", "\"k-param\";q=\"x\";r=?1"] {
+        let again = send(desk.post(Some(same), TICKET)).await;
+        assert!(again.replayed, "{same}");
+        assert_eq!(again.body, first.body, "{same}");
+    }
+    for bad in ["\"k-param\" x", "\"k-param\";P=1", "\"k-param\";p="] {
+        let answer = send(desk.post(Some(bad), TICKET)).await;
+        assert_eq!(answer.status, 400, "{bad}");
+        assert_eq!(answer.invalid_names(), ["Idempotency-Key"], "{bad}");
+    }
+    assert_eq!(desk.stat("tickets").await, 1);
+}
+
 #[tokio::test]
 async fn the_same_fields_in_another_order_or_as_a_form_are_the_same_body() {
     let desk = Desk::start("normalized").await;

@@ -8,6 +8,8 @@
 //!
 //! On the wire the key is a header value, bare (`Idempotency-Key: 8e03...`, what Stripe and most
 //! APIs take) or an RFC 8941 string (`"8e03..."`, what the IETF draft says); see [`KeyFormat`].
+//! The draft's key is a string Item, which may carry parameters (`"8e03...";p=1`): a server
+//! reading one ([`Key::from_header_value`]) accepts well-formed parameters and ignores them.
 
 use super::prelude::*;
 use ::core::fmt;
@@ -43,7 +45,8 @@ pub enum KeyError {
         /// Its position, in characters from the start.
         at: usize,
     },
-    /// A header value that opens an RFC 8941 string (`"`) but is not a well-formed one.
+    /// A header value that opens an RFC 8941 string (`"`) but is not a well-formed string Item:
+    /// the string, then nothing but parameters (`;key` or `;key=value`).
     BadQuoting,
 }
 
@@ -67,7 +70,7 @@ impl KeyError {
                 "; only visible ASCII characters (! to ~) are allowed",
             ]),
             KeyError::BadQuoting => {
-                "the idempotency key header opens a quoted string (RFC 8941) that is not well formed"
+                "the idempotency key header opens a quoted string (RFC 8941) that is not a well-formed string item"
                     .to_owned()
             }
         }
@@ -135,29 +138,17 @@ impl Key {
         Ok(Key(s.to_owned()))
     }
 
-    /// Reads a key from a received header value, bare or as an RFC 8941 string, with the
-    /// surrounding optional white space of an HTTP field value removed. This is the server's
-    /// side of [`KeyFormat`].
+    /// Reads a key from a received header value, bare or as an RFC 8941 string Item (the
+    /// string, and any parameters, which are checked and ignored), with the surrounding optional
+    /// white space of an HTTP field value removed. This is the server's side of [`KeyFormat`].
     pub fn from_header_value(value: &str) -> Result<Key, KeyError> {
         let value = value.trim_matches([' ', '\t']);
         match value.strip_prefix('"') {
             None => Key::parse(value),
-            Some(rest) => {
-                let inner = rest.strip_suffix('"').ok_or(KeyError::BadQuoting)?;
-                let mut out = String::with_capacity(inner.len());
-                let mut chars = inner.chars();
-                while let Some(c) = chars.next() {
-                    match c {
-                        '\\' => match chars.next() {
-                            Some(e @ ('"' | '\\')) => out.push(e),
-                            _ => return Err(KeyError::BadQuoting),
-                        },
-                        '"' => return Err(KeyError::BadQuoting),
-                        c => out.push(c),
-                    }
-                }
-                Key::parse(&out)
-            }
+            Some(rest) => match sf_string(rest) {
+                Some((key, params)) if sf_parameters(params) => Key::parse(&key),
+                _ => Err(KeyError::BadQuoting),
+            },
         }
     }
 
@@ -195,6 +186,89 @@ impl Key {
 
 fn is_visible_ascii(c: char) -> bool {
     ('!'..='~').contains(&c)
+}
+
+/// An RFC 8941 string whose opening quote is read: its content, unescaped, and what follows its
+/// closing quote.
+fn sf_string(s: &str) -> Option<(String, &str)> {
+    let mut out = String::with_capacity(s.len());
+    let mut chars = s.char_indices();
+    while let Some((at, c)) = chars.next() {
+        match c {
+            '\\' => match chars.next() {
+                Some((_, e @ ('"' | '\\'))) => out.push(e),
+                _ => return None,
+            },
+            '"' => return Some((out, s.get(at + 1..)?)),
+            c => out.push(c),
+        }
+    }
+    None
+}
+
+/// `s` split after its leading bytes that `ok` takes (ASCII ones: the split is a character
+/// boundary).
+fn split_while(s: &str, ok: impl Fn(u8) -> bool) -> (&str, &str) {
+    let n = s.bytes().take_while(|b| ok(*b)).count();
+    (s.get(..n).unwrap_or(""), s.get(n..).unwrap_or(""))
+}
+
+/// Whether `s` is all RFC 8941 parameters (section 3.1.2): `;key` or `;key=value`, a key
+/// `(lcalpha / "*") *(lcalpha / DIGIT / "_" / "-" / "." / "*")`, a value a bare item.
+fn sf_parameters(mut s: &str) -> bool {
+    while let Some(rest) = s.strip_prefix(';') {
+        let rest = rest.trim_start_matches(' ');
+        let (key, rest) = split_while(rest, |b| {
+            b.is_ascii_lowercase() || b.is_ascii_digit() || b"_-.*".contains(&b)
+        });
+        if !key.starts_with(|c: char| c.is_ascii_lowercase() || c == '*') {
+            return false;
+        }
+        s = match rest.strip_prefix('=') {
+            Some(value) => match sf_bare_item(value) {
+                Some(rest) => rest,
+                None => return false,
+            },
+            None => rest,
+        };
+    }
+    s.is_empty()
+}
+
+/// What follows the RFC 8941 bare item `s` starts with (section 4.2.3.1): an integer, a
+/// decimal, a string, a token, a byte sequence or a boolean; `None` when it starts with none.
+fn sf_bare_item(s: &str) -> Option<&str> {
+    let tchar = |b: u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b);
+    match s.bytes().next()? {
+        b'-' | b'0'..=b'9' => {
+            let (int, rest) = split_while(s.strip_prefix('-').unwrap_or(s), |b| b.is_ascii_digit());
+            match rest.strip_prefix('.') {
+                None => (1..=15).contains(&int.len()).then_some(rest),
+                Some(fraction) => {
+                    let (fraction, rest) = split_while(fraction, |b| b.is_ascii_digit());
+                    let fits = (1..=12).contains(&int.len()) && (1..=3).contains(&fraction.len());
+                    fits.then_some(rest)
+                }
+            }
+        }
+        b'"' => {
+            let (text, rest) = sf_string(s.get(1..)?)?;
+            text.chars()
+                .all(|c| (' '..='~').contains(&c))
+                .then_some(rest)
+        }
+        b'A'..=b'Z' | b'a'..=b'z' | b'*' => {
+            Some(split_while(s, |b| tchar(b) || b == b':' || b == b'/').1)
+        }
+        b':' => {
+            let (_, rest) = split_while(s.get(1..)?, |b| {
+                b.is_ascii_alphanumeric() || b"+/=".contains(&b)
+            });
+            rest.strip_prefix(':')
+        }
+        b'?' => s.strip_prefix("?0").or_else(|| s.strip_prefix("?1")),
+        _ => None,
+    }
 }
 
 impl fmt::Display for Key {
@@ -366,6 +440,56 @@ mod tests {
         );
         assert_eq!(Key::from_header_value("\"\""), Err(KeyError::Empty));
         assert_eq!(Key::from_header_value("   "), Err(KeyError::Empty));
+    }
+
+    #[test]
+    fn a_string_key_may_carry_parameters_which_are_ignored() {
+        for value in [
+            "\"k-param\";p=1",
+            "\"k-param\";p",
+            "\"k-param\"; p=1;q;*r.s_t-9=?0",
+            "\"k-param\";a=-42;b=3.141;c=-0.5;d=\"x \\\"y\\\\\";e=tok:en/x;f=:aGk=:;g=?1 ",
+            "\"k-param\";n=999999999999999;m=123456789012.123",
+        ] {
+            assert_eq!(
+                Key::from_header_value(value).map(|k| k.as_str().to_owned()),
+                Ok("k-param".to_owned()),
+                "{value}"
+            );
+        }
+    }
+
+    #[test]
+    fn anything_but_parameters_after_a_string_key_is_an_error() {
+        for value in [
+            "\"k\"x",
+            "\"k\" ;p=1",
+            "\"k\";",
+            "\"k\";P=1",
+            "\"k\";1p=1",
+            "\"k\";p=",
+            "\"k\";p=1;",
+            "\"k\";p=1 q",
+            "\"k\";p==1",
+            "\"k\";p=1234567890123456",
+            "\"k\";p=1.2345",
+            "\"k\";p=1234567890123.1",
+            "\"k\";p=1.",
+            "\"k\";p=-",
+            "\"k\";p=\"open",
+            "\"k\";p=\"é\"",
+            "\"k\";p=:aGk=",
+            "\"k\";p=:a!:",
+            "\"k\";p=?2",
+            "\"k\";p=%x",
+            "\"k\",\"l\"",
+        ] {
+            assert_eq!(
+                Key::from_header_value(value),
+                Err(KeyError::BadQuoting),
+                "{value}"
+            );
+        }
     }
 
     #[test]
