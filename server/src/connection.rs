@@ -345,3 +345,38 @@ impl Slots {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    #[tokio::test]
+    async fn a_write_waiting_on_the_socket_is_not_idle() {
+        // The keep-alive timer cut an answer that hyper had taken whole and the socket had not:
+        // nothing in flight any more, and megabytes still to send to a client that paused.
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let mut client = TcpStream::connect(listener.local_addr().unwrap())
+            .await
+            .unwrap();
+        let (server, _) = listener.accept().await.unwrap();
+        let activity = Activity::new();
+        let mut watched = Watched::new(server, activity.clone(), Duration::from_secs(600));
+        const ANSWER: usize = 32 << 20;
+        let writer = tokio::spawn(async move {
+            watched.write_all(&vec![7u8; ANSWER]).await?;
+            watched.flush().await
+        });
+        let keep_alive = Duration::from_millis(200);
+        // The client reads nothing for five keep-alive timeouts: not idle.
+        let idle = tokio::time::timeout(keep_alive * 5, activity.idle_for(keep_alive)).await;
+        assert!(idle.is_err(), "idle while the answer waited on the socket");
+        let mut got = vec![0u8; ANSWER];
+        client.read_exact(&mut got).await.unwrap();
+        writer.await.unwrap().unwrap();
+        // Written out: idle a timeout later (the bound only stops a hang).
+        tokio::time::timeout(Duration::from_secs(60), activity.idle_for(keep_alive))
+            .await
+            .expect("idle once the answer is written");
+    }
+}
