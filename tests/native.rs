@@ -1528,3 +1528,52 @@ async fn a_stored_record_whose_url_cannot_be_sent_is_moved_aside_and_named() {
         .collect();
     assert_eq!(moved.len(), 2, "{moved:?}");
 }
+
+#[tokio::test]
+async fn every_attempt_finds_its_record_stored_before_it_is_sent() {
+    // CONTRACT.md section 1: key and body are written before the first byte is sent, and each
+    // retry's count before it goes. The header provider runs as an attempt is about to go: the
+    // store is read then, in memory and on SQLite (whose first record rides the claim's commit).
+    let server = Server::start();
+    let dir = tempfile::tempdir().unwrap();
+    for store in [
+        Arc::new(MemoryStore::new()) as Arc<dyn Store>,
+        Arc::new(SqliteStore::open(dir.path().join("s.db")).unwrap()),
+    ] {
+        let tenant = tenant("stored-first");
+        let plan = Plan::new();
+        plan.fault("t", 1, "fail-before");
+        plan.fault("t", 2, "drop-reply");
+        let faults = plan.provider();
+        let problems: Arc<std::sync::Mutex<Vec<String>>> = Arc::default();
+        let (seen, found) = (store.clone(), problems.clone());
+        let provider = move |o: &oncekey::Outgoing<'_>| {
+            let listed = seen.list().unwrap();
+            let stored = listed
+                .iter()
+                .find(|l| l.name == o.name)
+                .map(|l| oncekey::core::Record::from_json(&l.record).unwrap());
+            match stored {
+                Some(r) if r.key == *o.key && r.attempts == o.attempt => {}
+                other => found.lock().unwrap().push(format!(
+                    "attempt {} of {}: stored {:?}",
+                    o.attempt,
+                    o.key,
+                    other.map(|r| (r.key, r.attempts))
+                )),
+            }
+            oncekey::HeaderProvider::headers(&faults, o)
+        };
+        let client = Client::builder()
+            .shared_store(store.clone())
+            .retry(fast())
+            .header_provider(provider)
+            .build()
+            .unwrap();
+        let s = send(&client, &server, &tenant, "t").await.unwrap();
+        assert_eq!(s.outcome(), Outcome::Succeeded, "{s}");
+        assert_eq!(s.attempts(), 3);
+        assert_eq!(*problems.lock().unwrap(), Vec::<String>::new());
+        assert_eq!(server.tickets(&tenant).await, 1);
+    }
+}

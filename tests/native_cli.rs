@@ -23,6 +23,90 @@ fn fails_with(args: &[&str], needle: &str) {
     assert!(stderr.contains(needle), "expected {needle:?} in: {stderr}");
 }
 
+/// A server that answers every request with `raw` (a whole HTTP/1.1 answer) and closes.
+fn answering(raw: &'static str) -> String {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/api/payouts", listener.local_addr().unwrap());
+    std::thread::spawn(move || {
+        for mut conn in listener.incoming().flatten() {
+            let mut buf = [0u8; 65536];
+            let _ = conn.read(&mut buf);
+            let _ = conn.write_all(raw.as_bytes());
+        }
+    });
+    url
+}
+
+#[test]
+fn a_conflict_exits_4_and_a_misconfigured_key_exits_5() {
+    // A script reads these codes; both are definite, neither is success, and neither is
+    // retried. A mapping to 0 read a 422 as the payout made.
+    let server = Server::start();
+    let tenant = tenant("cli-codes");
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("pending.db");
+    let store = store.to_str().unwrap();
+    let header = format!("X-Tenant: {tenant}");
+    let url = server.tickets_url();
+    let send = |name: &str, subject: &str| {
+        let body = ticket(subject).to_string();
+        oncekey(&[
+            "send",
+            "--store",
+            store,
+            "--name",
+            name,
+            "--derive-key",
+            "payout-77",
+            "-H",
+            &header,
+            "--json",
+            &body,
+            "POST",
+            &url,
+        ])
+    };
+    let out = send("first", "Payout 77");
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    // The same derived key with another body: the server holds it for the first (422).
+    let out = send("second", "Payout 77, changed");
+    assert_eq!(out.status.code(), Some(4), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("conflict"),
+        "{}",
+        text(&out.stderr)
+    );
+    let tickets = tokio::runtime::Runtime::new()
+        .unwrap()
+        .block_on(server.tickets(&tenant));
+    assert_eq!(tickets, 1);
+    // A server that says the key is missing (400 naming it): a setup error.
+    const MISSING: &str = "HTTP/1.1 400 Bad Request\r\nContent-Type: application/problem+json\r\n\
+        Content-Length: 49\r\nConnection: close\r\n\r\n\
+        {\"title\":\"the Idempotency-Key header is missing\"}";
+    let out = oncekey(&[
+        "send",
+        "--store",
+        store,
+        "--name",
+        "third",
+        "--json",
+        "{}",
+        "POST",
+        &answering(MISSING),
+    ]);
+    assert_eq!(out.status.code(), Some(5), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("misconfigured"),
+        "{}",
+        text(&out.stderr)
+    );
+    // Both definite: nothing is left to resume.
+    let out = oncekey(&["list", "--store", store]);
+    assert_eq!(text(&out.stdout), "", "{}", text(&out.stderr));
+}
+
 #[test]
 fn help_explains_the_outcomes() {
     let out = oncekey(&["send", "--help"]);
