@@ -87,6 +87,56 @@ async function assertLocked(page) {
   assert.equal(await page.isEnabled(`${FORM} button[type=submit]`), false, 'Send is locked')
 }
 
+// The first ticket request the page sends is held (never answered, never reaching the server),
+// so that its submission stays under way; the others go through.
+async function holdFirstSend(page) {
+  let held = false
+  await page.route(
+    (url) => url.pathname === '/api/tickets',
+    (route) => {
+      if (route.request().method() !== 'POST' || held) return route.continue()
+      held = true
+    },
+  )
+}
+
+// A submission whose first attempt was two days ago (a tab left open, a laptop asleep): its key
+// is past its lifetime. Sent, held unanswered, its record aged, and the page reloaded; resolves
+// to its key.
+async function expire(page, fields) {
+  await holdFirstSend(page)
+  await fill(page, fields)
+  await page.click(`${FORM} button[type=submit]`)
+  await page.waitForSelector(`${FORM}[data-state="sending"]`)
+  const key = await shownKey(page)
+  await page.evaluate(() => {
+    const name = 'oncekey:new-ticket'
+    const record = JSON.parse(sessionStorage.getItem(name))
+    record.startedAt = Date.now() - 2 * 86400000
+    sessionStorage.setItem(name, JSON.stringify(record))
+  })
+  await page.reload()
+  await settled(page, 'expired')
+  return key
+}
+
+const button = (page, label) => page.locator(`${FORM} button`, { hasText: label })
+
+// Expired (CONTRACT.md section 4): locked, the status says the outcome cannot be known and asks
+// the person to check, and "Send as new" and "Discard" are offered (not "Try again").
+async function assertExpiredShown(page, subject) {
+  await eventually(async () => (await page.inputValue(SUBJECT)) === subject, 'the restored subject')
+  await assertLocked(page)
+  const status = await statusText(page)
+  assert.match(status, /cannot be known|too old/, `the status says so: ${JSON.stringify(status)}`)
+  assert.match(status, /check/i, 'and asks to check')
+  for (const offered of ['Send as new', 'Discard']) {
+    assert.equal(await button(page, offered).count(), 1, `${offered} is offered`)
+    assert.equal(await button(page, offered).isEnabled(), true, `${offered} can be used`)
+  }
+  assert.equal(await button(page, 'Try again').count(), 0, 'no Try again: the key is too old')
+}
+
 // One ticket for the tenant, every request with the key the page showed, and the page says
 // which ticket it made.
 async function assertOneTicket(page, tenant, keys, key) {
@@ -165,6 +215,72 @@ for (const app of APPS) {
       await settled(page)
       await assertOneTicket(page, tenant, keys, key)
       assert.equal(keys.length, 1, 'remounting sent nothing')
+      assert.deepEqual(pageErrors(errors), [])
+      await context.close()
+    })
+
+    test('an expired submission after a reload says so; Send as new makes one ticket under a new key', async () => {
+      const { tenant, page, context, errors, keys } = await open(app, 'expired-new')
+      const old = await expire(page, { subject: 'Left overnight' })
+      await assertExpiredShown(page, 'Left overnight')
+      await screenshot(page, `${app.name}-04-expired`)
+      assert.deepEqual(keys, [old], 'nothing is sent with a key past its lifetime')
+      await button(page, 'Send as new').click()
+      await settled(page)
+      const list = await tickets(server.url, tenant)
+      assert.equal(list.length, 1, 'one ticket')
+      assert.equal(list[0].subject, 'Left overnight')
+      const sent = keys.slice(1)
+      assert.ok(sent.length >= 1 && sent.every((k) => k === sent[0]), `one new key: ${keys}`)
+      assert.notEqual(sent[0], old, 'a new key')
+      assert.match(await statusText(page), new RegExp(`#${list[0].id}\\b`))
+      assert.deepEqual(pageErrors(errors), [])
+      await context.close()
+    })
+
+    test('an expired submission after a reload is unlocked by Discard, with nothing sent', async () => {
+      const { tenant, page, context, errors, keys } = await open(app, 'expired-discard')
+      await expire(page, { subject: 'Never mind' })
+      await assertExpiredShown(page, 'Never mind')
+      await button(page, 'Discard').click()
+      await settled(page, 'idle')
+      assert.equal(await page.isEditable(SUBJECT), true, 'unlocked')
+      assert.equal(await page.getAttribute(FORM, 'aria-busy'), 'false')
+      assert.equal(await button(page, 'Send as new').count(), 0)
+      assert.equal(await button(page, 'Discard').count(), 0)
+      // Gone from storage too: a reload finds nothing pending.
+      await page.reload()
+      await ready(page)
+      assert.equal(await page.getAttribute(FORM, 'data-state'), 'idle')
+      assert.equal(keys.length, 1, 'nothing sent after the first, held attempt')
+      assert.equal((await tickets(server.url, tenant)).length, 0)
+      assert.deepEqual(pageErrors(errors), [])
+      await context.close()
+    })
+
+    test('a submission resumed while offline is sent once back online, and the page says which ticket it made', async () => {
+      const { tenant, page, context, errors, keys } = await open(app, 'offline')
+      await holdFirstSend(page)
+      await fill(page, { subject: 'Resumed offline' })
+      await page.click(`${FORM} button[type=submit]`)
+      await page.waitForSelector(`${FORM}[data-state="sending"]`)
+      const key = await shownKey(page)
+      // The reloaded page starts offline, and goes online when the test says.
+      await page.addInitScript(() => {
+        let online = false
+        Object.defineProperty(Navigator.prototype, 'onLine', { configurable: true, get: () => online })
+        window.goOnline = () => {
+          online = true
+          window.dispatchEvent(new Event('online'))
+        }
+      })
+      await page.reload()
+      await settled(page, 'waiting')
+      await page.waitForTimeout(300)
+      assert.equal(keys.length, 1, 'nothing sent while offline')
+      await page.evaluate(() => window.goOnline())
+      await settled(page)
+      await assertOneTicket(page, tenant, keys, key)
       assert.deepEqual(pageErrors(errors), [])
       await context.close()
     })

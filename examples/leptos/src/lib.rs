@@ -81,6 +81,8 @@ struct Tickets {
     error: RwSignal<Option<String>>,
     /// The fault for the next attempt.
     condition: RwSignal<String>,
+    /// Calls whose settlement has not come: while none, a round under way is somebody else's.
+    calls: StoredValue<u32>,
 }
 
 impl Tickets {
@@ -107,15 +109,23 @@ impl Tickets {
             settlement: RwSignal::new(None),
             error: RwSignal::new(None),
             condition,
+            calls: StoredValue::new(0),
             submitter: StoredValue::new_local(submitter.clone()),
         };
-        // The app lives as long as the page: so does its listener.
+        // The app lives as long as the page: so does its listener (told the state at once).
         submitter.on_change(move |u| t.changed(u)).forget();
-        // A submission resumed at start-up is joined, so that its settlement is heard.
-        if submitter.state() == State::Sending {
-            t.settle(submitter.try_again());
-        }
         Ok(t)
+    }
+
+    /// A round this page did not start (resumed at start-up, or once the connection is back)
+    /// is joined when it sends, so that its settlement is heard as a call's is. `try_again()`
+    /// while sending only waits for the attempt under way; while waiting it would start a new
+    /// round, so not then.
+    fn join(self) {
+        let sending = self.submitter.with_value(|s| s.state()) == State::Sending;
+        if sending && self.calls.get_value() == 0 {
+            self.wait(self.submitter.with_value(|s| s.try_again()));
+        }
     }
 
     fn changed(self, u: &Update) {
@@ -140,15 +150,31 @@ impl Tickets {
         self.state.set(u.state);
         self.key.set(key);
         self.attempts.set(u.attempts);
+        // After the listeners: the submitter is in the middle of telling its change.
+        if u.state == State::Sending && self.calls.get_value() == 0 {
+            spawn_local(async move { self.join() });
+        }
     }
 
     /// Waits for a call's settlement, for the status line.
     fn settle(self, settling: Settling) {
         self.error.set(None);
+        self.wait(settling);
+    }
+
+    /// Waits for a settlement, a call's or a join's (which clears no error a call just had).
+    fn wait(self, settling: Settling) {
+        self.calls.update_value(|n| *n += 1);
         spawn_local(async move {
-            match settling.await {
+            let settled = settling.await;
+            self.calls.update_value(|n| *n -= 1);
+            match settled {
                 Ok(s) => self.settlement.set(Some(Said::of(&s))),
-                Err(e) => self.error.set(Some(e.message().to_owned())),
+                Err(e) => {
+                    self.error.set(Some(e.message().to_owned()));
+                    // Refused while a round of somebody else's is under way.
+                    self.join();
+                }
             }
         });
     }
@@ -267,11 +293,19 @@ fn TicketForm(tickets: Tickets) -> impl IntoView {
                         <button type="submit" disabled=move || subject.get().trim().is_empty()>"Send ticket"</button>
                     </div>
                 </fieldset>
-                <Show when=move || tickets.state.get() == State::Unsure>
+                <Show when=move || matches!(tickets.state.get(), State::Unsure | State::Expired)>
                     <div class="actions">
-                        <button type="button" on:click=move |_| tickets.settle(tickets.submitter.with_value(|s| s.try_again()))>
-                            "Try again"
-                        </button>
+                        <Show when=move || tickets.state.get() == State::Unsure
+                            fallback=move || view! {
+                                // Deliberate: the person checked that the first one did not arrive.
+                                <button type="button" on:click=move |_| tickets.settle(tickets.submitter.with_value(|s| s.send_as_new()))>
+                                    "Send as new"
+                                </button>
+                            }>
+                            <button type="button" on:click=move |_| tickets.settle(tickets.submitter.with_value(|s| s.try_again()))>
+                                "Try again"
+                            </button>
+                        </Show>
                         <button type="button" class="secondary" on:click=move |_| tickets.submitter.with_value(|s| s.discard())>
                             "Discard"
                         </button>
@@ -305,7 +339,7 @@ fn say(t: &Tickets) -> String {
                 .to_owned()
         }
         State::Expired => {
-            "The answer was lost and the key is now too old to resend safely: check whether the ticket arrived before you send it again."
+            "The key is now too old to resend safely, so whether the ticket was created cannot be known: check All tickets before you send it as new."
                 .to_owned()
         }
         State::Succeeded => match said.and_then(|s| s.id) {

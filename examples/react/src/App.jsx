@@ -113,11 +113,18 @@ function TicketForm() {
             </button>
           </div>
         </fieldset>
-        {tickets.state === 'unsure' && (
+        {(tickets.state === 'unsure' || tickets.state === 'expired') && (
           <div className="actions">
-            <button type="button" onClick={() => tickets.tryAgain().catch(() => {})}>
-              Try again
-            </button>
+            {tickets.state === 'unsure' ? (
+              <button type="button" onClick={() => tickets.tryAgain().catch(() => {})}>
+                Try again
+              </button>
+            ) : (
+              // Deliberate: the person checked that the first one did not arrive.
+              <button type="button" onClick={() => tickets.sendAsNew().catch(() => {})}>
+                Send as new
+              </button>
+            )}
             <button type="button" className="secondary" onClick={tickets.discard}>
               Discard
             </button>
@@ -156,6 +163,8 @@ function say({ state, attempts, settlement, error }) {
       return 'No answer yet; trying again with the same key…'
     case 'unsure':
       return 'The answer was lost. Try again sends the same request; the server will not do it twice.'
+    case 'expired':
+      return 'The key is now too old to resend safely, so whether the ticket was created cannot be known: check All tickets before you send it as new.'
     case 'succeeded':
       return answer ? `Ticket #${answer.id} created.` : 'Ticket created.'
     case 'refused':
