@@ -93,6 +93,9 @@ class Entry {
   // Calls of this entry's whose promise has not settled: while none, a round under way was
   // started by somebody else (a resumed record, the Submitter used directly) and is joined.
   #calls = 0;
+  // Aborts the join's wait: a call of the page's aborted by its signal stops the retries unless
+  // another call waits, and the join is nobody's call.
+  #joined = null;
   submitter = null;
 
   constructor(name, options, pkg) {
@@ -125,10 +128,13 @@ class Entry {
     this.#options = options;
   }
 
-  submit = (body, options) => this.#call((s) => s.submit(body, options));
+  submit = (body, options) => this.#call((s) => s.submit(body, options), false, options?.signal);
 
   // An onClick handler passes its event: only an options object ({ signal }) is handed on.
-  tryAgain = (options) => this.#call((s) => s.tryAgain(isOptions(options) ? options : undefined));
+  tryAgain = (options) => {
+    const given = isOptions(options) ? options : undefined;
+    return this.#call((s) => s.tryAgain(given), false, given?.signal);
+  };
 
   sendAsNew = () => this.#call((s) => s.sendAsNew());
 
@@ -191,7 +197,10 @@ class Entry {
   // its settlement reaches the snapshot as a call's does. tryAgain() while sending only waits
   // for the attempt under way; while waiting it would start a new round, so not then.
   #join() {
-    if (this.#calls === 0 && this.submitter?.state === 'sending') this.#call((s) => s.tryAgain(), true);
+    if (this.#calls === 0 && this.submitter?.state === 'sending') {
+      const joined = (this.#joined = new AbortController());
+      this.#call((s) => s.tryAgain({ signal: joined.signal }), true);
+    }
   }
 
   #changed({ state, key, attempts, nextAttemptAt, waitingFor, warning }) {
@@ -219,8 +228,10 @@ class Entry {
 
   // Runs `f` on the Submitter (once it exists); the settlement or the error goes into the
   // snapshot, and the caller gets the package's own promise. A join (`joining`) is no call of
-  // the page's: the error a call just had stays in the snapshot.
-  #call(f, joining = false) {
+  // the page's: the error a call just had stays in the snapshot. `signal` is the call's.
+  #call(f, joining = false, signal = undefined) {
+    // Aborted before it began, a call never waited on the round (nothing of it to stop).
+    const waits = signal?.aborted === false;
     this.#calls += 1;
     let promise;
     try {
@@ -237,7 +248,11 @@ class Entry {
       },
       (error) => {
         this.#calls -= 1;
-        this.#set({ error });
+        // The join's own abort (below) says nothing the aborted call did not.
+        if (!joining || error?.code !== 'aborted') this.#set({ error });
+        // Aborted while it waited on a round the entry joined: the join stops waiting too, or
+        // the retries would go on with nobody's call waiting.
+        if (waits && error?.code === 'aborted') this.#joined?.abort();
         // Refused (another body is pending, say) while a round of somebody else's is under way.
         this.#join();
       },

@@ -13,7 +13,8 @@ globalThis.document ??= {}
 let made
 let inits
 // Behaves as the package's Submitter does for these calls: onChange calls the listener at once,
-// submit of the same body joins, a settled submission has no pending body.
+// submit of the same body joins, a settled submission has no pending body, `{ signal }` aborts a
+// wait (and, when nobody else waits, the round: unsure).
 class FakeSubmitter {
   listeners = new Set()
   state = 'idle'
@@ -43,8 +44,9 @@ class FakeSubmitter {
   pending() {
     return this.body === null ? null : { key: this.key, body: structuredClone(this.body), attempts: 1, startedAt: 0 }
   }
-  submit(body) {
+  submit(body, options) {
     this.calls.push(['submit', body])
+    if (options?.signal?.aborted) return Promise.reject(aborted())
     if (this.body !== null && JSON.stringify(body) !== JSON.stringify(this.body)) {
       return Promise.reject(Object.assign(new Error('another body is pending'), { name: 'OncekeyError', code: 'pending' }))
     }
@@ -52,11 +54,26 @@ class FakeSubmitter {
       Object.assign(this, { state: 'sending', key: `k${made.length}-${this.calls.length}`, body })
       this.emit()
     }
-    return new Promise((resolve) => this.waiters.push(resolve))
+    return this.wait(options)
   }
   tryAgain(options) {
     this.calls.push(options === undefined ? ['tryAgain'] : ['tryAgain', options])
-    return new Promise((resolve) => this.waiters.push(resolve))
+    if (options?.signal?.aborted) return Promise.reject(aborted())
+    return this.wait(options)
+  }
+  wait(options) {
+    return new Promise((resolve, reject) => {
+      this.waiters.push(resolve)
+      options?.signal?.addEventListener('abort', () => {
+        if (!this.waiters.includes(resolve)) return
+        this.waiters = this.waiters.filter((w) => w !== resolve)
+        if (this.waiters.length === 0) {
+          this.state = 'unsure'
+          this.emit()
+        }
+        reject(aborted())
+      })
+    })
   }
   sendAsNew() {
     this.calls.push(['sendAsNew'])
@@ -76,6 +93,10 @@ class FakeSubmitter {
     for (const w of this.waiters.splice(0)) w({ outcome, key, status: 201, body: { id: 7 }, replayed: false, attempts: 1, gaveUp: null })
   }
 }
+
+const aborted = () => Object.assign(new Error('aborted'), { name: 'OncekeyError', code: 'aborted' })
+// The calls' names: the entry's own join passes a signal of its own.
+const called = (s) => s.calls.map(([name]) => name)
 
 const PKG = {
   init: async () => {
@@ -167,7 +188,7 @@ test('a pending submission resumed at start-up is joined, so its settlement is h
   entry.subscribe(() => {})
   await tick()
   const s = made[0]
-  assert.deepEqual(s.calls, [['tryAgain']], 'joined once')
+  assert.deepEqual(called(s), ['tryAgain'], 'joined once')
   assert.deepEqual(entry.read().pending, { subject: 'found' })
   assert.equal(entry.read().locked, true)
   s.settle()
@@ -253,7 +274,7 @@ test('a resumed submission waiting for the connection at load is joined once it 
   s.emit()
   s.emit()
   await tick()
-  assert.deepEqual(s.calls, [['tryAgain']], 'joined once, when it sent')
+  assert.deepEqual(called(s), ['tryAgain'], 'joined once, when it sent')
   s.settle()
   await tick()
   const snap = entry.read()
@@ -272,7 +293,7 @@ test('a record found a moment after the Submitter was made (IndexedDB) is joined
   Object.assign(s, { state: 'sending', key: 'k-idb', body: { fields: { subject: 'x' }, files: [] } })
   s.emit()
   await tick()
-  assert.deepEqual(s.calls, [['tryAgain']])
+  assert.deepEqual(called(s), ['tryAgain'])
   s.settle()
   await tick()
   assert.equal(entry.read().settlement?.key, 'k-idb')
@@ -291,7 +312,8 @@ test("the entry's own submit is not joined again; a round started on the Submitt
   // A round started by the Submitter used directly, then another body refused meanwhile.
   s.submit({ subject: 'direct' })
   await tick()
-  assert.deepEqual(s.calls.slice(1), [['submit', { subject: 'direct' }], ['tryAgain']], 'joined')
+  assert.deepEqual(s.calls[1], ['submit', { subject: 'direct' }])
+  assert.deepEqual(called(s).slice(1), ['submit', 'tryAgain'], 'joined')
   await assert.rejects(entry.submit({ subject: 'other' }), { code: 'pending' })
   await tick()
   assert.equal(s.calls.filter((c) => c[0] === 'tryAgain').length, 1, 'joined once')
@@ -346,10 +368,36 @@ test('a refused call is still in the snapshot when the entry then joins a round 
   await assert.rejects(refused, { code: 'pending' })
   await tick()
   const s = made[0]
-  assert.deepEqual(s.calls, [['submit', { subject: 'other' }], ['tryAgain']], 'refused, then joined')
+  assert.deepEqual(s.calls[0], ['submit', { subject: 'other' }])
+  assert.deepEqual(called(s), ['submit', 'tryAgain'], 'refused, then joined')
   assert.equal(entry.read().error?.code, 'pending', 'the refusal is still said')
   s.settle()
   await tick()
   assert.equal(entry.read().settlement?.outcome, 'succeeded')
   assert.equal(entry.read().error?.code, 'pending', 'a join settling clears no error of a call')
+})
+
+test("a page's call aborted while it waits on a round the entry joined stops the join too; one aborted before it began does not", async () => {
+  const entry = entryFor(fresh(), { url: '/x', resume: true, found: { subject: 'found' } }, PKG)
+  entry.subscribe(() => {})
+  await tick()
+  const s = made[0]
+  assert.equal(s.waiters.length, 1, 'the entry joined the resumed round')
+  const early = new AbortController()
+  early.abort()
+  await assert.rejects(entry.tryAgain({ signal: early.signal }), { code: 'aborted' })
+  await assert.rejects(entry.submit({ subject: 'found' }, { signal: early.signal }), { code: 'aborted' })
+  assert.equal(s.waiters.length, 1, 'calls that never began leave the join waiting')
+  assert.equal(s.state, 'sending')
+  const controller = new AbortController()
+  const call = entry.tryAgain({ signal: controller.signal })
+  assert.equal(s.waiters.length, 2)
+  controller.abort()
+  await assert.rejects(call, { code: 'aborted' })
+  await tick()
+  assert.equal(s.waiters.length, 0, 'nobody waits: the retries stop')
+  assert.equal(s.state, 'unsure')
+  assert.equal(entry.read().state, 'unsure')
+  assert.equal(entry.read().error?.code, 'aborted')
+  assert.equal(called(s).filter((n) => n === 'tryAgain').length, 3, 'not joined again')
 })
