@@ -42,8 +42,12 @@ export interface SubmitterSnapshot<Body = unknown> {
 export interface SubmitterCalls<Body = unknown> {
   /** Submitter.submit; joins the pending submission for the same body. */
   submit(body: Body, options?: SubmitOptions): Promise<SubmitResult>;
-  /** Submitter.tryAgain: the same key and body ({ signal } aborts the wait, code "aborted"). */
-  tryAgain(options?: SubmitOptions): Promise<SubmitResult>;
+  /**
+   * Submitter.tryAgain: the same key and body ({ signal } aborts the wait, code "aborted").
+   * Handed to a click handler as it is (onClick={tryAgain}, @click="tryAgain"), it is given the
+   * event, which is taken for no options.
+   */
+  tryAgain(options?: SubmitOptions | { readonly target: unknown }): Promise<SubmitResult>;
   /** Submitter.sendAsNew: an expired submission sent deliberately under a new key. */
   sendAsNew(): Promise<SubmitResult>;
   /** Submitter.discard: the next submission gets a new key. */

@@ -28,11 +28,19 @@ const again: Promise<SubmitResult> = tickets.tryAgain();
 tickets.discard();
 tickets.setSecrets({ password: 'p' });
 const snapshot: SubmitterSnapshot<Ticket> = tickets;
+// Handed to onClick as they are (README: onClick={tickets.tryAgain}): the click's event is no
+// options object. (The DOM's MouseEvent: React's has a target too.)
+declare function button(props: { onClick?: (event: MouseEvent) => void }): void;
+button({ onClick: tickets.tryAgain });
+button({ onClick: tickets.sendAsNew });
+button({ onClick: tickets.discard });
 const started: Promise<void> = ready();
 void [state, locked, pending, key, attempts, settlement, code, result, again, snapshot, started];
 
 // @ts-expect-error: the body is a Ticket
 tickets.submit({ subject: 1 });
+// @ts-expect-error: the signal is an AbortSignal
+tickets.tryAgain({ signal: 'now' });
 // @ts-expect-error: url is required, as for the Submitter
 useSubmitter('x', {});
 // @ts-expect-error: storage is session, local or memory

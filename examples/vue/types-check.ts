@@ -21,11 +21,16 @@ const readOnly: Readonly<Ref<boolean>> = locked;
 const result: Promise<SubmitResult> = submit({ subject: 'Printer', email: 'ana@example.com' });
 const again: Promise<SubmitResult> = tryAgain();
 discard();
+// Handed to @click as they are (README: @click="tryAgain"): the click's event is no options object.
+const onClick: (event: MouseEvent) => unknown = tryAgain;
+const onDiscard: (event: MouseEvent) => unknown = discard;
 const started: Promise<void> = ready();
-void [s, l, p, r, readOnly, result, again, started];
+void [s, l, p, r, readOnly, result, again, started, onClick, onDiscard];
 
 // @ts-expect-error: the body is a Ticket
 submit({ subject: 1 });
+// @ts-expect-error: the signal is an AbortSignal
+tryAgain({ signal: 'now' });
 // @ts-expect-error: url is required, as for the Submitter
 useSubmitter('x', {});
 // @ts-expect-error: the refs are read-only
