@@ -255,8 +255,13 @@ fn router(app: Arc<App>, config: &Config) -> Router {
         router = router.nest_service("/pkg", ServeDir::new(pkg));
     }
     router = match &config.www {
-        Some(www) => router
-            .fallback_service(ServeDir::new(www).not_found_service(api::no_route.into_service())),
+        // Another method than GET or HEAD on a path of no route is no route either (ServeDir
+        // would answer it an empty 405 of its own).
+        Some(www) => router.fallback_service(
+            ServeDir::new(www)
+                .call_fallback_on_method_not_allowed(true)
+                .not_found_service(api::no_route.into_service()),
+        ),
         None => router.fallback(api::no_route),
     };
     router

@@ -882,3 +882,52 @@ async fn a_committed_ticket_survives_a_graceful_restart() {
     assert!(again.replayed);
     assert_eq!(again.body, first.body);
 }
+
+#[tokio::test]
+async fn an_unknown_path_posted_under_www_is_a_problem_document() {
+    // With --www, a path of no route asked with POST got ServeDir's own empty 405.
+    let www = tempfile::tempdir().unwrap();
+    std::fs::write(www.path().join("index.html"), "<!doctype html>").unwrap();
+    let desk = Desk::with(
+        "review-www-post",
+        Config {
+            www: Some(www.path().to_owned()),
+            ..Config::default()
+        },
+    )
+    .await;
+    let response = desk
+        .client
+        .post(desk.url("/api/nothing"))
+        .header("X-Tenant", &desk.tenant)
+        .send()
+        .await
+        .unwrap();
+    let answer = Answer::read(response).await;
+    assert_eq!(
+        (answer.status, answer.content_type.as_str()),
+        (404, "application/problem+json")
+    );
+}
+
+#[tokio::test]
+async fn a_private_temporary_database_lists_its_tickets() {
+    // --db "": the list's reader connection opened another, empty database, and every list
+    // was a 503 (no such table).
+    let desk = Desk::with(
+        "review-db-empty",
+        Config {
+            db: String::new(),
+            ..Config::default()
+        },
+    )
+    .await;
+    let made = send(desk.post(
+        Some("k-1"),
+        r#"{"subject":"s","body":"b","email":"a@b.co"}"#,
+    ))
+    .await;
+    assert_eq!(made.status, 201);
+    let listed = list(&desk, "").await;
+    assert_eq!(listed.status, 200, "{:?}", listed.json());
+}

@@ -242,7 +242,7 @@ impl Writer {
         // Opened once the writer's connection has made or migrated the schema.
         let reader = match path {
             ":memory:" => None,
-            _ => Some(Arc::new(tokio::sync::Mutex::new(open_reader(path)?))),
+            _ => open_reader(path)?.map(|conn| Arc::new(tokio::sync::Mutex::new(conn))),
         };
         let (tx, rx) = mpsc::channel();
         let thread = std::thread::Builder::new()
@@ -609,12 +609,19 @@ fn list_tickets(conn: &Connection, tenant: &str, limit: i64) -> Result<Vec<Ticke
     Ok(tickets)
 }
 
-/// The reader's connection to the file `path` (see [`Writer`]): reads only.
-fn open_reader(path: &str) -> Result<Connection, StoreError> {
+/// The reader's connection to the file `path` (see [`Writer`]): reads only. `None` when it does
+/// not see the writer's database (`""`, SQLite's private temporary one, or a memory URI: a
+/// connection of their own is another, empty database); the writer lists then.
+fn open_reader(path: &str) -> Result<Option<Connection>, StoreError> {
     let conn = Connection::open(path)?;
     conn.busy_timeout(std::time::Duration::from_secs(5))?;
     conn.execute_batch("PRAGMA query_only = ON;")?;
-    Ok(conn)
+    let shared: bool = conn.query_row(
+        "SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'tickets')",
+        [],
+        |r| r.get(0),
+    )?;
+    Ok(shared.then_some(conn))
 }
 
 fn open_connection(path: &str) -> Result<Connection, StoreError> {
