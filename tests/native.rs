@@ -1470,7 +1470,7 @@ async fn a_submission_settled_elsewhere_after_the_listing_is_not_a_failure_of_re
     assert!(resumed[0].result.is_ok(), "{:?}", resumed[0].result);
     // "Try again" of a name with nothing stored is still the caller's error.
     let none = client.try_again("settled-elsewhere").await.unwrap_err();
-    assert!(none.is_request(), "{none}");
+    assert!(none.is_request() && none.is_not_stored(), "{none}");
     assert!(none.to_string().contains("nothing is stored"), "{none}");
 }
 

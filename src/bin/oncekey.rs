@@ -447,8 +447,12 @@ The answer's body goes to stdout; a one-line summary to stderr.";
                 .await
                 .map_err(|e| (e.to_string(), FAILED))?;
             for p in pending {
-                let c = report_result(&p.name, &client.try_again(&p.name).await);
-                worst = worse(worst, c);
+                let result = client.try_again(&p.name).await;
+                if result.as_ref().is_err_and(oncekey::Error::is_not_stored) {
+                    // Settled or discarded elsewhere since it was listed: nothing to try again.
+                    continue;
+                }
+                worst = worse(worst, report_result(&p.name, &result));
             }
         } else {
             let mut waited: HashSet<String> = HashSet::new();

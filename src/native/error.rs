@@ -78,8 +78,9 @@ impl Error {
         not
     }
 
-    /// Nothing was stored under the name when it was taken up.
-    pub(crate) fn is_not_stored(&self) -> bool {
+    /// "Try again" of a name under which nothing is stored: none was, or another process
+    /// settled or discarded it since it was listed. Also [`Error::is_request`].
+    pub fn is_not_stored(&self) -> bool {
         self.inner.kind == Kind::NotStored
     }
 
