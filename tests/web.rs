@@ -2440,6 +2440,25 @@ async fn a_record_removed_at_submit_is_told_to_the_listeners_as_a_warning() {
         .iter()
         .any(|e| text(&e, "warning").contains("was removed"));
     assert!(warned, "the listeners heard of the record removed");
+    // And when the submit is refused after it (no key can be made): told then, not at some
+    // later change.
+    let case = Case::new("corrupt-refused");
+    let s = case.submitter("");
+    let events = listen(&s);
+    session()
+        .set_item(&format!("oncekey:{}", case.name), "{not json")
+        .unwrap();
+    let restore = stub_random_values("function () { throw new Error('no entropy here'); }");
+    let refused = settle(s.submit(json(TICKET), None)).await;
+    restore.call0(&JsValue::NULL).unwrap();
+    assert!(refused.is_err());
+    let warned = events
+        .iter()
+        .any(|e| text(&e, "warning").contains("was removed"));
+    assert!(
+        warned,
+        "the listeners heard of the record removed, with the refusal"
+    );
 }
 
 #[test]

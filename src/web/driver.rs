@@ -962,6 +962,11 @@ impl Driver {
             }
         }
         self.drive();
+        // Changes queued before the core began (a record found unreadable and removed at
+        // submit) are told now, whether or not anything began.
+        if !self.queue.borrow().is_empty() && !self.emitting.replace(true) {
+            self.deliver();
+        }
         Settling {
             slot: Ok(slot),
             driver: Rc::downgrade(self),

@@ -12,8 +12,9 @@
 //!
 //! A spare is used by the next key made here, or let go after [`LIFETIME_MS`]: a page does not
 //! keep a lock of a key it does not use (a held lock may keep a page out of a browser's
-//! back/forward cache). Memory storage takes no locks and draws no spare; nor does a global
-//! without Web Locks.
+//! back/forward cache). A global without Web Locks draws no spare. (Memory storage draws one too:
+//! another submitter of the name in the page can take its record up, so its keys hold their
+//! locks as every other key does.)
 
 use std::rc::Rc;
 

@@ -15,7 +15,7 @@ use web_sys::HtmlFormElement;
 
 use super::dom::{call_str, get, items, put};
 use super::kit::{form_url, holds, Faces};
-use super::messages::unknown;
+use super::messages::{is_retired, unknown};
 use super::view::body_js;
 use super::{FormKit, FormOptions, Messages, Resume, SuccessMessage};
 use crate::web::{Error, Options};
@@ -262,7 +262,7 @@ fn read_messages(value: &JsValue) -> Result<Messages, Error> {
         let given = Reflect::get(value, &name).unwrap_or_default();
         let key = name.as_string().unwrap_or_default();
         let Some(text) = given.as_string() else {
-            if Messages::keys().all(|(k, _)| k != key) {
+            if Messages::keys().all(|(k, _)| k != key) && !is_retired(&key) {
                 return Err(unknown("messages.", &key));
             }
             // Left out, as a translation table's missing entry is: the kit's own text.

@@ -105,7 +105,7 @@ impl Messages {
     /// from versions that could not send files, is accepted and not used, so that translation
     /// tables written for them still load.
     pub fn set(&mut self, key: &str, text: impl Into<String>) -> Result<&mut Messages, Error> {
-        if key == RETIRED {
+        if is_retired(key) {
             return Ok(self);
         }
         let Some(i) = TEXTS.iter().position(|(k, _)| *k == key) else {
@@ -169,8 +169,10 @@ const ALL: [Message; 26] = [
     Message::SendAsNew,
 ];
 
-/// A message no version uses any more ([`Messages::set`]).
-const RETIRED: &str = "fileField";
+/// A message no version uses any more ([`Messages::set`]): accepted, and not used.
+pub(crate) fn is_retired(key: &str) -> bool {
+    key == "fileField"
+}
 
 /// "options.messages.tryagain is not a message of the form kit; the messages are ...".
 pub(crate) fn unknown(prefix: &str, key: &str) -> Error {
