@@ -1617,3 +1617,180 @@ async fn another_submitter_s_record_of_a_key_sent_as_new_here_stays_after_a_disc
     still_pending_there(&case, &t, &old).await;
     assert!(case.seen().is_empty(), "nothing sent: {:?}", case.keys());
 }
+
+#[wasm_bindgen(inline_js = r#"
+// IndexedDB whose store refuses every put from the `from`-th (1-based) on, as a full disk does.
+export function quota_on_put(from) {
+  const proto = IDBObjectStore.prototype, real = proto.put;
+  let n = 0;
+  proto.put = function () {
+    n++;
+    if (n >= from) throw new DOMException('The quota has been exceeded.', 'QuotaExceededError');
+    return real.apply(this, arguments);
+  };
+  return () => { proto.put = real; };
+}
+// indexedDB.deleteDatabase('oncekey'), as a page's "clear my data" or logout does; its state.
+export function delete_oncekey_db() {
+  const state = { blocked: false, done: false };
+  const r = indexedDB.deleteDatabase('oncekey');
+  r.onblocked = () => { state.blocked = true; };
+  r.onsuccess = () => { state.done = true; };
+  r.onerror = () => { state.done = true; };
+  return state;
+}
+// `p`'s value, or the string "timeout" after `ms`.
+export function within(p, ms) {
+  return Promise.race([p.then((v) => v, (e) => e), new Promise((r) => setTimeout(() => r('timeout'), ms))]);
+}
+// A form in a same-origin iframe whose file input holds a file made by the frame's own script.
+export function iframe_form_with_file(name, bytes) {
+  const frame = document.createElement('iframe');
+  document.body.appendChild(frame);
+  const w = frame.contentWindow, doc = frame.contentDocument;
+  const form = doc.createElement('form');
+  form.setAttribute('data-oncekey', name);
+  form.setAttribute('method', 'post');
+  form.innerHTML = '<input name="subject" value="Printer on fire"><input name="email" value="ana@example.com">'
+    + '<textarea name="body">See the photo</textarea><input type="file" name="photo">'
+    + '<button type="submit">Send</button><p role="status"></p>';
+  const dt = new w.DataTransfer();
+  dt.items.add(new w.File([bytes], 'photo.jpg', { type: 'image/jpeg' }));
+  form.querySelector('input[type=file]').files = dt.files;
+  doc.body.appendChild(form);
+  return form;
+}
+export function json_form(name) {
+  const form = document.createElement('form');
+  form.setAttribute('data-oncekey', name);
+  form.setAttribute('method', 'post');
+  form.innerHTML = '<input name="subject" value="Held"><input name="email" value="ana@example.com">'
+    + '<textarea name="body">Held before the module loaded</textarea><button type="submit">Send</button><p role="status"></p>';
+  document.body.appendChild(form);
+  return form;
+}
+"#)]
+extern "C" {
+    fn quota_on_put(from: u32) -> js_sys::Function;
+    fn delete_oncekey_db() -> JsValue;
+    fn within(p: &Promise, ms: u32) -> Promise;
+    fn iframe_form_with_file(name: &str, bytes: &js_sys::Uint8Array) -> web_sys::HtmlFormElement;
+    fn json_form(name: &str) -> web_sys::HtmlFormElement;
+}
+
+#[test]
+async fn an_upload_over_5_mib_whose_write_meets_the_quota_is_not_sent_unprotected() {
+    // README: "When IndexedDB cannot be used (blocked, private mode, quota) the upload is kept
+    // in memory with a warning, up to 5 MiB; a larger one is refused rather than sent
+    // unprotected." A quota is met when the record is written, not when the database opens.
+    let case = Case::new("quota-big");
+    let s = case.submitter("");
+    JsFuture::from(sleep(300)).await.unwrap();
+    let restore = quota_on_put(1);
+    let big = file_bytes(6 * 1024 * 1024, 9);
+    let result = JsFuture::from(s.submit(
+        ticket_form(&big, "big.bin", "application/octet-stream").into(),
+        None,
+    ))
+    .await;
+    restore.call0(&JsValue::UNDEFINED).unwrap();
+    let outcome = result.as_ref().map(|r| text(r, "outcome")).ok();
+    let tickets = case.tickets().await.len();
+    assert!(
+        result.is_err() && tickets == 0,
+        "sent unprotected: outcome {outcome:?}, {tickets} ticket(s), {} attempt(s)",
+        case.seen().len()
+    );
+}
+
+#[test]
+async fn an_upload_answered_after_a_failed_rewrite_leaves_no_record_in_indexeddb() {
+    // The first attempt's record is written; the retry's rewrite fails (quota): IndexedDB is
+    // given up for memory, and the answer's Forget no longer reaches the record written
+    // before, which a reload then takes up as unsure and sends again.
+    let case = Case::new("quota-rewrite");
+    case.plan(&["fail-before"]);
+    let s = case.submitter("");
+    JsFuture::from(sleep(300)).await.unwrap();
+    let restore = quota_on_put(2);
+    let bytes = file_bytes(20_000, 10);
+    let result = JsFuture::from(s.submit(ticket_form(&bytes, "a.txt", "text/plain").into(), None))
+        .await
+        .expect("resolves");
+    restore.call0(&JsValue::UNDEFINED).unwrap();
+    assert_eq!(text(&result, "outcome"), "succeeded");
+    assert!(
+        case.left_idb().await,
+        "the record of a submission answered 201 is still in IndexedDB"
+    );
+}
+
+#[test]
+async fn a_form_in_a_frame_sends_its_file() {
+    // attachForm takes a form of another frame ("a form of another frame is a form too"); its
+    // File is of that frame's realm, and `dyn_into::<Blob>()` (instanceof) drops it: the
+    // ticket goes out, succeeded, without its attachment.
+    let case = Case::new("frame");
+    let bytes = file_bytes(40_000, 12);
+    let form = iframe_form_with_file(&case.name, &bytes);
+    let _kit = oncekey::FormKit::attach(&form, case.kit_options()).expect("attached");
+    form.request_submit().unwrap();
+    comes_to(&form, "data-oncekey-outcome", "succeeded").await;
+    let sent = case
+        .seen()
+        .iter()
+        .map(|e| text(e, "body").contains("photo.jpg"))
+        .collect::<Vec<_>>();
+    let seen: Vec<String> = case
+        .seen()
+        .iter()
+        .map(|e| {
+            let body = text(e, "body");
+            format!(
+                "{} | {} bytes | {:?}",
+                text(e, "type"),
+                body.len(),
+                &body[..body.len().min(400)]
+            )
+        })
+        .collect();
+    assert_eq!(sent, [true], "the attempt carried the file: {seen:#?}");
+    assert_one_ticket_with(&case, &bytes, "photo.jpg").await;
+}
+
+#[test]
+async fn a_deletion_of_the_database_neither_waits_for_ever_nor_holds_the_kit() {
+    // (Were it to come back, the deletion would stay blocked for the page's life, and the
+    // tests after this one with it.)
+    // oncekey's connection never closes on `versionchange`: a deletion of the database (a
+    // logout's "clear my data", a newer schema opening it) waits for ever, and every later
+    // indexedDB.open of the origin waits behind it. Every Submitter's start opens it: the
+    // kit's held submit (a plain JSON form, sessionStorage) waits for IndexedDB's look, and an
+    // upload waits to be stored, with the form locked and no word.
+    let case = Case::new("versionchange");
+    let first = case.submitter("");
+    JsFuture::from(sleep(300)).await.unwrap();
+    let deletion = delete_oncekey_db();
+    JsFuture::from(sleep(300)).await.unwrap();
+    // A held submit of a JSON form (the first-paint snippet marked it).
+    let form = json_form(&unique("held"));
+    form.set_attribute("data-oncekey-held", "").unwrap();
+    let _kit = oncekey::FormKit::attach(&form, case.kit_options()).expect("attached");
+    let s = case.submitter("");
+    let bytes = file_bytes(10_000, 11);
+    let upload = JsFuture::from(within(
+        &s.submit(ticket_form(&bytes, "v.txt", "text/plain").into(), None),
+        5000,
+    ))
+    .await
+    .unwrap();
+    let held_state = form.get_attribute("data-oncekey-state");
+    let (blocked, done) = (get(&deletion, "blocked"), get(&deletion, "done"));
+    drop(first);
+    form.remove();
+    assert!(
+        upload.as_string().as_deref() != Some("timeout") && held_state.as_deref() == Some("succeeded"),
+        "after 5 s: upload {:?}, held JSON form {held_state:?}, deletion blocked {blocked:?} done {done:?}",
+        upload.as_string().unwrap_or_else(|| text(&upload, "outcome")),
+    );
+}

@@ -588,33 +588,10 @@ impl Submitter {
     /// Drops an unconfirmed submission: the record is removed, an attempt under way is aborted,
     /// waiting callers get [`ErrorCode::Discarded`], and the next submission gets a new key.
     pub fn discard(&self) {
-        let d = &self.driver;
-        let (waiters, flight) = {
-            let mut m = d.machine.borrow_mut();
-            // A caller whose settlement was asked for (queued behind the change a listener is
-            // hearing) gets it, not a discard.
-            let asked = m.core.settlements();
-            m.core.discard();
-            let (settled, rest): (Vec<_>, Vec<_>) = std::mem::take(&mut m.waiters)
-                .into_iter()
-                .partition(|w| w.borrow().after < asked);
-            m.waiters = settled;
-            (rest, m.flight.take())
-        };
-        spare::forget_made(d);
-        d.drive();
-        if let Some((_, controller)) = flight {
-            controller.abort();
-        }
-        for w in &waiters {
-            resolve(
-                w,
-                Err(Error::new(
-                    ErrorCode::Discarded,
-                    "the submission was discarded before a definite answer",
-                )),
-            );
-        }
+        self.driver.drop_pending(Error::new(
+            ErrorCode::Discarded,
+            "the submission was discarded before a definite answer",
+        ));
     }
 
     /// Fields that are never stored (a password, a card number: CONTRACT.md section 4), merged
@@ -947,6 +924,31 @@ impl Driver {
             m.fresh = true;
         }
         spare::want(self);
+    }
+
+    /// Drops the pending submission (its record removed, an attempt under way aborted, the next
+    /// submission gets a new key), and answers its waiting callers `error`: a discard, or an
+    /// upload that cannot be kept anywhere. A caller whose settlement was asked for already
+    /// (queued behind the change a listener is hearing) gets it instead.
+    pub(crate) fn drop_pending(self: &Rc<Self>, error: Error) {
+        let (waiters, flight) = {
+            let mut m = self.machine.borrow_mut();
+            let asked = m.core.settlements();
+            m.core.discard();
+            let (settled, rest): (Vec<_>, Vec<_>) = std::mem::take(&mut m.waiters)
+                .into_iter()
+                .partition(|w| w.borrow().after < asked);
+            m.waiters = settled;
+            (rest, m.flight.take())
+        };
+        spare::forget_made(self);
+        self.drive();
+        if let Some((_, controller)) = flight {
+            controller.abort();
+        }
+        for w in &waiters {
+            resolve(w, Err(error.clone()));
+        }
     }
 
     /// `slot` waits for the settlement of what `begun` began, or has its refusal at once.

@@ -24,14 +24,62 @@ const STORE: &str = "pending";
 /// Why IndexedDB could not be used, in words for a warning.
 pub(crate) type Why = String;
 
-/// The request's result once it succeeded.
-async fn request(r: &IdbRequest) -> Result<JsValue, Why> {
-    let done = Promise::new(&mut |resolve: Function, reject: Function| {
+/// How long an open may take before IndexedDB is given up for memory (with a warning): an
+/// open waits behind another page's deletion or upgrade of the database for as long as any
+/// connection to it stays open, which may be for ever.
+const OPEN_WITHIN_MS: i32 = 10_000;
+
+/// The promise of `r`: resolved when it succeeds, rejected when it fails.
+fn promise(r: &IdbRequest) -> Promise {
+    Promise::new(&mut |resolve: Function, reject: Function| {
         r.set_onsuccess(Some(&resolve));
         r.set_onerror(Some(&reject));
-    });
-    JsFuture::from(done).await.map_err(|e| describe(&e))?;
+    })
+}
+
+/// The request's result once it succeeded.
+async fn request(r: &IdbRequest) -> Result<JsValue, Why> {
+    JsFuture::from(promise(r)).await.map_err(|e| describe(&e))?;
     r.result().map_err(|e| describe(&e))
+}
+
+/// A promise rejected with `why` after `ms` milliseconds (the global's `setTimeout`, a
+/// window's or a worker's); one that never settles where there is none.
+fn rejected_after(ms: i32, why: &str) -> Promise {
+    let why = JsValue::from_str(why);
+    Promise::new(&mut |_, reject: Function| {
+        let set_timeout = Reflect::get(&js_sys::global(), &JsValue::from_str("setTimeout"))
+            .ok()
+            .and_then(|f| f.dyn_into::<Function>().ok());
+        if let Some(set_timeout) = set_timeout {
+            let _ = set_timeout.call2(
+                &JsValue::UNDEFINED,
+                &reject.bind1(&JsValue::UNDEFINED, &why),
+                &JsValue::from(ms),
+            );
+        }
+    })
+}
+
+thread_local! {
+    /// Closes the database its event is about: on `versionchange` (another page deletes the
+    /// database or opens a newer version of it, which waits until every connection is closed,
+    /// and every later open waits behind it), and on the late `success` of an open given up
+    /// on. The next use of a closed connection fails, and the submission goes on in memory.
+    static CLOSE: Closure<dyn FnMut(web_sys::Event)> = Closure::new(|event: web_sys::Event| {
+        let target = event.target().map(JsValue::from);
+        let db = target.and_then(|t| match t.dyn_into::<IdbDatabase>() {
+            Ok(db) => Some(db),
+            Err(t) => t
+                .dyn_into::<IdbRequest>()
+                .ok()
+                .and_then(|r| r.result().ok())
+                .and_then(|r| r.dyn_into::<IdbDatabase>().ok()),
+        });
+        if let Some(db) = db {
+            db.close();
+        }
+    });
 }
 
 /// The database, created at its first use.
@@ -57,11 +105,29 @@ pub(crate) async fn open() -> Result<IdbDatabase, Why> {
         }
     });
     opening.set_onupgradeneeded(Some(upgrade.as_ref().unchecked_ref()));
-    let db = request(&opening).await;
-    opening.set_onupgradeneeded(None);
-    drop(upgrade);
-    db?.dyn_into::<IdbDatabase>()
-        .map_err(|_| "indexedDB.open gave no database".to_owned())
+    let within = rejected_after(
+        OPEN_WITHIN_MS,
+        "indexedDB.open did not finish within 10 s: another page holds the database",
+    );
+    let opened = JsFuture::from(Promise::race(&Array::of2(&promise(&opening), &within))).await;
+    if opened.is_err() {
+        // A late open is closed as it succeeds (having made the store, if it upgrades: the
+        // closure stays for it).
+        CLOSE.with(|close| opening.set_onsuccess(Some(close.as_ref().unchecked_ref())));
+        upgrade.forget();
+    } else {
+        opening.set_onupgradeneeded(None);
+        drop(upgrade);
+    }
+    opened.map_err(|e| describe(&e))?;
+    let db = opening
+        .result()
+        .map_err(|e| describe(&e))?
+        .dyn_into::<IdbDatabase>()
+        .map_err(|_| "indexedDB.open gave no database".to_owned())?;
+    // Never in the way of another page's deletion or upgrade of the database.
+    CLOSE.with(|close| db.set_onversionchange(Some(close.as_ref().unchecked_ref())));
+    Ok(db)
 }
 
 fn store(

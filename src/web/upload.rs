@@ -43,6 +43,8 @@ pub const MEMORY_FALLBACK_BYTES: u64 = 5 * 1024 * 1024;
 pub(crate) struct Payload {
     fields: Vec<(String, String)>,
     files: Vec<(String, Blob)>,
+    /// Its size as `maxBodyBytes` counts it (0 for one taken up from IndexedDB, kept there).
+    size: u64,
 }
 
 /// Whether IndexedDB was looked at yet, and what it gave.
@@ -53,6 +55,10 @@ enum Db {
     Open(IdbDatabase),
     /// It cannot be used: uploads are kept in memory (the warning was given).
     Failed,
+    /// A write failed (a quota met, say): uploads are kept in memory from then on, and the
+    /// database is kept only to remove what was written before (a record left after its
+    /// definite answer would be taken up by the next page and sent again).
+    WritesFailed(IdbDatabase),
 }
 
 /// A driver's uploads: its IndexedDB, the pending upload's payload, and whether the driver waits
@@ -97,6 +103,14 @@ pub(crate) struct Uploads {
 fn db(d: &Driver) -> Option<IdbDatabase> {
     match &d.uploads.borrow().db {
         Db::Open(db) => Some(db.clone()),
+        _ => None,
+    }
+}
+
+/// The database to remove records from: also one whose writes failed.
+fn db_to_remove_from(d: &Driver) -> Option<IdbDatabase> {
+    match &d.uploads.borrow().db {
+        Db::Open(db) | Db::WritesFailed(db) => Some(db.clone()),
         _ => None,
     }
 }
@@ -154,6 +168,7 @@ async fn take_up_found(
             let payload = (!stored.json).then_some(Payload {
                 fields: stored.fields,
                 files: stored.files,
+                size: 0,
             });
             match d.take_up(&stored.record) {
                 Ok(true) => {
@@ -280,6 +295,11 @@ pub(crate) fn persist(d: &Rc<Driver>, record: String, key: Key, only_of: Option<
         u.in_idb = Some(key.clone());
         (u.payload.clone(), u.ready.clone())
     };
+    // Too large to be kept in memory should its write fail (`begin` refuses it where IndexedDB
+    // cannot be used at all).
+    let too_large = payload
+        .as_ref()
+        .is_some_and(|p| p.size > MEMORY_FALLBACK_BYTES);
     let d = d.clone();
     spawn_local(async move {
         if let Some(ready) = ready {
@@ -319,11 +339,23 @@ pub(crate) fn persist(d: &Rc<Driver>, record: String, key: Key, only_of: Option<
             u.blocked = false;
             match &written {
                 Ok(true) if u.in_idb.as_ref() == Some(&key) => u.replaced = None,
-                Err(_) => u.db = Db::Failed,
+                Err(_) => {
+                    u.db = match ::core::mem::take(&mut u.db) {
+                        Db::Open(db) => Db::WritesFailed(db),
+                        other => other,
+                    }
+                }
                 _ => {}
             }
         }
         if let Err(why) = written {
+            if too_large {
+                // Its Send is still queued behind this write: dropped with it, never sent.
+                let error = not_kept_in_memory(&("IndexedDB failed (".to_owned() + &why + "), "));
+                warn_all(&d, error.message().to_owned());
+                d.drop_pending(error);
+                return;
+            }
             warn_all(
                 &d,
                 "IndexedDB failed (".to_owned()
@@ -414,7 +446,7 @@ pub(crate) fn ended(d: &Driver, key: &Key, now: Option<Key>) {
 /// [`idb::delete`]). Its transaction is made in a task spawned now, so it comes before those of
 /// any IndexedDB call spawned after it.
 fn remove(d: &Driver, keys: [Option<Key>; 2]) {
-    if let Some(db) = db(d) {
+    if let Some(db) = db_to_remove_from(d) {
         let name = d.name.clone();
         spawn_local(async move {
             let _ = idb::delete(&db, &name, &keys).await;
@@ -467,9 +499,32 @@ fn hex(bytes: &[u8]) -> String {
 
 /// The name a blob goes out under: a `File`'s own, else "blob" (as `FormData` names it).
 fn file_name(blob: &Blob) -> String {
-    blob.dyn_ref::<web_sys::File>()
-        .map(|f| f.name())
-        .unwrap_or_else(|| "blob".into())
+    match is_file(blob) {
+        true => super::text(blob, "name").unwrap_or_default(),
+        false => "blob".into(),
+    }
+}
+
+/// `value`'s class as `Object.prototype.toString` names it (`File`, `Blob`): unlike
+/// `instanceof` (`dyn_into`), it knows an object made in another frame, as a form of an iframe
+/// holds.
+fn class_of(value: &JsValue) -> Option<String> {
+    value.is_object().then(|| {
+        let tag: String = value.unchecked_ref::<js_sys::Object>().to_string().into();
+        tag.strip_prefix("[object ")
+            .and_then(|t| t.strip_suffix(']'))
+            .unwrap_or_default()
+            .to_owned()
+    })
+}
+
+/// `value` as a `Blob` (a `File` too), of this realm or another frame's.
+fn as_blob(value: JsValue) -> Option<Blob> {
+    matches!(class_of(&value).as_deref(), Some("Blob" | "File")).then(|| value.unchecked_into())
+}
+
+fn is_file(blob: &Blob) -> bool {
+    class_of(blob).as_deref() == Some("File")
 }
 
 /// The SHA-256 of a blob's bytes, by SubtleCrypto.
@@ -499,10 +554,9 @@ fn entries(form: &FormData, max: u64) -> Result<(Payload, u64), Error> {
         if let Some(text) = value.as_string() {
             size += (name.len() + text.len()) as u64;
             payload.fields.push((name, text));
-        } else if let Ok(blob) = value.dyn_into::<Blob>() {
-            let file = blob.dyn_ref::<web_sys::File>();
+        } else if let Some(blob) = as_blob(value) {
             // A file input left empty: an empty file with no name, which is no file.
-            if blob.size() == 0.0 && file.is_some_and(|f| f.name().is_empty()) {
+            if blob.size() == 0.0 && is_file(&blob) && file_name(&blob).is_empty() {
                 continue;
             }
             size += blob.size() as u64 + name.len() as u64;
@@ -516,6 +570,7 @@ fn entries(form: &FormData, max: u64) -> Result<(Payload, u64), Error> {
             ));
         }
     }
+    payload.size = size;
     Ok((payload, size))
 }
 
@@ -548,7 +603,10 @@ async fn describe_body(payload: &Payload) -> Result<String, Error> {
 impl super::Submitter {
     /// Whether IndexedDB was asked for (`storage: 'indexeddb'`) and could not be used.
     pub(crate) fn indexeddb_failed(&self) -> bool {
-        matches!(self.driver().uploads.borrow().db, Db::Failed)
+        matches!(
+            self.driver().uploads.borrow().db,
+            Db::Failed | Db::WritesFailed(_)
+        )
     }
 
     /// Calls `f` once IndexedDB was looked at, with whether an upload stored there was taken
@@ -594,16 +652,23 @@ pub(crate) async fn begin(d: Rc<Driver>, form: FormData) -> Result<Settling, Err
         let _ = JsFuture::from(looked).await;
     }
     if db(&d).is_none() && size > MEMORY_FALLBACK_BYTES {
-        return Err(Error::new(
-            ErrorCode::Body,
-            "IndexedDB cannot be used here, and a body of more than ".to_owned()
-                + &decimal(MEMORY_FALLBACK_BYTES)
-                + " bytes is not kept in memory: it was not sent, rather than sent unprotected",
-        ));
+        return Err(not_kept_in_memory("IndexedDB cannot be used here, "));
     }
     let text = describe_body(&payload).await?;
     d.uploads.borrow_mut().next = Some(payload);
     let settling = d.submit(&text);
     d.uploads.borrow_mut().next = None;
     Ok(settling)
+}
+
+/// The refusal of an upload over [`MEMORY_FALLBACK_BYTES`] that IndexedDB cannot keep, after
+/// `why` ("IndexedDB cannot be used here, ").
+fn not_kept_in_memory(why: &str) -> Error {
+    Error::new(
+        ErrorCode::Body,
+        why.to_owned()
+            + "and a body of more than "
+            + &decimal(MEMORY_FALLBACK_BYTES)
+            + " bytes is not kept in memory: it was not sent, rather than sent unprotected",
+    )
 }
