@@ -1962,3 +1962,54 @@ async fn another_tab_s_expired_submission_shown_here_is_not_sent_as_new_with_the
     a.remove();
     b.remove();
 }
+
+#[test]
+async fn a_refusal_s_note_on_a_field_outside_the_form_goes_at_the_next_submit() {
+    // Before: clearing searched the form's subtree only, so a form= field's note and mark stayed.
+    let case = Case::new("rv-outside");
+    let form = case.form("");
+    form.set_id(&case.name);
+    form.query_selector("input[name=email]")
+        .unwrap()
+        .unwrap()
+        .remove();
+    let outside: HtmlInputElement = document().create_element("input").unwrap().unchecked_into();
+    outside.set_name("email");
+    outside.set_attribute("form", &case.name).unwrap();
+    document().body().unwrap().append_child(&outside).unwrap();
+    let kit = case.attach(&form, 8);
+    fill(&form, "subject", "Outside");
+    fill(&form, "body", "Third floor.");
+    outside.set_value("not-an-email");
+    form.request_submit().unwrap();
+    settled(&form, "refused").await;
+    assert_eq!(
+        outside.get_attribute("aria-invalid").as_deref(),
+        Some("true"),
+        "marked"
+    );
+    assert_eq!(focused(), Some(outside.clone().unchecked_into()));
+    outside.set_value("ana@example.com");
+    form.request_submit().unwrap();
+    settled(&form, "succeeded").await;
+    let note_after = outside
+        .next_element_sibling()
+        .map(|n| n.class_name())
+        .unwrap_or_default();
+    let invalid = outside.get_attribute("aria-invalid");
+    kit.detach();
+    let note_after_detach = outside
+        .next_element_sibling()
+        .map(|n| n.class_name())
+        .unwrap_or_default();
+    if let Some(n) = outside.next_element_sibling() {
+        n.remove();
+    }
+    outside.remove();
+    form.remove();
+    assert_eq!(
+        (note_after.as_str(), invalid, note_after_detach.as_str()),
+        ("", None, ""),
+        "the refusal's note and mark are gone once the corrected request succeeded"
+    );
+}

@@ -10,7 +10,10 @@ use crate::prelude::*;
 use wasm_bindgen::JsValue;
 use web_sys::{Element, HtmlFormElement};
 
-use super::dom::{attr, call, has_attr, make, remove_attr, run, select_all, set_attr, set_text};
+use super::dom::{
+    attr, call, call_str, controls, get, has_attr, make, remove_attr, run, select_all, set_attr,
+    set_text,
+};
 use super::fields::named_controls;
 use super::messages::{fill_with, Message, Messages};
 use super::Settlement;
@@ -83,24 +86,42 @@ thread_local! {
     static NOTES: ::core::cell::Cell<u32> = const { ::core::cell::Cell::new(0) };
 }
 
-/// Removes what [`show_problem`] added: its notes, and its marks on the fields.
+/// Removes what [`show_problem`] added: its notes, and its marks on the fields. The fields are
+/// the form's controls wherever they are: one outside the form (joined to it by `form=`) has
+/// its note after it, outside the form too, named by its `aria-describedby`. Notes left in the
+/// form that no field names any more (the page rewrote its description) go as well.
 pub(crate) fn clear_field_errors(form: &HtmlFormElement) {
-    let selector = ".oncekey-field-error, [aria-invalid][data-oncekey-invalid]";
-    for el in select_all(form, selector) {
-        if has_attr(&el, "data-oncekey-invalid") {
-            // The page's own description of the field, kept aside in the mark, comes back.
-            match attr(&el, "data-oncekey-invalid").filter(|own| !own.is_empty()) {
-                Some(own) => set_attr(&el, "aria-describedby", &own),
-                None => remove_attr(&el, "aria-describedby"),
+    let document = get(form, "ownerDocument");
+    for el in controls(form) {
+        if !has_attr(&el, "data-oncekey-invalid") {
+            continue;
+        }
+        for id in attr(&el, "aria-describedby")
+            .unwrap_or_default()
+            .split_ascii_whitespace()
+        {
+            let note = call_str(&document, "getElementById", id);
+            let class = attr(&note, "class").unwrap_or_default();
+            if class.split_ascii_whitespace().any(|c| c == NOTE) {
+                run(&note, "remove");
             }
-            for attr in ["aria-invalid", "data-oncekey-invalid"] {
-                remove_attr(&el, attr);
-            }
-        } else {
-            run(&el, "remove");
+        }
+        // The page's own description of the field, kept aside in the mark, comes back.
+        match attr(&el, "data-oncekey-invalid").filter(|own| !own.is_empty()) {
+            Some(own) => set_attr(&el, "aria-describedby", &own),
+            None => remove_attr(&el, "aria-describedby"),
+        }
+        for attr in ["aria-invalid", "data-oncekey-invalid"] {
+            remove_attr(&el, attr);
         }
     }
+    for note in select_all(form, ".oncekey-field-error") {
+        run(&note, "remove");
+    }
 }
+
+/// The class of a field's note.
+const NOTE: &str = "oncekey-field-error";
 
 /// A member of `p` that is a string, the first of `names` found.
 fn first_string<'a>(p: &'a Fields, names: &[&str]) -> Option<&'a str> {
@@ -153,7 +174,7 @@ pub(crate) fn show_problem(
         let Some(note) = make(form, "span") else {
             continue;
         };
-        set_attr(&note, "class", "oncekey-field-error");
+        set_attr(&note, "class", NOTE);
         set_attr(&note, "id", &id);
         set_text(
             &note,
