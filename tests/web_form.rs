@@ -2013,3 +2013,89 @@ async fn a_refusal_s_note_on_a_field_outside_the_form_goes_at_the_next_submit() 
         "the refusal's note and mark are gone once the corrected request succeeded"
     );
 }
+
+#[test]
+async fn after_a_reload_a_text_field_after_a_hidden_field_of_its_name_gets_its_own_value() {
+    // Before: restoring skipped the hidden field without taking its value, so the next got it.
+    let extra = r#"<input type="hidden" name="subject" value="from-page">"#;
+    let case = Case::new("rv-hidden-twin");
+    let form = case.form(extra);
+    let kit = case.attach(&form, 1);
+    let visible = "input[name=subject]:not([type=hidden])";
+    let set = |form: &HtmlFormElement, v: &str| {
+        let el = form.query_selector(visible).unwrap().unwrap();
+        js_sys::Reflect::set(&el, &"value".into(), &v.into()).unwrap();
+    };
+    set(&form, "Typed subject");
+    fill(&form, "email", "ana@example.com");
+    fill(&form, "body", "Third floor.");
+    case.plan(&["offline"]);
+    form.request_submit().unwrap();
+    settled(&form, "unsure").await;
+    kit.detach();
+    form.remove();
+    let form = case.form(extra);
+    let mut o = case.options(8);
+    o.resume = Resume::Manual;
+    let _kit = FormKit::attach(&form, o).unwrap();
+    let shown = form
+        .query_selector(visible)
+        .unwrap()
+        .unwrap()
+        .unchecked_into::<HtmlInputElement>()
+        .value();
+    form.remove();
+    assert_eq!(
+        shown, "Typed subject",
+        "the visible field shows what was sent in it"
+    );
+}
+
+#[test]
+async fn after_a_reload_a_check_box_after_its_hidden_twin_comes_back_as_it_was_sent() {
+    // Rails' check_box: a hidden "0" before the checkbox "1" of one name. Passing the hidden
+    // field's value over leaves the box as it was sent, checked or not, whatever the page's
+    // default, and the hidden field as the page has it.
+    let extra = |checked: &str| {
+        format!(
+            r#"<input type="hidden" name="urgent" value="0">
+               <input type="checkbox" name="urgent" value="1" {checked}>"#
+        )
+    };
+    let the_box = "input[name=urgent][type=checkbox]";
+    let check_box = |form: &HtmlFormElement| -> HtmlInputElement {
+        form.query_selector(the_box)
+            .unwrap()
+            .unwrap()
+            .unchecked_into()
+    };
+    for sent in [true, false] {
+        let case = Case::new("check-box-twin");
+        let form = case.form(&extra(if sent { "" } else { "checked" }));
+        let kit = case.attach(&form, 1);
+        fill_ticket(&form, "Twin");
+        check_box(&form).set_checked(sent);
+        case.plan(&["offline"]);
+        form.request_submit().unwrap();
+        settled(&form, "unsure").await;
+        kit.detach();
+        form.remove();
+        // The reload: the page's default is the other one.
+        let form = case.form(&extra(if sent { "" } else { "checked" }));
+        let mut o = case.options(8);
+        o.resume = Resume::Manual;
+        let _kit = FormKit::attach(&form, o).unwrap();
+        let shown = (
+            check_box(&form).checked(),
+            field(&form, "urgent").value(),
+            field(&form, "subject").value(),
+        );
+        form.remove();
+        assert_eq!(
+            shown,
+            (sent, "0".to_owned(), "Twin".to_owned()),
+            "sent {sent}"
+        );
+    }
+}
+

@@ -173,11 +173,12 @@ pub(crate) fn restore_fields(form: &HtmlFormElement, fields: &Fields) {
             } else if is_tag(&el, "input") && (kind == "checkbox" || kind == "radio") {
                 let checked = text(&el, "value").is_some_and(|v| values.contains(&&*v));
                 put(&el, "checked", &JsValue::from_bool(checked));
+            } else if is_tag(&el, "input") && kind == "hidden" {
+                // Its value, sent in its place among the name's, is passed over (the page's
+                // stays): the field after it gets its own, not this one's.
+                next.next();
             } else if (is_tag(&el, "input")
-                && !matches!(
-                    kind.as_str(),
-                    "file" | "submit" | "button" | "image" | "hidden"
-                ))
+                && !matches!(kind.as_str(), "file" | "submit" | "button" | "image"))
                 || is_tag(&el, "textarea")
             {
                 if let Some(v) = next.next() {
