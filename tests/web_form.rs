@@ -2099,3 +2099,40 @@ async fn after_a_reload_a_check_box_after_its_hidden_twin_comes_back_as_it_was_s
     }
 }
 
+#[test]
+async fn a_reset_button_named_reset_does_not_keep_the_fields_after_a_success() {
+    // Before: clearing called form.reset, which a control named "reset" hides: nothing cleared.
+    let case = Case::new("rv-reset");
+    let form = case.form(r#"<input type="reset" name="reset" value="Clear">"#);
+    let _kit = case.attach(&form, 8);
+    fill_ticket(&form, "Cleared after");
+    form.request_submit().unwrap();
+    settled(&form, "succeeded").await;
+    let subject = field(&form, "subject").value();
+    form.remove();
+    assert_eq!(subject, "", "cleared on success (clearOnSuccess: true)");
+}
+
+#[test]
+async fn controls_named_like_the_form_s_methods_do_not_hide_them_from_the_kit() {
+    // Before: form.elements, form.append and form.dispatchEvent were the controls of those names.
+    let case = Case::new("shadowed");
+    let form = case.form(
+        r#"<input type="hidden" name="elements" value="e">
+           <input type="hidden" name="append" value="a">
+           <input type="hidden" name="dispatchEvent" value="d">"#,
+    );
+    let seen = changes(&form);
+    let _kit = case.attach(&form, 1);
+    fill_ticket(&form, "Shadowed");
+    case.plan(&["offline"]);
+    form.request_submit().unwrap();
+    settled(&form, "unsure").await;
+    let locked = disabled(&form, "[name=subject]");
+    let said = status_text(&form);
+    let told = seen.borrow().clone();
+    form.remove();
+    assert!(locked, "the fields are locked while unsure");
+    assert!(!said.is_empty(), "the status says so");
+    assert!(told.contains(&"unsure".to_owned()), "told: {told:?}");
+}

@@ -11,8 +11,8 @@ use wasm_bindgen::JsValue;
 use web_sys::{Element, HtmlFormElement};
 
 use super::dom::{
-    attr, call, call_str, controls, get, has_attr, make, remove_attr, run, select_all, set_attr,
-    set_text,
+    attr, builtin, call, call_str, controls, has_attr, make, remove_attr, run, select_all,
+    set_attr, set_text,
 };
 use super::fields::named_controls;
 use super::messages::{fill_with, Message, Messages};
@@ -91,7 +91,7 @@ thread_local! {
 /// its note after it, outside the form too, named by its `aria-describedby`. Notes left in the
 /// form that no field names any more (the page rewrote its description) go as well.
 pub(crate) fn clear_field_errors(form: &HtmlFormElement) {
-    let document = get(form, "ownerDocument");
+    let document = builtin(form, "ownerDocument");
     for el in controls(form) {
         if !has_attr(&el, "data-oncekey-invalid") {
             continue;

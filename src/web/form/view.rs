@@ -44,6 +44,7 @@ impl Kit {
         let (state, what, first_invalid) = match outcome {
             Outcome::Succeeded => {
                 if self.clear_on_success {
+                    // The form's own reset, whatever its controls are named (`dom::builtin`).
                     run(&self.form, "reset");
                 }
                 (State::Succeeded, None, None)
