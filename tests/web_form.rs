@@ -50,6 +50,15 @@ export function log_locks() {
   locks.request = (name, cb) => { log.push({ name, asked: Date.now() }); return real(name, cb); };
   return { log, restore: () => { delete locks.request; } };
 }
+// Whether the Web Lock `name` is let go (neither held nor asked for) within 5 s.
+export async function lock_let_go(name) {
+  for (let i = 0; i < 250; i++) {
+    const s = await navigator.locks.query();
+    if (!s.held.concat(s.pending).some((l) => l.name === name)) return true;
+    await sleep(20);
+  }
+  return false;
+}
 // How many 'online' listeners the global has now, counted from the first call on (every
 // submitter adds one, and removes it when it is freed).
 export function online_listeners() {
@@ -74,6 +83,7 @@ extern "C" {
     fn online_listeners() -> i32;
     fn catch_page_errors() -> js_sys::Array;
     fn log_locks() -> JsValue;
+    fn lock_let_go(name: &str) -> js_sys::Promise;
     fn set_offline();
     fn set_online();
     fn reset_online();
@@ -302,6 +312,12 @@ async fn leave_unsure(case: &Case, secrets: &str) -> String {
         .to_owned();
     kit.detach();
     form.remove();
+    // A reload ends the page, and with it the attempt's hold on the key's Web Lock; here the
+    // page goes on, and the browser lets go of it a moment after the attempt ended.
+    let let_go = JsFuture::from(lock_let_go(&format!("oncekey:{key}")))
+        .await
+        .unwrap();
+    assert_eq!(let_go, JsValue::TRUE, "the attempt's lock was let go");
     key
 }
 
