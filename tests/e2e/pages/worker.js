@@ -2,6 +2,13 @@
 // binds fetch, timers, crypto, Web Locks and navigator.onLine to the worker's global.
 import init, { Submitter } from '/pkg/oncekey.js'
 
+// Every request that carries an Idempotency-Key (an attempt) is counted and posted, so the test
+// sees what the worker sent, not only what it said.
+const plainFetch = self.fetch
+self.fetch = (input, init) => {
+  if (new Headers(init?.headers).has('Idempotency-Key')) postMessage({ keyed: true })
+  return plainFetch(input, init)
+}
 await init()
 let submitter
 self.onmessage = async ({ data }) => {
@@ -13,6 +20,6 @@ self.onmessage = async ({ data }) => {
   })
   submitter.onChange((c) => postMessage({ change: { state: c.state, key: c.key, attempts: c.attempts, waitingFor: c.waitingFor ?? null } }))
   const result = await submitter.submit(data.body).catch((e) => ({ error: String(e), code: e.code }))
-  postMessage({ result: { outcome: result.outcome, status: result.status, key: result.key, error: result.error } })
+  postMessage({ result: { outcome: result.outcome, status: result.status, key: result.key, attempts: result.attempts, error: result.error } })
 }
 postMessage({ ready: true })
