@@ -209,9 +209,11 @@ for (const app of APPS) {
       await page.waitForSelector(FORM, { state: 'detached' })
       await page.click('nav button:has-text("New ticket")')
       await ready(page)
-      // The form mounted again finds the same submission, under way or done, never a new one.
+      // The form mounted again finds the same submission, never a new one: still under way (the
+      // server holds its reply 3 s), and locked.
       assert.equal(await shownKey(page), key)
-      if ((await page.getAttribute(FORM, 'data-state')) === 'sending') await assertLocked(page)
+      assert.equal(await page.getAttribute(FORM, 'data-state'), 'sending')
+      await assertLocked(page)
       await settled(page)
       await assertOneTicket(page, tenant, keys, key)
       assert.equal(keys.length, 1, 'remounting sent nothing')
