@@ -1314,20 +1314,25 @@ async fn after_a_definite_answer_nothing_that_follows_finds_the_record() {
     );
 }
 
-/// A store answering from a thread of its own that holds every removal back until released.
+/// A memory store with tweaks a test turns on: it answers from a thread of its own and holds
+/// every removal back until released (`holds_removals`), or its listing still names a
+/// submission another process settled (and removed) after the listing was made
+/// (`lists_gone`).
 #[derive(Default)]
-struct HoldsRemovals {
+struct Tweaked {
     inner: MemoryStore,
+    holds_removals: bool,
+    lists_gone: Option<&'static str>,
     held: std::sync::Mutex<Vec<(oncekey::StoreCall, oncekey::StoreReply)>>,
 }
 
-impl std::fmt::Debug for HoldsRemovals {
+impl std::fmt::Debug for Tweaked {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("HoldsRemovals")
+        f.write_str("Tweaked")
     }
 }
 
-impl HoldsRemovals {
+impl Tweaked {
     fn held(&self) -> usize {
         self.held.lock().unwrap().len()
     }
@@ -1339,78 +1344,7 @@ impl HoldsRemovals {
     }
 }
 
-impl Store for HoldsRemovals {
-    fn claim(
-        &self,
-        name: &str,
-        lease: &oncekey::Lease,
-        now: oncekey::Timestamp,
-    ) -> Result<oncekey::Claim, oncekey::BoxError> {
-        self.inner.claim(name, lease, now)
-    }
-    fn save(
-        &self,
-        name: &str,
-        record: &str,
-        lease: &oncekey::Lease,
-    ) -> Result<bool, oncekey::BoxError> {
-        self.inner.save(name, record, lease)
-    }
-    fn renew(&self, name: &str, lease: &oncekey::Lease) -> Result<bool, oncekey::BoxError> {
-        self.inner.renew(name, lease)
-    }
-    fn remove(&self, name: &str, owner: &str) -> Result<bool, oncekey::BoxError> {
-        self.inner.remove(name, owner)
-    }
-    fn release(&self, name: &str, owner: &str) -> Result<(), oncekey::BoxError> {
-        self.inner.release(name, owner)
-    }
-    fn list(&self) -> Result<Vec<oncekey::Listed>, oncekey::BoxError> {
-        self.inner.list()
-    }
-    fn blocks(&self) -> bool {
-        false
-    }
-    fn starts(&self) -> bool {
-        true
-    }
-    fn start(&self, call: oncekey::StoreCall, reply: oncekey::StoreReply) {
-        if matches!(call, oncekey::StoreCall::Remove { .. }) {
-            self.held.lock().unwrap().push((call, reply));
-        } else {
-            reply(call.run(&self.inner));
-        }
-    }
-}
-
-#[tokio::test]
-async fn the_settlement_does_not_wait_for_the_records_removal() {
-    let server = Server::start();
-    let tenant = tenant("no-wait");
-    let store = Arc::new(HoldsRemovals::default());
-    let plan = Plan::new();
-    let c = client_on(store.clone(), &plan);
-    // Awaited, the held removal would keep the settlement back for good.
-    let s = tokio::time::timeout(Duration::from_secs(30), send(&c, &server, &tenant, "quick"))
-        .await
-        .expect("settled while the store still held the removal")
-        .unwrap();
-    assert_eq!(s.outcome(), Outcome::Succeeded, "{s}");
-    assert_eq!(server.tickets(&tenant).await, 1);
-    assert_eq!(store.held(), 1, "the removal was started");
-    assert_eq!(c.pending().await.unwrap().len(), 1, "not yet carried out");
-    store.release();
-    assert!(c.pending().await.unwrap().is_empty());
-}
-
-/// A store whose listing still names a submission that another process settled (and removed)
-/// after the listing was made and before its turn came.
-#[derive(Debug, Default)]
-struct ListsOneGone {
-    inner: MemoryStore,
-}
-
-impl Store for ListsOneGone {
+impl Store for Tweaked {
     fn claim(
         &self,
         name: &str,
@@ -1438,16 +1372,51 @@ impl Store for ListsOneGone {
     }
     fn list(&self) -> Result<Vec<oncekey::Listed>, oncekey::BoxError> {
         let mut listed = self.inner.list()?;
-        listed.push(oncekey::Listed {
-            name: "settled-elsewhere".into(),
-            record: String::new(),
-            lease: None,
-        });
+        if let Some(name) = self.lists_gone {
+            listed.push(oncekey::Listed {
+                name: name.into(),
+                record: String::new(),
+                lease: None,
+            });
+        }
         Ok(listed)
     }
     fn blocks(&self) -> bool {
         false
     }
+    fn starts(&self) -> bool {
+        self.holds_removals
+    }
+    fn start(&self, call: oncekey::StoreCall, reply: oncekey::StoreReply) {
+        if matches!(call, oncekey::StoreCall::Remove { .. }) {
+            self.held.lock().unwrap().push((call, reply));
+        } else {
+            reply(call.run(&self.inner));
+        }
+    }
+}
+
+#[tokio::test]
+async fn the_settlement_does_not_wait_for_the_records_removal() {
+    let server = Server::start();
+    let tenant = tenant("no-wait");
+    let store = Arc::new(Tweaked {
+        holds_removals: true,
+        ..Tweaked::default()
+    });
+    let plan = Plan::new();
+    let c = client_on(store.clone(), &plan);
+    // Awaited, the held removal would keep the settlement back for good.
+    let s = tokio::time::timeout(Duration::from_secs(30), send(&c, &server, &tenant, "quick"))
+        .await
+        .expect("settled while the store still held the removal")
+        .unwrap();
+    assert_eq!(s.outcome(), Outcome::Succeeded, "{s}");
+    assert_eq!(server.tickets(&tenant).await, 1);
+    assert_eq!(store.held(), 1, "the removal was started");
+    assert_eq!(c.pending().await.unwrap().len(), 1, "not yet carried out");
+    store.release();
+    assert!(c.pending().await.unwrap().is_empty());
 }
 
 #[tokio::test]
@@ -1457,7 +1426,10 @@ async fn a_submission_settled_elsewhere_after_the_listing_is_not_a_failure_of_re
     // of that name, and the command line exited 1.
     let server = Server::start();
     let tenant = tenant("gone");
-    let store = Arc::new(ListsOneGone::default());
+    let store = Arc::new(Tweaked {
+        lists_gone: Some("settled-elsewhere"),
+        ..Tweaked::default()
+    });
     let plan = Plan::new();
     let client = client_on(store.clone(), &plan);
     plan.always("left", "fail-before");
@@ -1519,14 +1491,7 @@ async fn a_stored_record_whose_url_cannot_be_sent_is_moved_aside_and_named() {
     assert_eq!(plan.attempts("relative") + plan.attempts("ftp"), 0);
     // Moved aside for an operator, as it was stored; the names are free.
     assert!(client.pending().await.unwrap().is_empty());
-    let moved: Vec<_> = client
-        .quarantined()
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|q| q.name)
-        .collect();
-    assert_eq!(moved.len(), 2, "{moved:?}");
+    assert_eq!(quarantined_names(&client).await, ["ftp", "relative"]);
 }
 
 #[tokio::test]

@@ -485,6 +485,14 @@ pub async fn resume_two_good_and_two_unreadable(client: &Client) {
         assert!(e.is_unreadable_record(), "{}: {e}", bad.name);
         assert!(e.to_string().contains("quarantine"), "{e}");
     }
+    assert_eq!(
+        quarantined_names(client).await,
+        ["payout-bytes", "payout-text"]
+    );
+}
+
+/// The names of the records `client`'s store moved aside, sorted.
+pub async fn quarantined_names(client: &Client) -> Vec<String> {
     let mut moved: Vec<String> = client
         .quarantined()
         .await
@@ -493,7 +501,7 @@ pub async fn resume_two_good_and_two_unreadable(client: &Client) {
         .map(|q| q.name)
         .collect();
     moved.sort();
-    assert_eq!(moved, ["payout-bytes", "payout-text"]);
+    moved
 }
 
 /// The record `client` would store for a ticket of `subject` to `tickets_url` under `name` for
