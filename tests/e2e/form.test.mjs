@@ -265,12 +265,12 @@ test('a password field never reaches sessionStorage; after a reload the kit asks
   await page.fill('[name=subject]', 'Change my password')
   await page.fill('[name=password]', 'hunter2-very-secret')
   await page.fill('[name=card]', '4242424242424242')
-  await page.fill('[name=pin]', '9876')
+  await page.fill('[name=pin]', 'zq9876')
   await page.click('button[type=submit]')
   await page.waitForSelector('form[aria-busy="true"]')
   const stored = await page.evaluate(() => JSON.stringify({ ...sessionStorage }))
   assert.ok(stored.includes('Change my password'), 'the body is stored')
-  for (const secret of ['hunter2', '4242424242424242', '9876']) {
+  for (const secret of ['hunter2', '4242424242424242', 'zq9876']) {
     assert.ok(!stored.includes(secret), `${secret} must never be stored`)
   }
   await page.reload()
@@ -283,7 +283,7 @@ test('a password field never reaches sessionStorage; after a reload the kit asks
   await screenshot(page, '06-asks-for-secret')
   await page.fill('[name=password]', 'hunter2-very-secret')
   await page.fill('[name=card]', '4242424242424242')
-  await page.fill('[name=pin]', '9876')
+  await page.fill('[name=pin]', 'zq9876')
   await page.press('[name=pin]', 'Enter')
   await page.waitForSelector('form[data-oncekey-state="succeeded"]', { timeout: 30000 })
   const list = await tickets(server.url, tenant)
