@@ -151,11 +151,22 @@ impl Request {
         body: &str,
         encoding: Encoding,
     ) -> Result<Request, RequestError> {
+        Request::from_owned(method.to_owned(), url.to_owned(), body.to_owned(), encoding)
+    }
+
+    /// [`Request::new`] from texts the caller owns and hands over, not copied.
+    pub(crate) fn from_owned(
+        mut method: String,
+        url: String,
+        body: String,
+        encoding: Encoding,
+    ) -> Result<Request, RequestError> {
+        method.make_ascii_uppercase();
         let request = Request {
-            method: method.to_ascii_uppercase(),
-            url: url.to_owned(),
+            method,
+            url,
             headers: Vec::new(),
-            body: body.to_owned(),
+            body,
             encoding,
         };
         request.check()?;
@@ -164,11 +175,17 @@ impl Request {
 
     /// Adds a header to be stored and sent on every attempt.
     pub fn header(mut self, name: &str, value: &str) -> Result<Request, RequestError> {
-        if !is_sendable_header(name, value) {
-            return Err(RequestError::Header(name.to_owned()));
-        }
-        self.headers.push((name.to_owned(), value.to_owned()));
+        self.push_header(name.to_owned(), value.to_owned())?;
         Ok(self)
+    }
+
+    /// [`Request::header`] with a name and value the caller hands over, not copied.
+    pub(crate) fn push_header(&mut self, name: String, value: String) -> Result<(), RequestError> {
+        if !is_sendable_header(&name, &value) {
+            return Err(RequestError::Header(name));
+        }
+        self.headers.push((name, value));
+        Ok(())
     }
 
     /// The canonical form of the body: what "same body" compares.

@@ -385,7 +385,7 @@ impl SubmissionBuilder {
         if let Some(e) = self.error.take() {
             return Err(e);
         }
-        let method = self.method.as_deref().ok_or_else(|| {
+        let method = self.method.take().ok_or_else(|| {
             Error::request("no method and URL: call post(url) or request(method, url)")
         })?;
         let url = http_url(&self.url).map_err(Error::request)?;
@@ -394,9 +394,17 @@ impl SubmissionBuilder {
             .body
             .take()
             .unwrap_or(("{}".to_owned(), Encoding::Json));
-        let mut request = Request::new(method, url.as_str(), &body, encoding)
-            .map_err(|e| Error::request(format!("the request cannot be made: {e}")))?;
-        for (name, value) in &self.headers {
+        // The text as parsed (normalized), which is most often the text given.
+        let text = if url.as_str() == self.url {
+            std::mem::take(&mut self.url)
+        } else {
+            url.as_str().to_owned()
+        };
+        let made = |e: crate::core::RequestError| {
+            Error::request(format!("the request cannot be made: {e}"))
+        };
+        let mut request = Request::from_owned(method, text, body, encoding).map_err(made)?;
+        for (name, value) in std::mem::take(&mut self.headers) {
             let parsed = HeaderName::from_bytes(name.as_bytes()).map_err(|e| {
                 Error::request(format!("{name:?} is not a header name")).with_source(e)
             })?;
@@ -410,13 +418,11 @@ impl SubmissionBuilder {
                     "{name} is set by oncekey itself on every attempt"
                 )));
             }
-            HeaderValue::from_str(value).map_err(|e| {
+            HeaderValue::from_str(&value).map_err(|e| {
                 Error::request(format!("the value of header {name:?} cannot be sent"))
                     .with_source(e)
             })?;
-            request = request
-                .header(name, value)
-                .map_err(|e| Error::request(format!("the request cannot be made: {e}")))?;
+            request.push_header(name, value).map_err(made)?;
         }
         Ok((request, self.key.take(), url))
     }

@@ -305,7 +305,7 @@ impl Client {
         // The request and the record found are moved on, not copied.
         let (job, stored) = match job {
             Job::Claimed(record) => (Job::Resume, Some(record)),
-            Job::Send { request, key, .. } if self.inner.store.starts() => {
+            Job::Send { request, key, .. } => {
                 match self.claim_fresh(name, request, new_key.clone()).await? {
                     Fresh::Saved(sub) => {
                         lead.fly(*sub);
@@ -355,8 +355,9 @@ enum Fresh {
 }
 
 impl Client {
-    /// A new send's claim and its first record as one call to a store that starts its calls
-    /// ([`StoreCall::ClaimSave`]: one round trip, and in `SqliteStore` one commit and one sync).
+    /// A new send's claim and its first record as one call to the store
+    /// ([`StoreCall::ClaimSave`]: one round trip, and in `SqliteStore` one commit and one sync;
+    /// a store that does not start its calls makes the two in one step, [`StoreCall::run`]).
     /// Most sends find nothing stored under the name; one that finds a record or another holder
     /// saves nothing and goes on from what the claim found, as every other job does. A body
     /// that cannot be sent is refused before the store is asked anything.
