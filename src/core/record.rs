@@ -175,17 +175,11 @@ impl Request {
 
     /// Adds a header to be stored and sent on every attempt.
     pub fn header(mut self, name: &str, value: &str) -> Result<Request, RequestError> {
-        self.push_header(name.to_owned(), value.to_owned())?;
-        Ok(self)
-    }
-
-    /// [`Request::header`] with a name and value the caller hands over, not copied.
-    pub(crate) fn push_header(&mut self, name: String, value: String) -> Result<(), RequestError> {
-        if !is_sendable_header(&name, &value) {
-            return Err(RequestError::Header(name));
+        if !is_sendable_header(name, value) {
+            return Err(RequestError::Header(name.to_owned()));
         }
-        self.headers.push((name, value));
-        Ok(())
+        self.headers.push((name.to_owned(), value.to_owned()));
+        Ok(self)
     }
 
     /// The canonical form of the body: what "same body" compares.

@@ -11,12 +11,16 @@ use std::time::Duration;
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue, AUTHORIZATION, CONTENT_TYPE, COOKIE};
 
 use super::client::{now, random_key_bytes, Client, HeaderProvider, Inner};
+use super::drive::Parsed;
 use super::error::{Error, Result};
 use super::flight::{Flights, Job};
 use super::owner;
 use super::settlement::Settlement;
 use super::store::Store;
-use crate::core::{Encoding, Key, KeyFormat, Record, Request, RetryPolicy, DEFAULT_KEY_HEADER};
+use crate::core::record::is_sendable_header;
+use crate::core::{
+    Encoding, Key, KeyFormat, Record, Request, RequestError, RetryPolicy, DEFAULT_KEY_HEADER,
+};
 
 /// The longest [`ClientBuilder::timeout`] and [`ClientBuilder::lease`]: 1 day.
 const MAX_TIMEOUT: Duration = Duration::from_secs(86_400);
@@ -381,7 +385,7 @@ impl SubmissionBuilder {
         Ok(self)
     }
 
-    fn request_value(&mut self) -> Result<(Request, Option<Key>, reqwest::Url)> {
+    fn request_value(&mut self) -> Result<(Request, Option<Key>, Parsed)> {
         if let Some(e) = self.error.take() {
             return Err(e);
         }
@@ -400,31 +404,43 @@ impl SubmissionBuilder {
         } else {
             url.as_str().to_owned()
         };
-        let made = |e: crate::core::RequestError| {
+        let made = |e: RequestError| {
             Error::request(format!("the request cannot be made: {e}"))
         };
         let mut request = Request::from_owned(method, text, body, encoding).map_err(made)?;
-        for (name, value) in std::mem::take(&mut self.headers) {
+        // Parsed here once, and kept for the first attempt (see `Parsed`).
+        let inner = &self.client.inner;
+        let mut parsed_headers = HeaderMap::with_capacity(self.headers.len() + 2 + inner.secrets.len());
+        for (name, value) in &self.headers {
             let parsed = HeaderName::from_bytes(name.as_bytes()).map_err(|e| {
                 Error::request(format!("{name:?} is not a header name")).with_source(e)
             })?;
-            if self.client.inner.secret_names.contains(&parsed) {
+            if inner.secret_names.contains(&parsed) {
                 return Err(Error::request(format!(
                     "{name} is a secret header and is never stored; give it to the client (ClientBuilder::secret_header or header_provider) so a resume after a restart sends it too"
                 )));
             }
-            if parsed == self.client.inner.key_header || parsed == CONTENT_TYPE {
+            if parsed == inner.key_header || parsed == CONTENT_TYPE {
                 return Err(Error::request(format!(
                     "{name} is set by oncekey itself on every attempt"
                 )));
             }
-            HeaderValue::from_str(&value).map_err(|e| {
+            let value_parsed = HeaderValue::from_str(value).map_err(|e| {
                 Error::request(format!("the value of header {name:?} cannot be sent"))
                     .with_source(e)
             })?;
-            request.push_header(name, value).map_err(made)?;
+            if !is_sendable_header(name, value) {
+                return Err(made(RequestError::Header(name.clone())));
+            }
+            parsed_headers.append(parsed, value_parsed);
         }
-        Ok((request, self.key.take(), url))
+        // Checked one by one above, as `Request::header` checks them; handed over whole.
+        request.headers = std::mem::take(&mut self.headers);
+        let parsed = Parsed {
+            url,
+            headers: parsed_headers,
+        };
+        Ok((request, self.key.take(), parsed))
     }
 
     /// The record this submission would store, made without storing or sending anything: for
@@ -463,11 +479,9 @@ impl SubmissionBuilder {
     /// another body, method, URL, headers (names in any case and order aside) or encoding it
     /// is refused ([`Error::is_pending_mismatch`]) and nothing is sent.
     pub async fn send(mut self) -> Result<Settlement> {
-        let (request, key, url) = self.request_value().map_err(|e| e.with_name(&self.name))?;
-        let url = Some(url);
-        self.client
-            .run(&self.name, Job::Send { request, key, url })
-            .await
+        let (request, key, parsed) = self.request_value().map_err(|e| e.with_name(&self.name))?;
+        let job = Job::Send { request, key };
+        self.client.run(&self.name, job, Some(parsed)).await
     }
 }
 

@@ -218,7 +218,7 @@ impl Client {
                 loop {
                     let next = queue.lock().unwrap_or_else(|e| e.into_inner()).pop_front();
                     let Some((i, (name, job))) = next else { break };
-                    let result = client.run(&name, job).await;
+                    let result = client.run(&name, job, None).await;
                     if result.as_ref().is_err_and(Error::is_not_stored) {
                         // Settled or discarded elsewhere since it was listed.
                         continue;
@@ -244,7 +244,7 @@ impl Client {
     /// a fresh attempt limit and time budget, with its key and body. A key past its lifetime is
     /// not sent: that settles [`Outcome::Expired`](crate::Outcome::Expired).
     pub async fn try_again(&self, name: &str) -> Result<Settlement> {
-        self.run(name, Job::TryAgain).await
+        self.run(name, Job::TryAgain, None).await
     }
 
     /// "Send as new" for one stored submission that is [`Outcome::Expired`](crate::Outcome::Expired)
@@ -252,7 +252,7 @@ impl Client {
     /// request is sent again, deliberately, under a new key (the old record is replaced in the
     /// same write). Refused while it is being sent.
     pub async fn send_as_new(&self, name: &str) -> Result<Settlement> {
-        self.run(name, Job::SendAsNew).await
+        self.run(name, Job::SendAsNew, None).await
     }
 
     /// Every stored submission, readable or not.
@@ -413,10 +413,15 @@ impl Client {
         } else {
             f(&*store)
         };
-        result.map_err(|e| match e.downcast::<Error>() {
-            Ok(e) => *e,
-            Err(e) => Error::store("the store failed", e),
-        })
+        result.map_err(store_error)
+    }
+
+    /// Whether the store's calls are made here and now, from borrowed names: it neither starts
+    /// them ([`Store::starts`]) nor blocks ([`Store::blocks`]), as [`Client::store_call`] makes
+    /// them then, with no call to build.
+    pub(super) fn store_here(&self) -> bool {
+        let store = &self.inner.store;
+        !store.starts() && !store.blocks()
     }
 
     /// Makes one of a submission's calls: through [`Store::start`] when the store answers from a
@@ -437,10 +442,7 @@ impl Client {
         let result = rx
             .await
             .unwrap_or_else(|_| Err("the store dropped a call unanswered".into()));
-        result.map_err(|e| match e.downcast::<Error>() {
-            Ok(e) => *e,
-            Err(e) => Error::store("the store failed", e),
-        })
+        result.map_err(store_error)
     }
 
     /// Removes the record of `name` after a definite answer. A store that answers from a thread
@@ -451,6 +453,11 @@ impl Client {
     /// record, which is resent with the same key and answered by the server's replay. A removal
     /// that fails is said in the log, not in the settlement: the answer was definite.
     pub(super) async fn forget(&self, name: &str) {
+        if self.store_here() {
+            let removed_here = self.inner.store.remove(name, &self.inner.owner);
+            removed(name, removed_here.map(StoreAnswer::Bool).map_err(store_error));
+            return;
+        }
         let remove = StoreCall::Remove {
             name: name.to_owned(),
             owner: self.inner.owner.clone(),
@@ -493,6 +500,14 @@ impl Client {
                 "the lease could not be released (it runs out by itself): {e}"
             );
         }
+    }
+}
+
+/// A store's error as the client's: an [`Error`] it passed on, or a failure of the store.
+pub(super) fn store_error(e: BoxError) -> Error {
+    match e.downcast::<Error>() {
+        Ok(e) => *e,
+        Err(e) => Error::store("the store failed", e),
     }
 }
 

@@ -15,13 +15,21 @@ use super::settlement::Settlement;
 use super::store::StoreCall;
 use crate::core::{Action, Answer, Attempt, Failure, Key, State};
 
+/// A new submission's URL and stored headers as parsed when it was described: its first
+/// attempt sends them without parsing them again.
+pub(super) struct Parsed {
+    pub(super) url: reqwest::Url,
+    /// The stored headers, in their order.
+    pub(super) headers: HeaderMap,
+}
+
 impl Client {
     /// Carries out the actions of the flight's submission until it settles.
     pub(super) async fn drive(
         &self,
         name: &str,
         lead: &Lead<'_>,
-        mut url: Option<reqwest::Url>,
+        mut parsed: Option<Parsed>,
     ) -> Result<Settlement> {
         let flights = &self.inner.flights;
         let core = |f: &mut dyn FnMut(&mut crate::core::Submission)| flights.with(name, lead.id, f);
@@ -29,7 +37,10 @@ impl Client {
         let mut actions = Vec::new();
         loop {
             let mut send: Option<Attempt> = None;
-            core(&mut |sub| actions.extend(std::iter::from_fn(|| sub.poll_action())));
+            // An answer's actions are taken with it, under one lock (below).
+            if actions.is_empty() {
+                core(&mut |sub| actions.extend(std::iter::from_fn(|| sub.poll_action())));
+            }
             for action in actions.drain(..) {
                 match action {
                     Action::Persist(text) => {
@@ -81,10 +92,9 @@ impl Client {
                     attempt = attempt.number,
                     outcome = tracing::field::Empty,
                 );
-                let parsed = url.take();
                 let mut attempt = attempt;
                 let result = self
-                    .attempt(name, &mut attempt, parsed)
+                    .attempt(name, &mut attempt, parsed.take())
                     .instrument(span.clone())
                     .await;
                 let t = now();
@@ -94,6 +104,7 @@ impl Client {
                         core(&mut |sub| {
                             sub.handle_answer(t, attempt.id, &answer, jitter());
                             state = sub.state();
+                            actions.extend(std::iter::from_fn(|| sub.poll_action()));
                         });
                         let verdict = traced(state);
                         if !span.is_disabled() {
@@ -156,7 +167,7 @@ impl Client {
         &self,
         name: &str,
         attempt: &mut Attempt,
-        parsed: Option<reqwest::Url>,
+        parsed: Option<Parsed>,
     ) -> std::result::Result<(Answer, HeaderMap, Vec<u8>, Option<Error>), Failure> {
         let inner = &*self.inner;
         // One deadline for the whole attempt, the body's last byte included (limits.rs).
@@ -172,15 +183,12 @@ impl Client {
         // Checked when the submission was described, and again when a record was read.
         let method =
             reqwest::Method::from_bytes(request.method.as_bytes()).map_err(|_| Failure::Network)?;
-        let mut headers = HeaderMap::new();
-        for (n, v) in &request.headers {
-            if let (Ok(n), Ok(v)) = (
-                HeaderName::from_bytes(n.as_bytes()),
-                HeaderValue::from_str(v),
-            ) {
-                headers.append(n, v);
-            }
-        }
+        // The stored headers as parsed when the submission was described, if they are what is
+        // sent (its first attempt); the URL likewise, below.
+        let (parsed_url, mut headers) = match parsed {
+            Some(p) if p.url.as_str() == request.url => (Some(p.url), p.headers),
+            _ => (None, stored_headers(&request.headers, inner.secrets.len())),
+        };
         headers.insert(
             CONTENT_TYPE,
             HeaderValue::from_static(request.encoding.content_type()),
@@ -205,10 +213,9 @@ impl Client {
         let key = HeaderValue::try_from(attempt.key.header_value(inner.key_format))
             .map_err(|_| Failure::Network)?;
         headers.insert(inner.key_header.clone(), key);
-        // The URL as parsed when the submission was described, if this is what is sent.
-        let url = match parsed {
-            Some(url) if url.as_str() == request.url => url,
-            _ => reqwest::Url::parse(&request.url).map_err(|_| Failure::Network)?,
+        let url = match parsed_url {
+            Some(url) => url,
+            None => reqwest::Url::parse(&request.url).map_err(|_| Failure::Network)?,
         };
         let body = attempt
             .request
@@ -226,11 +233,21 @@ impl Client {
             .map_err(failure)?;
         let status = response.status().as_u16();
         // Values copied, not cloned: a parsed header value is a slice of the connection's whole
-        // read buffer, which a kept clone would hold alive (7 KiB per settlement kept). A name is
-        // parsed into storage of its own, and cloned.
-        let mut headers = HeaderMap::with_capacity(response.headers().len());
-        for (n, v) in response.headers() {
-            if let Ok(v) = HeaderValue::from_bytes(v.as_bytes()) {
+        // read buffer, which a kept clone would hold alive (7 KiB per settlement kept). They are
+        // copied into one buffer of their own, each value a slice of it. A name is parsed into
+        // storage of its own, and cloned.
+        let received = response.headers();
+        let mut values = Vec::with_capacity(received.values().map(HeaderValue::len).sum());
+        for v in received.values() {
+            values.extend_from_slice(v.as_bytes());
+        }
+        let values = bytes::Bytes::from(values);
+        let mut headers = HeaderMap::with_capacity(received.len());
+        let mut at = 0;
+        for (n, v) in received {
+            let value = values.slice(at..at + v.len());
+            at += v.len();
+            if let Ok(v) = HeaderValue::from_maybe_shared(value) {
                 headers.append(n.clone(), v);
             }
         }
@@ -255,6 +272,22 @@ impl Client {
         );
         Ok((answer, headers, bytes, body_error))
     }
+}
+
+/// A request's stored headers as an attempt sends them (any that cannot be sent left out: each
+/// was checked when the submission was described), with room for the content type, the key
+/// and `secrets` more.
+pub(super) fn stored_headers(stored: &[(String, String)], secrets: usize) -> HeaderMap {
+    let mut headers = HeaderMap::with_capacity(stored.len() + 2 + secrets);
+    for (n, v) in stored {
+        if let (Ok(n), Ok(v)) = (
+            HeaderName::from_bytes(n.as_bytes()),
+            HeaderValue::from_str(v),
+        ) {
+            headers.append(n, v);
+        }
+    }
+    headers
 }
 
 /// The state an answer led the core to, as the attempt's span tells it.

@@ -15,10 +15,11 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio::sync::{watch, Notify};
 
-use super::client::{now, random_key_bytes, read_stored, Client};
+use super::client::{now, random_key_bytes, read_stored, store_error, Client};
+use super::drive::Parsed;
 use super::error::{Error, Result};
 use super::settlement::Settlement;
-use super::store::{Claim, StoreAnswer, StoreCall};
+use super::store::{claim_save, Claim, StoreAnswer, StoreCall};
 use crate::core::{
     Action, BeginError, Begun, Key, NewKey, Record, Request, State, StateError, Submission,
     Timestamp,
@@ -26,13 +27,7 @@ use crate::core::{
 
 /// What a call asks of a name.
 pub(super) enum Job {
-    Send {
-        request: Request,
-        key: Option<Key>,
-        /// The request's URL as parsed when it was described: its first attempt is sent to it
-        /// without parsing it again.
-        url: Option<reqwest::Url>,
-    },
+    Send { request: Request, key: Option<Key> },
     Resume,
     /// A resume whose lease [`Store::claim_due`](super::Store::claim_due) already took, with the
     /// record it found.
@@ -59,7 +54,23 @@ struct Flight {
     sub: Option<Submission>,
     /// Wakes the driver from a wait when a joined "Try again" queued an attempt.
     wake: Arc<Notify>,
-    phase: watch::Receiver<Phase>,
+    /// Where the calls that joined or wait for the flight hear of it: made by the first such
+    /// call (most flights meet none), and told by the leader under the table's lock.
+    phase: Option<watch::Sender<Phase>>,
+}
+
+/// A handle on a flight's `phase` for a call that meets it, the flight `starting` (no
+/// submission yet) or flying.
+fn subscribe(phase: &mut Option<watch::Sender<Phase>>, starting: bool) -> watch::Receiver<Phase> {
+    phase
+        .get_or_insert_with(|| {
+            watch::Sender::new(if starting {
+                Phase::Starting
+            } else {
+                Phase::Flying
+            })
+        })
+        .subscribe()
 }
 
 /// The flights of one client, by name.
@@ -79,20 +90,19 @@ impl Flights {
     /// the handle returned.
     fn start<'a>(&'a self, slot: VacantEntry<'_, String, Flight>, name: &'a str) -> Lead<'a> {
         let id = self.next.fetch_add(1, Ordering::Relaxed);
-        let (phase, seen) = watch::channel(Phase::Starting);
         let wake = Arc::new(Notify::new());
         slot.insert(Flight {
             id,
             sub: None,
             wake: wake.clone(),
-            phase: seen,
+            phase: None,
         });
         Lead {
             flights: self,
             name,
             id,
             wake,
-            phase,
+            ended: false,
         }
     }
 
@@ -149,7 +159,8 @@ pub(super) struct Lead<'a> {
     name: &'a str,
     pub(super) id: u64,
     pub(super) wake: Arc<Notify>,
-    phase: watch::Sender<Phase>,
+    /// Taken out of the table by [`Lead::finish`]: nothing is left for the drop to do.
+    ended: bool,
 }
 
 impl Lead<'_> {
@@ -158,34 +169,48 @@ impl Lead<'_> {
         if let Some(flight) = self.flights.table().get_mut(self.name) {
             if flight.id == self.id {
                 flight.sub = Some(sub);
+                if let Some(phase) = &flight.phase {
+                    phase.send_replace(Phase::Flying);
+                }
             }
         }
-        let _ = self.phase.send(Phase::Flying);
     }
 
-    /// Takes the flight out of the table with one lookup; another flight of the name goes back.
-    /// That one is found when the handle's drop looks again after [`Lead::finish`] took this
-    /// one out, and a call meanwhile started the name's next flight.
-    fn remove(&self) {
+    /// Takes the flight out of the table with one lookup, and answers it; another flight of the
+    /// name (started by a call since this one was taken out) goes back.
+    fn remove(&self) -> Option<Flight> {
         let mut table = self.flights.table();
-        if let Some((name, flight)) = table.remove_entry(self.name) {
-            if flight.id != self.id {
-                table.insert(name, flight);
-            }
+        let (name, flight) = table.remove_entry(self.name)?;
+        if flight.id != self.id {
+            table.insert(name, flight);
+            return None;
         }
+        Some(flight)
     }
 
     /// Ends the flight (so a caller waking up finds the name free) and hands its result to the
-    /// calls that joined it.
-    fn finish(self, result: Arc<Result<Settlement>>) {
-        self.remove();
-        let _ = self.phase.send(Phase::Done(result));
+    /// calls that joined it; joined by no one, the result is the leader's alone: handed back,
+    /// not shared.
+    fn finish(mut self, result: Result<Settlement>) -> Result<Settlement> {
+        let phase = self.remove().and_then(|flight| flight.phase);
+        self.ended = true;
+        match phase {
+            Some(phase) if phase.receiver_count() > 0 => {
+                let result = Arc::new(result);
+                phase.send_replace(Phase::Done(result.clone()));
+                drop(phase);
+                Arc::try_unwrap(result).unwrap_or_else(|shared| share(&shared))
+            }
+            _ => result,
+        }
     }
 }
 
 impl Drop for Lead<'_> {
     fn drop(&mut self) {
-        self.remove();
+        if !self.ended {
+            self.remove();
+        }
     }
 }
 
@@ -198,8 +223,14 @@ fn share(result: &Result<Settlement>) -> Result<Settlement> {
 
 impl Client {
     /// One send, resume or "Try again" of `name`: leads a flight, or is put to the one under
-    /// way.
-    pub(super) async fn run(&self, name: &str, job: Job) -> Result<Settlement> {
+    /// way. A send's request `parsed` as it was described goes to its first attempt when it
+    /// leads a new submission.
+    pub(super) async fn run(
+        &self,
+        name: &str,
+        job: Job,
+        parsed: Option<Parsed>,
+    ) -> Result<Settlement> {
         // The key a new submission would get, drawn before the table is locked.
         let new_key = match &job {
             Job::Send { key: Some(k), .. } => Some(NewKey::Given(k.clone())),
@@ -212,12 +243,8 @@ impl Client {
             let meet = self.meet(name, &job, new_key.as_ref())?;
             let mut phase = match meet {
                 Meet::Lead(lead) => {
-                    let result = self.lead(name, job, new_key, &lead).await;
-                    let result = Arc::new(result);
-                    lead.finish(result.clone());
-                    // Joined by no one (its last receiver gone with the flight), the settlement
-                    // is the leader's alone: handed over, not copied.
-                    return Arc::try_unwrap(result).unwrap_or_else(|shared| share(&shared));
+                    let result = self.lead(name, job, new_key, &lead, parsed).await;
+                    return lead.finish(result);
                 }
                 Meet::Join(phase) => phase,
                 Meet::Wait(mut phase, starting) => {
@@ -246,18 +273,19 @@ impl Client {
     fn meet<'a>(&'a self, name: &'a str, job: &Job, new_key: Option<&NewKey>) -> Result<Meet<'a>> {
         let flights = &self.inner.flights;
         let mut table = flights.table();
-        let flight = match table.entry(name.to_owned()) {
+        let Flight {
+            sub, wake, phase, ..
+        } = match table.entry(name.to_owned()) {
             Entry::Vacant(slot) => return Ok(Meet::Lead(flights.start(slot, name))),
             Entry::Occupied(flight) => flight.into_mut(),
         };
-        let phase = flight.phase.clone();
-        let Some(sub) = flight.sub.as_mut() else {
-            return Ok(Meet::Wait(phase, true));
+        let Some(sub) = sub.as_mut() else {
+            return Ok(Meet::Wait(subscribe(phase, true), true));
         };
         // Unsure or definite: its settlement is being handed out. A call now is a new one
         // (an unsure record's "Try again"), once the flight has ended.
         if !matches!(sub.state(), State::Sending | State::Waiting) {
-            return Ok(Meet::Wait(phase, false));
+            return Ok(Meet::Wait(subscribe(phase, false), false));
         }
         let t = now();
         match job {
@@ -266,7 +294,7 @@ impl Client {
                 match sub.begin(t, request.clone(), key) {
                     Ok(Begun::Joined) => {}
                     // Not while sending or waiting; were it so, the driver must hear of it.
-                    Ok(Begun::Started | Begun::Resumed) => flight.wake.notify_one(),
+                    Ok(Begun::Started | Begun::Resumed) => wake.notify_one(),
                     Err(e) => return Err(begin_error(name, e)),
                 }
             }
@@ -274,7 +302,7 @@ impl Client {
                 let waiting = sub.state() == State::Waiting;
                 let _ = sub.try_again(t);
                 if waiting {
-                    flight.wake.notify_one();
+                    wake.notify_one();
                 }
             }
             Job::SendAsNew => {
@@ -286,7 +314,7 @@ impl Client {
             }
             Job::Resume | Job::Claimed(_) => {}
         }
-        Ok(Meet::Join(phase))
+        Ok(Meet::Join(subscribe(phase, false)))
     }
 
     /// Claims the lease, sets the flight's submission up from the store and `job`, and drives
@@ -294,14 +322,11 @@ impl Client {
     async fn lead(
         &self,
         name: &str,
-        mut job: Job,
+        job: Job,
         new_key: Option<NewKey>,
         lead: &Lead<'_>,
+        parsed: Option<Parsed>,
     ) -> Result<Settlement> {
-        let url = match &mut job {
-            Job::Send { url, .. } => url.take(),
-            _ => None,
-        };
         // The request and the record found are moved on, not copied.
         let (job, stored) = match job {
             Job::Claimed(record) => (Job::Resume, Some(record)),
@@ -309,13 +334,14 @@ impl Client {
                 match self.claim_fresh(name, request, new_key.clone()).await? {
                     Fresh::Saved(sub) => {
                         lead.fly(*sub);
-                        return self.drive(name, lead, url).await;
+                        return self.drive(name, lead, parsed).await;
                     }
+                    // Sent as the record found has it (its headers in their order): the
+                    // request as parsed is not what goes out.
                     Fresh::Found(stored, request) => {
                         let job = Job::Send {
                             request: *request,
                             key,
-                            url: None,
                         };
                         (job, stored)
                     }
@@ -331,7 +357,7 @@ impl Client {
         match set_up(name, self.inner.policy, now(), job, new_key, record) {
             Ok(Some(sub)) => {
                 lead.fly(sub);
-                self.drive(name, lead, url).await
+                self.drive(name, lead, None).await
             }
             Ok(None) => {
                 self.release(name, None).await;
@@ -379,17 +405,20 @@ impl Client {
             )));
         };
         let request = &pending.request;
-        let lease = self.lease_until(now());
-        let call = StoreCall::ClaimSave {
-            name: name.to_owned(),
-            lease: lease.clone(),
-            now: now(),
-            record,
+        let t = now();
+        let lease = self.lease_until(t);
+        let answer = if self.store_here() {
+            claim_save(&*self.inner.store, name, &lease, t, &record).map_err(store_error)
+        } else {
+            let call = StoreCall::ClaimSave {
+                name: name.to_owned(),
+                lease: lease.clone(),
+                now: t,
+                record,
+            };
+            self.store_start(call).await
         };
-        let answer = self
-            .store_start(call)
-            .await
-            .map_err(|e| e.with_name(name))?;
+        let answer = answer.map_err(|e| e.with_name(name))?;
         if answer == StoreAnswer::Claim(Claim::Taken(None)) {
             return Ok(Fresh::Saved(Box::new(sub)));
         }

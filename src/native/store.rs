@@ -190,17 +190,7 @@ impl StoreCall {
                 lease,
                 now,
                 record,
-            } => {
-                let claim = store.claim(&name, &lease, now)?;
-                // Two steps here: another owner can take the lease only once it has run out.
-                if claim == Claim::Taken(None) && !store.save(&name, &record, &lease)? {
-                    return Err(format!(
-                        "the lease on {name:?} was lost between its claim and the save"
-                    )
-                    .into());
-                }
-                StoreAnswer::Claim(claim)
-            }
+            } => claim_save(store, &name, &lease, now, &record)?,
             StoreCall::Release { name, owner, due } => {
                 match due {
                     None => store.release(&name, &owner)?,
@@ -210,6 +200,22 @@ impl StoreCall {
             }
         })
     }
+}
+
+/// [`StoreCall::ClaimSave`] made on `store` with its blocking methods, here and now.
+pub(crate) fn claim_save<S: Store + ?Sized>(
+    store: &S,
+    name: &str,
+    lease: &Lease,
+    now: Timestamp,
+    record: &str,
+) -> Result<StoreAnswer, BoxError> {
+    let claim = store.claim(name, lease, now)?;
+    // Two steps here: another owner can take the lease only once it has run out.
+    if claim == Claim::Taken(None) && !store.save(name, record, lease)? {
+        return Err(format!("the lease on {name:?} was lost between its claim and the save").into());
+    }
+    Ok(StoreAnswer::Claim(claim))
 }
 
 /// Durable storage for pending submissions, shared by every client that opens it.
