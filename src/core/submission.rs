@@ -323,6 +323,16 @@ pub enum NewKey {
     Given(Key),
 }
 
+impl NewKey {
+    /// The key itself.
+    fn into_key(self) -> Key {
+        match self {
+            NewKey::Random(bytes) => Key::from_random_bytes(bytes),
+            NewKey::Given(key) => key,
+        }
+    }
+}
+
 /// One named submission: its pending record, its state and the actions it asks for.
 #[derive(Debug)]
 pub struct Submission {
@@ -464,11 +474,7 @@ impl Submission {
         let Some(p) = &self.pending else {
             // Checked, not written out: see `Pending`.
             body::check(&request.body).map_err(BeginError::Body)?;
-            let key = match key {
-                NewKey::Random(bytes) => Key::from_random_bytes(bytes),
-                NewKey::Given(key) => key,
-            };
-            self.start(now, request, key);
+            self.start(now, request, key.into_key());
             return Ok(Begun::Started);
         };
         let canonical = request.canonical_body().map_err(BeginError::Body)?;
@@ -508,6 +514,22 @@ impl Submission {
             }
             _ => Begun::Joined,
         })
+    }
+
+    /// [`Submission::begin`] of a request made by [`Request::new`] (or the crate's own
+    /// constructor of it), which checked its body already: a new submission does not read the
+    /// body again. The driver's fast path for a send that finds nothing pending.
+    pub(crate) fn begin_checked(
+        &mut self,
+        now: Timestamp,
+        request: Request,
+        key: NewKey,
+    ) -> Result<Begun, BeginError> {
+        if self.pending.is_some() {
+            return self.begin(now, request, key);
+        }
+        self.start(now, request, key.into_key());
+        Ok(Begun::Started)
     }
 
     /// "Send as new": the person (or caller) checked an expired or unsure submission and means

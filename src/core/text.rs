@@ -67,7 +67,6 @@ pub(crate) fn push_decimal(out: &mut String, mut n: u64) {
             break;
         }
     }
-    for &d in &digits[at..] {
-        out.push(char::from(d));
-    }
+    // ASCII digits: written in one go, not a character at a time.
+    out.push_str(::core::str::from_utf8(&digits[at..]).unwrap_or_default());
 }

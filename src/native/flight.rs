@@ -395,7 +395,8 @@ impl Client {
     ) -> Result<Fresh> {
         let mut sub = Submission::new(name, self.inner.policy);
         let key = new_key.expect("a send draws its key");
-        sub.begin(now(), request, key)
+        // Made by the builder, which checked it (`Request::from_owned`).
+        sub.begin_checked(now(), request, key)
             .map_err(|e| begin_error(name, e))?;
         // A new submission's first action is its record (`Submission::start`).
         let (Some(Action::Persist(record)), Some(pending)) = (sub.poll_action(), sub.pending())
