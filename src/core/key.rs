@@ -14,7 +14,7 @@
 use super::prelude::*;
 use ::core::fmt;
 
-use super::text::{concat, decimal, push_hex, quoted, LOWER_HEX};
+use super::text::{concat, decimal, quoted, LOWER_HEX};
 
 /// The longest key oncekey sends or accepts, in bytes.
 pub const MAX_KEY_LEN: usize = 255;
@@ -105,15 +105,22 @@ impl Key {
     pub fn from_random_bytes(bytes: [u8; 16]) -> Key {
         // Written out by hand: uuid's own formatting would bring the formatting machinery into
         // the browser package.
+        // Into one array of ASCII bytes first, then one string: a new key is made per send.
         let uuid = uuid::Builder::from_random_bytes(bytes).into_uuid();
-        let mut out = String::with_capacity(36);
+        let mut text = [b'-'; 36];
+        let mut at = 0;
         for (i, b) in uuid.as_bytes().iter().enumerate() {
             if matches!(i, 4 | 6 | 8 | 10) {
-                out.push('-');
+                at += 1;
             }
-            push_hex(&mut out, *b, LOWER_HEX);
+            // `get_mut`, not an index that could panic (its message would land in the package).
+            if let Some([high, low]) = text.get_mut(at..at + 2) {
+                *high = LOWER_HEX[usize::from(b >> 4)];
+                *low = LOWER_HEX[usize::from(b & 15)];
+            }
+            at += 2;
         }
-        Key(out)
+        Key(::core::str::from_utf8(&text).unwrap_or_default().to_owned())
     }
 
     /// A key derived from a namespace and a durable id the caller owns (UUID v5), so that a
