@@ -31,8 +31,7 @@ impl Client {
         lead: &Lead<'_>,
         mut parsed: Option<Parsed>,
     ) -> Result<Settlement> {
-        let flights = &self.inner.flights;
-        let core = |f: &mut dyn FnMut(&mut crate::core::Submission)| flights.with(name, lead.id, f);
+        let core = |f: &mut dyn FnMut(&mut crate::core::Submission)| lead.with(f);
         let mut last: Option<(HeaderMap, Vec<u8>, Option<Error>)> = None;
         let mut actions = Vec::new();
         loop {
@@ -146,7 +145,7 @@ impl Client {
                 // Woken early by a joined "Try again", which queued its attempt.
                 let woken = tokio::select! {
                     () = tokio::time::sleep(wait) => false,
-                    () = lead.wake.notified() => true,
+                    () = lead.wake().notified() => true,
                 };
                 let t = if woken { now() } else { now().max(at) };
                 core(&mut |sub| sub.handle_timeout(t));

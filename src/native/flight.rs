@@ -7,10 +7,10 @@
 //! ([`BeginError::PendingMismatch`]) and nothing is sent, "Try again" while waiting sends at
 //! once. Joined callers get the flight's settlement.
 //!
-//! The table's lock is held only for calls into the core, never across an await.
+//! The table's lock, and each flight's own, are held only for calls into the core, never across an
+//! await.
 
 use std::collections::hash_map::{Entry, HashMap, VacantEntry};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio::sync::{watch, Notify};
@@ -49,14 +49,33 @@ enum Phase {
 }
 
 struct Flight {
-    id: u64,
+    /// The leader's, told apart from a later flight of the name by its address.
+    live: Arc<Live>,
+}
+
+/// What a flight's leader shares with the calls that meet it, under a lock of its own: the
+/// driver reaches its submission without looking its name up in the table. A call that meets
+/// the flight takes this lock inside the table's, never the other way round.
+struct Live {
+    /// Wakes the driver from a wait when a joined "Try again" queued an attempt.
+    wake: Notify,
+    state: Mutex<LiveState>,
+}
+
+#[derive(Default)]
+struct LiveState {
     /// The name's live core submission, once its record is restored (`None` while starting).
     sub: Option<Submission>,
-    /// Wakes the driver from a wait when a joined "Try again" queued an attempt.
-    wake: Arc<Notify>,
     /// Where the calls that joined or wait for the flight hear of it: made by the first such
-    /// call (most flights meet none), and told by the leader under the table's lock.
+    /// call (most flights meet none), and told by the leader under this lock.
     phase: Option<watch::Sender<Phase>>,
+}
+
+impl Live {
+    fn state(&self) -> MutexGuard<'_, LiveState> {
+        // Every change under the lock is one assignment or call into the core.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
 }
 
 /// A handle on a flight's `phase` for a call that meets it, the flight `starting` (no
@@ -77,7 +96,6 @@ fn subscribe(phase: &mut Option<watch::Sender<Phase>>, starting: bool) -> watch:
 #[derive(Default)]
 pub(super) struct Flights {
     table: Mutex<HashMap<String, Flight>>,
-    next: AtomicU64,
 }
 
 impl Flights {
@@ -89,19 +107,15 @@ impl Flights {
     /// A flight for `name`, put in its free `slot` of the table (locked by the caller), led by
     /// the handle returned.
     fn start<'a>(&'a self, slot: VacantEntry<'_, String, Flight>, name: &'a str) -> Lead<'a> {
-        let id = self.next.fetch_add(1, Ordering::Relaxed);
-        let wake = Arc::new(Notify::new());
-        slot.insert(Flight {
-            id,
-            sub: None,
-            wake: wake.clone(),
-            phase: None,
+        let live = Arc::new(Live {
+            wake: Notify::new(),
+            state: Mutex::default(),
         });
+        slot.insert(Flight { live: live.clone() });
         Lead {
             flights: self,
             name,
-            id,
-            wake,
+            live,
             ended: false,
         }
     }
@@ -117,6 +131,8 @@ impl Flights {
             Entry::Occupied(flight) => flight.into_mut(),
         };
         let key = flight
+            .live
+            .state()
             .sub
             .as_ref()
             .and_then(|sub| sub.pending())
@@ -128,17 +144,6 @@ impl Flights {
             ),
         }
         .with_name(name))
-    }
-
-    /// Runs `f` on the live submission of flight `id` (its driver's handle on it).
-    pub(super) fn with<T>(&self, name: &str, id: u64, f: impl FnOnce(&mut Submission) -> T) -> T {
-        let mut table = self.table();
-        let sub = table
-            .get_mut(name)
-            .filter(|flight| flight.id == id)
-            .and_then(|flight| flight.sub.as_mut())
-            .expect("a flight's submission stays in the table until its driver ends it");
-        f(sub)
     }
 }
 
@@ -157,43 +162,54 @@ enum Meet<'a> {
 pub(super) struct Lead<'a> {
     flights: &'a Flights,
     name: &'a str,
-    pub(super) id: u64,
-    pub(super) wake: Arc<Notify>,
+    live: Arc<Live>,
     /// Taken out of the table by [`Lead::finish`]: nothing is left for the drop to do.
     ended: bool,
 }
 
 impl Lead<'_> {
-    /// Puts the flight's submission, set up, in the table: later calls meet it from now on.
+    /// Puts the flight's submission, set up, in place: later calls meet it from now on.
     fn fly(&self, sub: Submission) {
-        if let Some(flight) = self.flights.table().get_mut(self.name) {
-            if flight.id == self.id {
-                flight.sub = Some(sub);
-                if let Some(phase) = &flight.phase {
-                    phase.send_replace(Phase::Flying);
-                }
-            }
+        let mut state = self.live.state();
+        state.sub = Some(sub);
+        if let Some(phase) = &state.phase {
+            phase.send_replace(Phase::Flying);
         }
     }
 
-    /// Takes the flight out of the table with one lookup, and answers it; another flight of the
-    /// name (started by a call since this one was taken out) goes back.
-    fn remove(&self) -> Option<Flight> {
+    /// Runs `f` on the flight's live submission (its driver's handle on it).
+    pub(super) fn with<T>(&self, f: impl FnOnce(&mut Submission) -> T) -> T {
+        let mut state = self.live.state();
+        let sub = state
+            .sub
+            .as_mut()
+            .expect("a flight's submission stays in place until its driver ends it");
+        f(sub)
+    }
+
+    /// Wakes the driver from a wait when a joined "Try again" queued an attempt.
+    pub(super) fn wake(&self) -> &Notify {
+        &self.live.wake
+    }
+
+    /// Takes the flight out of the table with one lookup; another flight of the name (started
+    /// by a call since this one was taken out) goes back.
+    fn remove(&self) {
         let mut table = self.flights.table();
-        let (name, flight) = table.remove_entry(self.name)?;
-        if flight.id != self.id {
-            table.insert(name, flight);
-            return None;
+        if let Some((name, flight)) = table.remove_entry(self.name) {
+            if !Arc::ptr_eq(&flight.live, &self.live) {
+                table.insert(name, flight);
+            }
         }
-        Some(flight)
     }
 
     /// Ends the flight (so a caller waking up finds the name free) and hands its result to the
     /// calls that joined it; joined by no one, the result is the leader's alone: handed back,
     /// not shared.
     fn finish(mut self, result: Result<Settlement>) -> Result<Settlement> {
-        let phase = self.remove().and_then(|flight| flight.phase);
+        self.remove();
         self.ended = true;
+        let phase = self.live.state().phase.take();
         match phase {
             Some(phase) if phase.receiver_count() > 0 => {
                 let result = Arc::new(result);
@@ -273,12 +289,13 @@ impl Client {
     fn meet<'a>(&'a self, name: &'a str, job: &Job, new_key: Option<&NewKey>) -> Result<Meet<'a>> {
         let flights = &self.inner.flights;
         let mut table = flights.table();
-        let Flight {
-            sub, wake, phase, ..
-        } = match table.entry(name.to_owned()) {
+        let live = match table.entry(name.to_owned()) {
             Entry::Vacant(slot) => return Ok(Meet::Lead(flights.start(slot, name))),
-            Entry::Occupied(flight) => flight.into_mut(),
+            Entry::Occupied(flight) => &flight.into_mut().live,
         };
+        let wake = &live.wake;
+        let mut state = live.state();
+        let LiveState { sub, phase } = &mut *state;
         let Some(sub) = sub.as_mut() else {
             return Ok(Meet::Wait(subscribe(phase, true), true));
         };
