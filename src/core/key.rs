@@ -24,7 +24,17 @@ pub const DEFAULT_KEY_HEADER: &str = "Idempotency-Key";
 
 /// An idempotency key: 1 to 255 visible ASCII characters (`!` to `~`).
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Key(String);
+pub struct Key(KeyText);
+
+// A key's text. A submission hands its key to every attempt, state change and settlement: on a
+// server (many submissions at once) each is a share of one text, not a copy of it; in the
+// browser package a plain string, whose code is already there.
+if_native! {
+    type KeyText = alloc::sync::Arc<str>;
+}
+if_wasm! {
+    type KeyText = String;
+}
 
 /// Why a string is not a usable key.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -120,15 +130,19 @@ impl Key {
             }
             at += 2;
         }
-        Key(::core::str::from_utf8(&text).unwrap_or_default().to_owned())
+        Key(KeyText::from(
+            ::core::str::from_utf8(&text).unwrap_or_default(),
+        ))
     }
 
     /// A key derived from a namespace and a durable id the caller owns (UUID v5), so that a
     /// restart computes the same key for the same intended submission.
     pub fn derive(namespace: &uuid::Uuid, id: &str) -> Key {
-        Key(uuid::Uuid::new_v5(namespace, id.as_bytes())
-            .hyphenated()
-            .to_string())
+        Key(KeyText::from(
+            uuid::Uuid::new_v5(namespace, id.as_bytes())
+                .hyphenated()
+                .to_string(),
+        ))
     }
 
     /// Checks a key the caller brings: 1 to 255 visible ASCII characters.
@@ -142,7 +156,7 @@ impl Key {
         if s.len() > MAX_KEY_LEN {
             return Err(KeyError::TooLong { len: s.len() });
         }
-        Ok(Key(s.to_owned()))
+        Ok(Key(KeyText::from(s)))
     }
 
     /// Reads a key from a received header value, bare or as an RFC 8941 string Item (the
@@ -162,7 +176,7 @@ impl Key {
     /// The key as a header value in the given format.
     pub fn header_value(&self, format: KeyFormat) -> String {
         match format {
-            KeyFormat::Bare => self.0.clone(),
+            KeyFormat::Bare => String::from(&*self.0),
             KeyFormat::SfString => {
                 let mut out = String::with_capacity(self.0.len() + 2);
                 out.push('"');

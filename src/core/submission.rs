@@ -516,22 +516,6 @@ impl Submission {
         })
     }
 
-    /// [`Submission::begin`] of a request made by [`Request::new`] (or the crate's own
-    /// constructor of it), which checked its body already: a new submission does not read the
-    /// body again. The driver's fast path for a send that finds nothing pending.
-    pub(crate) fn begin_checked(
-        &mut self,
-        now: Timestamp,
-        request: Request,
-        key: NewKey,
-    ) -> Result<Begun, BeginError> {
-        if self.pending.is_some() {
-            return self.begin(now, request, key);
-        }
-        self.start(now, request, key.into_key());
-        Ok(Begun::Started)
-    }
-
     /// "Send as new": the person (or caller) checked an expired or unsure submission and means
     /// to send the same request again, deliberately, as a new one. Its record is replaced by one
     /// with a new key (the lifetime and budget counting afresh) and the first attempt is sent.
@@ -1068,5 +1052,25 @@ impl Submission {
             },
         };
         self.actions.push_back(Action::Changed(change));
+    }
+}
+
+if_native! {
+    impl Submission {
+        /// [`Submission::begin`] of a request made by [`Request::new`] (or the crate's own
+        /// constructor of it), which checked its body already: a new submission does not read the
+        /// body again. The driver's fast path for a send that finds nothing pending.
+        pub(crate) fn begin_checked(
+            &mut self,
+            now: Timestamp,
+            request: Request,
+            key: NewKey,
+        ) -> Result<Begun, BeginError> {
+            if self.pending.is_some() {
+                return self.begin(now, request, key);
+            }
+            self.start(now, request, key.into_key());
+            Ok(Begun::Started)
+        }
     }
 }
