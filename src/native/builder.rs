@@ -404,13 +404,12 @@ impl SubmissionBuilder {
         } else {
             url.as_str().to_owned()
         };
-        let made = |e: RequestError| {
-            Error::request(format!("the request cannot be made: {e}"))
-        };
+        let made = |e: RequestError| Error::request(format!("the request cannot be made: {e}"));
         let mut request = Request::from_owned(method, text, body, encoding).map_err(made)?;
         // Parsed here once, and kept for the first attempt (see `Parsed`).
         let inner = &self.client.inner;
-        let mut parsed_headers = HeaderMap::with_capacity(self.headers.len() + 2 + inner.secrets.len());
+        let mut parsed_headers =
+            HeaderMap::with_capacity(self.headers.len() + 2 + inner.secrets.len());
         for (name, value) in &self.headers {
             let parsed = HeaderName::from_bytes(name.as_bytes()).map_err(|e| {
                 Error::request(format!("{name:?} is not a header name")).with_source(e)

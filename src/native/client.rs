@@ -455,7 +455,10 @@ impl Client {
     pub(super) async fn forget(&self, name: &str) {
         if self.store_here() {
             let removed_here = self.inner.store.remove(name, &self.inner.owner);
-            removed(name, removed_here.map(StoreAnswer::Bool).map_err(store_error));
+            removed(
+                name,
+                removed_here.map(StoreAnswer::Bool).map_err(store_error),
+            );
             return;
         }
         let remove = StoreCall::Remove {

@@ -27,7 +27,10 @@ use crate::core::{
 
 /// What a call asks of a name.
 pub(super) enum Job {
-    Send { request: Request, key: Option<Key> },
+    Send {
+        request: Request,
+        key: Option<Key>,
+    },
     Resume,
     /// A resume whose lease [`Store::claim_due`](super::Store::claim_due) already took, with the
     /// record it found.

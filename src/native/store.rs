@@ -213,7 +213,9 @@ pub(crate) fn claim_save<S: Store + ?Sized>(
     let claim = store.claim(name, lease, now)?;
     // Two steps here: another owner can take the lease only once it has run out.
     if claim == Claim::Taken(None) && !store.save(name, record, lease)? {
-        return Err(format!("the lease on {name:?} was lost between its claim and the save").into());
+        return Err(
+            format!("the lease on {name:?} was lost between its claim and the save").into(),
+        );
     }
     Ok(StoreAnswer::Claim(claim))
 }
