@@ -30,16 +30,26 @@ const PAGES = Number(args.pages ?? 4)
 const SEED = BigInt(args.seed ?? 1)
 const FAULT_RATE = Number(args['fault-rate'] ?? 0.2)
 
-/** SplitMix64, as the native harness and the server use. */
+/** SplitMix64, as the native harness and the server use; seeded as the native harness's
+ * `Rng::new` is (each of the stream's bytes rotated in, then mixed), so the seed stays in the
+ * state: shifted in byte by byte, it once left it after eight, and every seed drew one plan. */
 function rng(seed, stream) {
-  let state = seed
-  for (const c of stream) state = ((state << 8n) ^ BigInt(c.charCodeAt(0))) & 0xffffffffffffffffn
-  const next = () => {
-    state = (state + 0x9e3779b97f4a7c15n) & 0xffffffffffffffffn
-    let z = state
-    z = ((z ^ (z >> 30n)) * 0xbf58476d1ce4e5b9n) & 0xffffffffffffffffn
-    z = ((z ^ (z >> 27n)) * 0x94d049bb133111ebn) & 0xffffffffffffffffn
+  const MASK = 0xffffffffffffffffn
+  const mix = (s) => {
+    let z = (s + 0x9e3779b97f4a7c15n) & MASK
+    z = ((z ^ (z >> 30n)) * 0xbf58476d1ce4e5b9n) & MASK
+    z = ((z ^ (z >> 27n)) * 0x94d049bb133111ebn) & MASK
     return z ^ (z >> 31n)
+  }
+  let state = seed & MASK
+  for (const b of new TextEncoder().encode(stream)) {
+    state = (((state << 8n) | (state >> 56n)) & MASK) ^ BigInt(b)
+    state = mix(state)
+  }
+  const next = () => {
+    const out = mix(state)
+    state = (state + 0x9e3779b97f4a7c15n) & MASK
+    return out
   }
   return {
     below: (n) => Number(next() % BigInt(n)),
