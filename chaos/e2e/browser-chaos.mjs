@@ -14,9 +14,10 @@
 //   6. with --unload-check 1 only: a submission stored in a tab's sessionStorage when the tab
 //      unloaded (a reload, or the page opened again) is taken up by the page that loads next:
 //      its form never comes back idle and empty as if nothing had been sent. Off by default and
-//      out of `make test` while a finding of it is unexplained: it fired on about one run of
-//      100 submissions in two, after a reload during an offline spell, with the next page's
-//      storage missing a record its snapshot listed (see the 2026-12-07 session note).
+//      out of `make test` while a finding of it is unexplained: it fired in 3 of 8 runs of 100
+//      submissions (never with a probe of every storage call), after a reload during an offline
+//      spell, with the next page's storage missing a record its snapshot listed (see the
+//      2026-12-07 session note).
 // Prints a table; the last line is "guarantee violations 0", or the script exits 1 listing them.
 //
 //   node chaos/e2e/browser-chaos.mjs [--submissions 100] [--pages 4] [--seed 1] [--fault-rate 0.2] [--unload-check 1]
