@@ -175,11 +175,17 @@ impl Request {
 
     /// Adds a header to be stored and sent on every attempt.
     pub fn header(mut self, name: &str, value: &str) -> Result<Request, RequestError> {
-        if !is_sendable_header(name, value) {
-            return Err(RequestError::Header(name.to_owned()));
-        }
-        self.headers.push((name.to_owned(), value.to_owned()));
+        self.push_header(name.to_owned(), value.to_owned())?;
         Ok(self)
+    }
+
+    /// [`Request::header`] of a name and value the caller owns and hands over, not copied.
+    pub(crate) fn push_header(&mut self, name: String, value: String) -> Result<(), RequestError> {
+        if !is_sendable_header(&name, &value) {
+            return Err(RequestError::Header(name));
+        }
+        self.headers.push((name, value));
+        Ok(())
     }
 
     /// The canonical form of the body: what "same body" compares.

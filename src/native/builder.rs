@@ -17,7 +17,6 @@ use super::flight::{Flights, Job};
 use super::owner;
 use super::settlement::Settlement;
 use super::store::Store;
-use crate::core::record::is_sendable_header;
 use crate::core::{
     Encoding, Key, KeyFormat, Record, Request, RequestError, RetryPolicy, DEFAULT_KEY_HEADER,
 };
@@ -410,7 +409,7 @@ impl SubmissionBuilder {
         let inner = &self.client.inner;
         let mut parsed_headers =
             HeaderMap::with_capacity(self.headers.len() + 2 + inner.secrets.len());
-        for (name, value) in &self.headers {
+        for (name, value) in std::mem::take(&mut self.headers) {
             let parsed = HeaderName::from_bytes(name.as_bytes()).map_err(|e| {
                 Error::request(format!("{name:?} is not a header name")).with_source(e)
             })?;
@@ -424,17 +423,13 @@ impl SubmissionBuilder {
                     "{name} is set by oncekey itself on every attempt"
                 )));
             }
-            let value_parsed = HeaderValue::from_str(value).map_err(|e| {
+            let value_parsed = HeaderValue::from_str(&value).map_err(|e| {
                 Error::request(format!("the value of header {name:?} cannot be sent"))
                     .with_source(e)
             })?;
-            if !is_sendable_header(name, value) {
-                return Err(made(RequestError::Header(name.clone())));
-            }
+            request.push_header(name, value).map_err(made)?;
             parsed_headers.append(parsed, value_parsed);
         }
-        // Checked one by one above, as `Request::header` checks them; handed over whole.
-        request.headers = std::mem::take(&mut self.headers);
         let parsed = Parsed {
             url,
             headers: parsed_headers,

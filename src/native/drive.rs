@@ -276,7 +276,7 @@ impl Client {
 /// A request's stored headers as an attempt sends them (any that cannot be sent left out: each
 /// was checked when the submission was described), with room for the content type, the key
 /// and `secrets` more.
-pub(super) fn stored_headers(stored: &[(String, String)], secrets: usize) -> HeaderMap {
+fn stored_headers(stored: &[(String, String)], secrets: usize) -> HeaderMap {
     let mut headers = HeaderMap::with_capacity(stored.len() + 2 + secrets);
     for (n, v) in stored {
         if let (Ok(n), Ok(v)) = (
