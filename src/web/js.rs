@@ -434,6 +434,11 @@ type Replacer = Closure<dyn FnMut(JsValue, JsValue) -> Result<JsValue, JsValue>>
 
 thread_local! {
     static REPLACER: Replacer = Closure::new(|key: JsValue, value: JsValue| {
+        // Most values are strings and objects (not functions, whose `typeof` is "function"):
+        // one question each to JavaScript, before the rarer ones.
+        if value.is_string() || value.is_object() {
+            return Ok(value);
+        }
         let what = if value.is_function() {
             "a function"
         } else if value.is_bigint() {
