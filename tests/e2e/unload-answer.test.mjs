@@ -1,0 +1,137 @@
+// A reload while an answer is on its way. Once the answer's status has come, the submission is
+// settled on it (the body only adds details), even when the page is being unloaded: the unload
+// cuts off the body being read, and the kit settles in the unload's own microtasks, after the
+// page's `pagehide` listeners ran, so the record is gone before the next page starts. Before any
+// status has come nothing is settled: the next page finds the record and goes on with its key.
+// The browser chaos run's unload check (6) rests on both (chaos/e2e/browser-chaos.mjs).
+//
+// A server of its own: the reference server writes each answer whole, and the status must come
+// while the body is held.
+import assert from 'node:assert/strict'
+import { readFileSync } from 'node:fs'
+import http from 'node:http'
+import path from 'node:path'
+import { after, before, test } from 'node:test'
+
+import { launchBrowser, root } from './harness.mjs'
+
+const PAGE = `<!doctype html><meta charset="utf-8"><p id="state">loading</p>
+<script type="module">
+  import init, { Submitter } from '/pkg/oncekey.js'
+  await init()
+  const submitter = new Submitter('unload', { url: '/api' })
+  const show = () => { document.getElementById('state').textContent = submitter.state }
+  submitter.onChange(show)
+  show()
+  // Not awaited by the test: the answer is held.
+  window.send = () => {
+    submitter.submit({ n: 1 }).catch(() => {})
+  }
+  window.pendingKey = () => submitter.pending()?.key ?? null
+</script>`
+
+let server
+let base
+let browser
+/** The keys of the POSTs the server got; how it answers the next ones. */
+let posts
+let answer
+
+before(async () => {
+  server = http.createServer((req, res) => {
+    if (req.url.startsWith('/pkg/')) {
+      const file = path.join(root, 'pkg', path.basename(req.url.split('?')[0]))
+      res.writeHead(200, { 'content-type': file.endsWith('.wasm') ? 'application/wasm' : 'text/javascript' })
+      return res.end(readFileSync(file))
+    }
+    if (req.url === '/api' && req.method === 'POST') {
+      posts.push(req.headers['idempotency-key'])
+      req.resume()
+      return req.on('end', () => answer(res))
+    }
+    res.writeHead(200, { 'content-type': 'text/html' })
+    res.end(PAGE)
+  })
+  await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve))
+  base = `http://127.0.0.1:${server.address().port}/`
+  browser = await launchBrowser()
+})
+
+after(async () => {
+  await browser?.close()
+  server?.closeAllConnections()
+  await new Promise((resolve) => server?.close(resolve))
+})
+
+/** A page that logs, in sessionStorage, what each of its documents found stored at its start,
+ * what was stored at its `pagehide`, and every record removed after it. */
+async function newPage() {
+  const context = await browser.newContext()
+  await context.addInitScript(() => {
+    const log = (line) => sessionStorage.setItem('log', `${sessionStorage.getItem('log') ?? ''}${line}\n`)
+    const records = () => Object.keys(sessionStorage).filter((k) => k.startsWith('oncekey:')).join(',')
+    let hidden = false
+    const remove = Storage.prototype.removeItem
+    Storage.prototype.removeItem = function (k) {
+      if (hidden && k.startsWith('oncekey:')) log(`removed ${k} after pagehide`)
+      return remove.call(this, k)
+    }
+    log(`start [${records()}]`)
+    addEventListener('pagehide', () => {
+      log(`pagehide [${records()}]`)
+      hidden = true
+    })
+  })
+  const page = await context.newPage()
+  await page.goto(base)
+  await page.waitForFunction(() => document.getElementById('state').textContent === 'idle')
+  return page
+}
+
+async function sendAndReload(page) {
+  posts = []
+  await page.evaluate(() => window.send())
+  await page.waitForFunction(() => document.getElementById('state').textContent === 'sending')
+  while (posts.length === 0) await new Promise((resolve) => setTimeout(resolve, 10))
+  const key = await page.evaluate(() => window.pendingKey())
+  // The status (or nothing) has had time to reach the page.
+  await new Promise((resolve) => setTimeout(resolve, 300))
+  await page.reload()
+  await page.waitForFunction(() => document.getElementById('state').textContent !== 'loading')
+  const log = (await page.evaluate(() => sessionStorage.getItem('log'))).trim().split('\n')
+  return { key, log }
+}
+
+test('a reload while the body of a 201 is read: the old page settles on the status, after its pagehide', async () => {
+  const held = []
+  answer = (res) => {
+    res.writeHead(201, { 'content-type': 'application/json' })
+    res.write('{"id":')
+    held.push(res)
+  }
+  const page = await newPage()
+  const { log } = await sendAndReload(page)
+  for (const res of held) res.end('1}')
+  assert.deepEqual(log, [
+    'start []',
+    'pagehide [oncekey:unload]',
+    'removed oncekey:unload after pagehide',
+    'start []',
+  ])
+  assert.equal(await page.textContent('#state'), 'idle')
+  assert.equal(posts.length, 1)
+  await page.context().close()
+})
+
+test('a reload before any status came: the record stays, and the next page goes on with its key', async () => {
+  let held = []
+  answer = (res) => held.push(res)
+  const page = await newPage()
+  const { key, log } = await sendAndReload(page)
+  assert.deepEqual(log, ['start []', 'pagehide [oncekey:unload]', 'start [oncekey:unload]'])
+  assert.equal(await page.textContent('#state'), 'unsure')
+  assert.equal(await page.evaluate(() => window.pendingKey()), key)
+  for (const res of held) res.destroy()
+  held = []
+  await page.context().close()
+})
