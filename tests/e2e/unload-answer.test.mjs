@@ -76,6 +76,13 @@ async function newPage() {
       if (hidden && k.startsWith('oncekey:')) log(`removed ${k} after pagehide`)
       return remove.call(this, k)
     }
+    // The kit's fetch resolves once an answer's status and headers have come.
+    const fetch = window.fetch
+    window.fetch = function (...args) {
+      const answered = fetch.apply(this, args)
+      answered.then(() => { window.statusCame = true }, () => {})
+      return answered
+    }
     log(`start [${records()}]`)
     addEventListener('pagehide', () => {
       log(`pagehide [${records()}]`)
@@ -88,14 +95,16 @@ async function newPage() {
   return page
 }
 
-async function sendAndReload(page) {
+/** Sends, waits until the answer's status came (`status`) or for a while (none will come), and
+ * reloads. */
+async function sendAndReload(page, status) {
   posts = []
   await page.evaluate(() => window.send())
   await page.waitForFunction(() => document.getElementById('state').textContent === 'sending')
   while (posts.length === 0) await new Promise((resolve) => setTimeout(resolve, 10))
   const key = await page.evaluate(() => window.pendingKey())
-  // The status (or nothing) has had time to reach the page.
-  await new Promise((resolve) => setTimeout(resolve, 300))
+  if (status) await page.waitForFunction(() => window.statusCame === true)
+  else await new Promise((resolve) => setTimeout(resolve, 300))
   await page.reload()
   await page.waitForFunction(() => document.getElementById('state').textContent !== 'loading')
   const log = (await page.evaluate(() => sessionStorage.getItem('log'))).trim().split('\n')
@@ -110,7 +119,7 @@ test('a reload while the body of a 201 is read: the old page settles on the stat
     held.push(res)
   }
   const page = await newPage()
-  const { log } = await sendAndReload(page)
+  const { log } = await sendAndReload(page, true)
   for (const res of held) res.end('1}')
   assert.deepEqual(log, [
     'start []',
@@ -127,7 +136,7 @@ test('a reload before any status came: the record stays, and the next page goes 
   let held = []
   answer = (res) => held.push(res)
   const page = await newPage()
-  const { key, log } = await sendAndReload(page)
+  const { key, log } = await sendAndReload(page, false)
   assert.deepEqual(log, ['start []', 'pagehide [oncekey:unload]', 'start [oncekey:unload]'])
   assert.equal(await page.textContent('#state'), 'unsure')
   assert.equal(await page.evaluate(() => window.pendingKey()), key)
