@@ -68,6 +68,9 @@ const KIT = '#ticket-form'
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms))
 const debug = process.env.CHAOS_DEBUG ? (...a) => console.error(new Date().toISOString().slice(11, 23), ...a) : () => {}
 const subjectOf = (i) => `browser chaos ${SEED} submission ${i}`
+/** Whether `text` names submission `i`: its subject not followed by a digit (submission 1 is not
+ * submission 12). */
+const mentions = (text, i) => new RegExp(`${subjectOf(i)}(?!\\d)`).test(text)
 const parseSubject = (s) => {
   const m = /^browser chaos (\d+) submission (\d+)$/.exec(s)
   return m && BigInt(m[1]) === SEED ? Number(m[2]) : null
@@ -182,10 +185,8 @@ const UNLOAD_SNAPSHOT = () => {
  * 'settled' (removed by the unloading page after its pagehide), or null (neither). */
 async function atUnload(page, p) {
   const found = await page.evaluate(() => JSON.parse(window.__chaosUnload ?? '{}')).catch(() => ({}))
-  // Not followed by a digit: submission 1 is not submission 12.
-  const mine = new RegExp(`${subjectOf(p.i)}(?!\\d)`)
-  if ((found.stored ?? []).some((v) => mine.test(v))) return 'stored'
-  if ((found.settled ?? []).some((v) => mine.test(v))) return 'settled'
+  if ((found.stored ?? []).some((v) => mentions(v, p.i))) return 'stored'
+  if ((found.settled ?? []).some((v) => mentions(v, p.i))) return 'settled'
   return null
 }
 
@@ -267,7 +268,7 @@ async function untilDefinite(page, context, url, p) {
       goneSince = null
     }
     if (s && !s.busy) {
-      if (s.state === 'succeeded' && s.status.includes(subject)) return s
+      if (s.state === 'succeeded' && mentions(s.status, p.i)) return s
       if (s.state !== 'succeeded' && DEFINITE.includes(s.state) && s.subject === subject) return s
     }
     if (s && s.state === 'unsure') {
@@ -370,7 +371,7 @@ async function duplicate(context, page, url, p) {
   const copy = await page.evaluate(() => Object.entries(sessionStorage)).catch(() => null)
   if (!copy) return
   counts.duplicated += 1
-  const pending = copy.some(([k, v]) => k.startsWith('oncekey:') && v.includes(subjectOf(p.i)))
+  const pending = copy.some(([k, v]) => k.startsWith('oncekey:') && mentions(v, p.i))
   if (pending) counts.duplicatedPending += 1
   const twin = await newTab(context)
   // A duplicate opened while the context is offline may get its page but not the package
