@@ -350,7 +350,7 @@ impl Client {
         // The request and the record found are moved on, not copied.
         let (job, stored) = match job {
             Job::Claimed(record) => (Job::Resume, Some(record)),
-            Job::Send { request, key, .. } => {
+            Job::Send { request, key } => {
                 match self.claim_fresh(name, request, new_key.clone()).await? {
                     Fresh::Saved(sub) => {
                         lead.fly(*sub);
