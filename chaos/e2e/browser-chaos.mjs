@@ -11,12 +11,12 @@
 //   4. nothing is left pending in any page's sessionStorage, every form is settled;
 //   5. a duplicated tab that holds a copy of a pending submission settles it with the same
 //      ticket as the tab it was copied from (a replay), never a second one;
-//   6. a submission stored in a tab's sessionStorage when the tab
-//      unloaded (a reload, or the page opened again) is taken up by the page that loads next:
-//      its form never comes back idle and empty as if nothing had been sent. One the unloading
-//      page settled itself after its pagehide (an answer's status had come, its body was still
-//      being read: see UNLOAD_SNAPSHOT) is not lost, but its ticket must exist. (--unload-check 0
-//      leaves this check out, with the snapshot's init script.)
+//   6. a submission stored in a tab's sessionStorage when the tab unloaded (a reload, or the
+//      page opened again) is taken up by the page that loads next: its form never comes back
+//      idle and empty as if nothing had been sent. One the unloading page settled itself after
+//      its pagehide (an answer's status had come, its body was still being read: see
+//      UNLOAD_SNAPSHOT) is not lost, but its ticket must exist. (--unload-check 0 leaves this
+//      check out, with the snapshot's init script.)
 // Prints a table; the last line is "guarantee violations 0", or the script exits 1 listing them.
 //
 //   node chaos/e2e/browser-chaos.mjs [--submissions 100] [--pages 4] [--seed 1] [--fault-rate 0.2] [--unload-check 0]
