@@ -529,6 +529,47 @@ async fn a_fresh_submitter_with_the_same_name_finishes_the_pending_one() {
     assert!(s.pending().is_null());
 }
 
+/// Dispatches an event named `kind` at the global scope, as the browser does (`pagehide` when a
+/// page begins to unload, `pageshow` when the back/forward cache gives it back).
+fn dispatch(kind: &str) {
+    let event = web_sys::Event::new(kind).unwrap();
+    js_sys::global()
+        .unchecked_into::<web_sys::EventTarget>()
+        .dispatch_event(&event)
+        .unwrap();
+}
+
+#[test]
+async fn an_answer_after_pagehide_keeps_the_record_for_the_next_page_to_ask_again() {
+    let case = Case::new("unload");
+    let s = case.submitter("");
+    let answered = s.submit(json(TICKET), None);
+    // The page begins to unload with the request on its way: whatever answer comes now is
+    // shown to nobody.
+    dispatch("pagehide");
+    let result = settle(answered).await.unwrap();
+    dispatch("pageshow");
+    assert_eq!(text(&result, "outcome"), "succeeded");
+    let key = text(&result, "key");
+    // So the record stays, and the next page finds the submission under its key.
+    assert!(case.stored().is_some_and(|r| r.contains(&key)));
+    let next = case.submitter("");
+    assert_eq!(state(&next), "unsure");
+    assert_eq!(text(&next.pending(), "key"), key);
+    // Asking again gets the server's replay: one ticket, one key, and the record goes.
+    let again = settle(next.try_again(None)).await.unwrap();
+    assert_eq!(text(&again, "outcome"), "succeeded");
+    assert_eq!(get(&again, "replayed"), JsValue::TRUE);
+    assert_eq!(case.keys(), [key.clone(), key]);
+    assert_eq!(case.tickets().await, 1.0);
+    assert_eq!(case.stored(), None);
+    // Shown again (`pageshow`), a page removes a record after its answer as before.
+    let after = submit(&next, TICKET).await;
+    assert_eq!(text(&after, "outcome"), "succeeded");
+    assert_eq!(case.stored(), None);
+    drop(s);
+}
+
 #[test]
 async fn a_different_body_is_refused_and_leaves_the_pending_record_untouched() {
     let case = Case::new("differs");

@@ -3,9 +3,9 @@
 //! A [`Submitter`] is the core's [`Submission`] and the loop that carries out its actions in the
 //! page, in order: `Persist` writes the record (synchronously, so before the `Send` that
 //! follows), `Send` starts an attempt ([`attempt`](super::attempt)), `Forget` removes the
-//! record, `Changed` tells the listeners and `Settled` answers the callers waiting on
-//! [`Submitter::submit`]. After the actions, the core's [`poll_timeout`](Submission::poll_timeout)
-//! arms the one timer. Whether and when to retry, what a status means, the key, the record and
+//! record (unless the page is unloading: nobody would see the answer), `Changed` tells the
+//! listeners and `Settled` answers the callers waiting on [`Submitter::submit`]. After the
+//! actions, the core's [`poll_timeout`](Submission::poll_timeout) arms the one timer. Whether and when to retry, what a status means, the key, the record and
 //! "same body" are the core's calls, never the driver's.
 //!
 //! What the platform says of the connection goes to the core's
@@ -22,7 +22,7 @@ use std::rc::{Rc, Weak};
 use std::task::{Context, Poll, Waker};
 
 use super::error::{Error, ErrorCode};
-use super::global::{on_line, Connection, Timer};
+use super::global::{on_line, Event, Heard, Timer};
 use super::options::{Options, StorageKind};
 use super::storage::Store;
 use super::{attempt, spare, warn};
@@ -90,8 +90,12 @@ pub(crate) struct Driver {
     emitting: Cell<bool>,
     /// What the constructor warned of, told to every new listener.
     warnings: Vec<String>,
-    /// The global's `online` and `offline` events, fed to the core while the submitter lives.
-    connection: RefCell<Option<Connection>>,
+    /// The global's `online` and `offline` events, fed to the core while the submitter lives,
+    /// and its `pagehide` and `pageshow`, which set [`unloading`](Self::unloading).
+    heard: RefCell<Option<Heard>>,
+    /// The page began to unload (a `pagehide` came, and no `pageshow` since): a record is kept
+    /// past the answer that ends it (see `Action::Forget` in [`Driver::drive`]).
+    pub(crate) unloading: Cell<bool>,
     /// Uploads (`upload.rs`): IndexedDB, and the pending upload's fields and files.
     pub(crate) uploads: RefCell<super::upload::Uploads>,
     /// The next key drawn ahead, with its Web Lock (`spare.rs`).
@@ -472,18 +476,23 @@ impl Submitter {
             queue: RefCell::new(VecDeque::new()),
             emitting: Cell::new(false),
             warnings,
-            connection: RefCell::new(None),
+            heard: RefCell::new(None),
+            unloading: Cell::new(false),
             uploads: RefCell::default(),
             spares: RefCell::default(),
         });
         let weak = Rc::downgrade(&driver);
-        let connection = Connection::watch(move |online| {
-            if let Some(d) = weak.upgrade() {
-                d.machine.borrow_mut().core.handle_online(now(), online);
-                d.drive();
+        let heard = Heard::watch(move |event| {
+            let Some(d) = weak.upgrade() else { return };
+            match event {
+                Event::Online(online) => {
+                    d.machine.borrow_mut().core.handle_online(now(), online);
+                    d.drive();
+                }
+                Event::Hidden(hidden) => d.unloading.set(hidden),
             }
         });
-        *driver.connection.borrow_mut() = connection;
+        *driver.heard.borrow_mut() = heard;
         driver.drive();
         super::upload::start(&driver);
         Ok(Submitter { driver })
@@ -1118,6 +1127,16 @@ impl Driver {
                     attempt::start(self.clone(), a, controller, fresh);
                 }
                 Action::Forget(key) => {
+                    // An answer that comes after the page's `pagehide` (its status came, and
+                    // the unload cut off the body being read: script of an unloading page
+                    // still runs) is shown to nobody: the next page would start empty, and the
+                    // person, told nothing, might send it again under a new key. So the record
+                    // stays: the next page finds the submission under its key, unsure, and
+                    // asking again gets the server's replay of this answer. (A page the
+                    // back/forward cache gives back keeps it too, until its next load asks.)
+                    if self.unloading.get() {
+                        continue;
+                    }
                     // Its secrets went when it ended (`note_ended`).
                     super::upload::forget(self, &key);
                     self.store.borrow_mut().forget(&self.name, &key);

@@ -268,33 +268,49 @@ pub(crate) fn on_line() -> bool {
     })
 }
 
-/// The global scope's `online` and `offline` events (a window's or a worker's), heard until
-/// dropped.
-pub(crate) struct Connection {
+/// What a driver hears of its global scope ([`Heard::watch`]).
+pub(crate) enum Event {
+    /// `online` (`true`) or `offline` (`false`).
+    Online(bool),
+    /// `pagehide` (`true`: the page began to unload, or went into the back/forward cache) or
+    /// `pageshow` (`false`: the cache gave it back). A worker's global has neither.
+    Hidden(bool),
+}
+
+/// The global scope's events a driver follows (a window's or a worker's): `online`, `offline`,
+/// `pagehide` and `pageshow`, heard until dropped.
+pub(crate) struct Heard {
     target: web_sys::EventTarget,
     f: Closure<dyn FnMut(web_sys::Event)>,
 }
 
-impl Connection {
-    /// Calls `f(true)` on every `online` event and `f(false)` on every `offline`; `None` where
-    /// the global scope takes no listeners.
-    pub(crate) fn watch(mut f: impl FnMut(bool) + 'static) -> Option<Connection> {
+/// The events [`Heard`] listens for.
+const EVENTS: [&str; 4] = ["online", "offline", "pagehide", "pageshow"];
+
+impl Heard {
+    /// Calls `f` with every event of [`EVENTS`]; `None` where the global scope takes no
+    /// listeners.
+    pub(crate) fn watch(mut f: impl FnMut(Event) + 'static) -> Option<Heard> {
         let target: web_sys::EventTarget = js_sys::global().dyn_into().ok()?;
         let f = Closure::<dyn FnMut(web_sys::Event)>::new(move |e: web_sys::Event| {
-            f(e.type_() == "online")
+            let kind = e.type_();
+            f(match kind.strip_prefix("page") {
+                Some(page) => Event::Hidden(page == "hide"),
+                None => Event::Online(kind == "online"),
+            })
         });
-        for event in ["online", "offline"] {
+        for event in EVENTS {
             target
                 .add_event_listener_with_callback(event, f.as_ref().unchecked_ref())
                 .ok()?;
         }
-        Some(Connection { target, f })
+        Some(Heard { target, f })
     }
 }
 
-impl Drop for Connection {
+impl Drop for Heard {
     fn drop(&mut self) {
-        for event in ["online", "offline"] {
+        for event in EVENTS {
             let _ = self
                 .target
                 .remove_event_listener_with_callback(event, self.f.as_ref().unchecked_ref());
