@@ -85,21 +85,63 @@ export async function tickets(server, tenant) {
   const r = await fetch(server + '/api/tickets', { headers: { 'X-Tenant': tenant } });
   return r.json();
 }
-// What oncekey keeps in IndexedDB under `name`, or null.
+// What oncekey keeps in IndexedDB under `name` (its record) and `[name]` (an upload's fields
+// and files) as one value `{ record, fields, files }`, or null when there is neither.
 export function idb_get(name) {
   return new Promise((resolve, reject) => {
     const open = indexedDB.open('oncekey', 1);
     open.onupgradeneeded = () => open.result.createObjectStore('pending');
     open.onerror = () => reject(open.error);
     open.onsuccess = () => {
-      const get = open.result.transaction('pending').objectStore('pending').get(name);
-      get.onsuccess = () => { resolve(get.result === undefined ? null : get.result); open.result.close(); };
-      get.onerror = () => reject(get.error);
+      const store = open.result.transaction('pending').objectStore('pending');
+      const get = store.get(name), files = store.get([name]);
+      files.onsuccess = () => {
+        const [v, f] = [get.result, files.result];
+        resolve(v === undefined && f === undefined ? null : { ...f, ...v });
+        open.result.close();
+      };
+      files.onerror = () => reject(files.error);
     };
   });
 }
+// As the release before the files had their own entry wrote an upload: its fields and files
+// inline in the value under `name`, nothing under `[name]`.
+export function idb_inline(name) {
+  return new Promise((resolve, reject) => {
+    const open = indexedDB.open('oncekey', 1);
+    open.onerror = () => reject(open.error);
+    open.onsuccess = () => {
+      const tx = open.result.transaction('pending', 'readwrite');
+      const store = tx.objectStore('pending');
+      const get = store.get(name), files = store.get([name]);
+      files.onsuccess = () => {
+        store.put({ ...get.result, ...files.result }, name);
+        store.delete([name]);
+      };
+      tx.oncomplete = () => { open.result.close(); resolve(); };
+      tx.onerror = () => reject(tx.error);
+    };
+  });
+}
+// Counts the IndexedDB puts under `name` (or `[name]`) of a value that carries a Blob, until
+// `undo_count_file_writes`.
+export function count_file_writes(name) {
+  const proto = IDBObjectStore.prototype;
+  const put = globalThis.__oncekeyRealPut || proto.put;
+  globalThis.__oncekeyRealPut = put;
+  globalThis.__oncekeyFileWrites = 0;
+  const blob = (v, depth) => v instanceof Blob
+    || (depth < 4 && v !== null && typeof v === 'object' && Object.values(v).some((x) => blob(x, depth + 1)));
+  proto.put = function (value, key) {
+    const ours = key === name || (Array.isArray(key) && key[0] === name);
+    if (ours && blob(value, 0)) globalThis.__oncekeyFileWrites++;
+    return put.apply(this, arguments);
+  };
+}
+export function file_writes() { return globalThis.__oncekeyFileWrites; }
+export function undo_count_file_writes() { IDBObjectStore.prototype.put = globalThis.__oncekeyRealPut; }
 // Another tab's write: the value under `name` with its record's key `from` made `to`; or, with
-// `to` null, the value deleted.
+// `to` null, the value deleted (with the files kept apart under `[name]`).
 export function idb_rekey(name, from, to) {
   return new Promise((resolve, reject) => {
     const open = indexedDB.open('oncekey', 1);
@@ -109,7 +151,7 @@ export function idb_rekey(name, from, to) {
       const store = tx.objectStore('pending');
       const get = store.get(name);
       get.onsuccess = () => {
-        if (to == null) store.delete(name);
+        if (to == null) { store.delete(name); store.delete([name]); }
         else store.put({ ...get.result, record: get.result.record.replace(from, to) }, name);
       };
       tx.oncomplete = () => { open.result.close(); resolve(); };
@@ -151,6 +193,10 @@ extern "C" {
     fn sha256_hex(bytes: &js_sys::Uint8Array) -> Promise;
     fn tickets(server: &str, tenant: &str) -> Promise;
     fn idb_get(name: &str) -> Promise;
+    fn idb_inline(name: &str) -> Promise;
+    fn count_file_writes(name: &str);
+    fn file_writes() -> u32;
+    fn undo_count_file_writes();
     fn idb_rekey(name: &str, from: &str, to: Option<String>) -> Promise;
     fn block_indexeddb() -> js_sys::Function;
     fn slow_idb_commits(ms: u32) -> js_sys::Function;
@@ -459,6 +505,99 @@ async fn a_pending_upload_found_in_indexeddb_by_a_new_submitter_is_finished_with
     assert_eq!(keys.len(), 2, "{keys:?}");
     assert!(keys.iter().all(|k| *k == key), "{keys:?} vs {key}");
     assert_one_ticket_with(&case, &bytes, "receipt.jpg").await;
+}
+
+/// `case`'s submitter (`extra` options) taken up the upload kept in IndexedDB (`resume`: sent at
+/// once) and finished it: its state then.
+async fn taken_up_and_finished(case: &Case, extra: &str) -> Option<String> {
+    let s = case.submitter(extra);
+    for _ in 0..500 {
+        if s.state().as_string().as_deref() == Some("succeeded") {
+            break;
+        }
+        JsFuture::from(sleep(10)).await.unwrap();
+    }
+    s.state().as_string()
+}
+
+#[test]
+async fn a_retried_upload_writes_its_files_to_indexeddb_once() {
+    // Every attempt's record was written with the files: a 10 MB upload retried 8 times wrote
+    // its bytes 9 times, each write holding the next attempt back.
+    let case = Case::new("upload-once");
+    count_file_writes(&case.name);
+    case.plan(&["fail-before", "fail-before"]);
+    let s = case.submitter("");
+    let bytes = file_bytes(200_000, 14);
+    let result =
+        JsFuture::from(s.submit(ticket_form(&bytes, "log.txt", "text/plain").into(), None))
+            .await
+            .expect("submit resolves");
+    let writes = file_writes();
+    undo_count_file_writes();
+    assert_eq!(text(&result, "outcome"), "succeeded");
+    let keys = case.keys();
+    assert!(keys.len() == 3 && all_equal(&keys), "{keys:?}");
+    assert_eq!(writes, 1, "the files written once for 3 attempts");
+    assert_one_ticket_with(&case, &bytes, "log.txt").await;
+    assert!(case.left_idb().await, "record and files removed");
+}
+
+#[test]
+async fn an_upload_taken_up_after_a_reload_sends_its_files_without_writing_them_again() {
+    let case = Case::new("upload-once-reload");
+    count_file_writes(&case.name);
+    let bytes = file_bytes(150_000, 15);
+    case.plan(&["fail-before", "fail-before"]);
+    let s = case.submitter(r#""retry":{"attempts":2}"#);
+    let first = JsFuture::from(s.submit(
+        ticket_form(&bytes, "cv.pdf", "application/pdf").into(),
+        None,
+    ))
+    .await
+    .expect("submit resolves");
+    assert_eq!(text(&first, "outcome"), "unsure");
+    let key = text(&first, "key");
+    drop(s);
+    // The reload's submitter: one more 503, then the ticket.
+    case.plan(&["fail-before"]);
+    let state = taken_up_and_finished(&case, r#""resume":true"#).await;
+    let writes = file_writes();
+    undo_count_file_writes();
+    assert_eq!(state.as_deref(), Some("succeeded"));
+    let keys = case.keys();
+    assert!(
+        keys.len() == 4 && keys.iter().all(|k| *k == key),
+        "{keys:?} vs {key}"
+    );
+    assert_eq!(
+        writes, 1,
+        "the files written once, before the first attempt"
+    );
+    assert_one_ticket_with(&case, &bytes, "cv.pdf").await;
+    assert!(case.left_idb().await, "record and files removed");
+}
+
+#[test]
+async fn an_upload_stored_with_its_files_inline_by_the_previous_release_is_finished_with_its_key() {
+    // An upgrade of the package must not lose a pending upload: the value the previous release
+    // wrote (`{ record, fields, files }` under the name) is still taken up and sent.
+    let case = Case::new("upload-inline");
+    let bytes = file_bytes(60_000, 16);
+    let key = left_unsure_in_indexeddb(&case, &bytes, "old.jpg").await;
+    JsFuture::from(idb_inline(&case.name)).await.unwrap();
+    let stored = case.stored().await;
+    assert_eq!(js_sys::Array::from(&get(&stored, "files")).length(), 1);
+    case.plan(&["fail-before"]);
+    let state = taken_up_and_finished(&case, r#""resume":true"#).await;
+    assert_eq!(state.as_deref(), Some("succeeded"));
+    let keys = case.keys();
+    assert!(
+        keys.len() == 3 && keys.iter().all(|k| *k == key),
+        "{keys:?} vs {key}"
+    );
+    assert_one_ticket_with(&case, &bytes, "old.jpg").await;
+    assert!(case.left_idb().await, "record and files removed");
 }
 
 #[test]

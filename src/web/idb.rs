@@ -1,14 +1,20 @@
 //! # IndexedDB
 //!
 //! The storage that outlives the tab and holds bytes (CONTRACT.md section 5): one database,
-//! `oncekey`, with one object store, `pending`, whose value under a submission's name is the
-//! record's JSON text with its fields and files (`{ record, fields: [[name, text]], files:
-//! [[name, File]] }`, the files as the `Blob`s themselves, structured-cloned by the browser;
-//! `json: true` added for a JSON body kept here by `storage: 'indexeddb'`, no upload). A
-//! value is written in one `readwrite` transaction, and a write counts only once that
-//! transaction has completed. IndexedDB is reached through web-sys, bound to the global scope
-//! (a worker has it too); each request becomes a promise whose `resolve` and `reject` are its
-//! `onsuccess` and `onerror` handlers, so no closure outlives it.
+//! `oncekey`, with one object store, `pending`. Under a submission's name, the record's JSON
+//! text (`{ record }`); under `[name]` (a key no name is), an upload's fields and files
+//! (`{ fields: [[name, text]], files: [[name, File]] }`, the files as the `Blob`s themselves,
+//! structured-cloned by the browser, which copies their bytes at each put). The record is
+//! written before every attempt, the files once per key: with the first record of the key, in
+//! its transaction, and never again while the record stored is that key's (a key's body never
+//! changes). A JSON body kept here by `storage: 'indexeddb'` has its (empty) lists in its value,
+//! with `json: true`; so had an upload's files in the release before (`{ record, fields, files
+//! }` under the name), which is still read, and replaced by the two at its next write. Every
+//! write and removal is one `readwrite` transaction that leaves a record with its files, and
+//! a write counts only once that transaction has completed. IndexedDB is reached through
+//! web-sys, bound to the global scope (a worker has it too); each request becomes a promise
+//! whose `resolve` and `reject` are its `onsuccess` and `onerror` handlers, so no closure
+//! outlives it.
 
 use js_sys::{Array, Function, Object, Promise, Reflect};
 use wasm_bindgen::prelude::*;
@@ -175,27 +181,58 @@ fn pairs<T: Into<JsValue> + Clone>(items: &[(String, T)]) -> Array {
         .collect()
 }
 
-/// Writes `value` under `name` in one transaction, done once it has committed.
-pub(crate) async fn put(db: &IdbDatabase, name: &str, value: &Stored) -> Result<(), Why> {
-    let object = Object::new();
-    let set = |k: &str, v: &JsValue| {
-        let _ = Reflect::set(&object, &JsValue::from_str(k), v);
+/// Where an upload's fields and files stored under `name` are kept: `[name]`.
+fn payload_key(name: &str) -> JsValue {
+    Array::of1(&JsValue::from_str(name)).into()
+}
+
+/// Writes `value`, the record of `key`, under `name` in one transaction, done once it has
+/// committed. An upload's fields and files are written only where the record stored is not
+/// already `key`'s with them apart (`[name]`).
+pub(crate) async fn put(
+    db: &IdbDatabase,
+    name: &str,
+    key: &Key,
+    value: &Stored,
+) -> Result<(), Why> {
+    let set = |o: &Object, k: &str, v: &JsValue| {
+        let _ = Reflect::set(o, &JsValue::from_str(k), v);
     };
-    set("record", &JsValue::from_str(&value.record));
-    set("fields", &pairs(&value.fields));
-    set("files", &pairs(&value.files));
-    if value.json {
-        set("json", &JsValue::TRUE);
-    }
+    let record = Object::new();
+    set(&record, "record", &JsValue::from_str(&value.record));
+    // A JSON body's value carries its (empty) lists itself.
+    let payload = match value.json {
+        true => record.clone(),
+        false => Object::new(),
+    };
+    set(&payload, "fields", &pairs(&value.fields));
+    set(&payload, "files", &pairs(&value.files));
     let (tx, store) = store(db, IdbTransactionMode::Readwrite)?;
+    let at = payload_key(name);
+    let name = JsValue::from_str(name);
+    if value.json {
+        set(&record, "json", &JsValue::TRUE);
+        // An upload's files this record is written over.
+        store.delete(&at).map_err(|e| describe(&e))?;
+    } else {
+        // Looked at in this transaction (see `delete`): a record of `key` written apart from
+        // its files has had them beside it since the write that put both.
+        let found = request(&store.get(&name).map_err(|e| describe(&e))?).await?;
+        let apart = super::get(&found, "files").is_undefined();
+        if !apart || !super::text(&found, "record").is_some_and(|r| Record::is_of_key(&r, key)) {
+            store
+                .put_with_key(&payload, &at)
+                .map_err(|e| describe(&e))?;
+        }
+    }
     store
-        .put_with_key(&object, &JsValue::from_str(name))
+        .put_with_key(&record, &name)
         .map_err(|e| describe(&e))?;
     committed(&tx).await
 }
 
-/// Removes what is stored under `name`; with keys, unless it is a readable record of none of
-/// them, looked at and removed in one transaction: a record written after this call (the next
+/// Removes what is stored under `name` (and its files under `[name]`); with keys, unless it is
+/// a record of none of them, looked at and removed in one transaction: a record written after this call (the next
 /// submission's, begun at once) is never the one removed.
 pub(crate) async fn delete(
     db: &IdbDatabase,
@@ -203,22 +240,24 @@ pub(crate) async fn delete(
     keys: &[Option<Key>; 2],
 ) -> Result<(), Why> {
     let (tx, store) = store(db, IdbTransactionMode::Readwrite)?;
+    let at = payload_key(name);
     let name = JsValue::from_str(name);
     if keys.iter().any(Option::is_some) {
         // The transaction stays active while the request's success is handled, and the
         // promise's continuation (a microtask) runs within that: the removal below joins it.
         let found = request(&store.get(&name).map_err(|e| describe(&e))?).await?;
-        if let Ok(stored) = read(&found) {
+        if let Some(record) = super::text(&found, "record") {
             if !keys
                 .iter()
                 .flatten()
-                .any(|key| Record::is_of_key(&stored.record, key))
+                .any(|key| Record::is_of_key(&record, key))
             {
                 return Ok(());
             }
         }
     }
     store.delete(&name).map_err(|e| describe(&e))?;
+    store.delete(&at).map_err(|e| describe(&e))?;
     committed(&tx).await
 }
 
@@ -226,25 +265,32 @@ pub(crate) async fn delete(
 /// read (the caller removes it with a warning).
 pub(crate) async fn get(db: &IdbDatabase, name: &str) -> Result<Option<Result<Stored, Why>>, Why> {
     let (_tx, store) = store(db, IdbTransactionMode::Readonly)?;
-    let found = request(
-        &store
-            .get(&JsValue::from_str(name))
-            .map_err(|e| describe(&e))?,
-    )
-    .await?;
+    get_in(&store, name).await
+}
+
+/// [`get`] in `store`'s transaction: the record and its files, read together.
+async fn get_in(store: &IdbObjectStore, name: &str) -> Result<Option<Result<Stored, Why>>, Why> {
+    let get = |key: &JsValue| store.get(key).map_err(|e| describe(&e));
+    let found = request(&get(&JsValue::from_str(name))?).await?;
     if found.is_undefined() || found.is_null() {
         return Ok(None);
     }
-    Ok(Some(read(&found)))
+    // Apart under `[name]`; inline in a value written before they were (an upgrade of the
+    // package still takes that upload up).
+    let lists = match super::get(&found, "files").is_undefined() {
+        true => request(&get(&payload_key(name))?).await?,
+        false => found.clone(),
+    };
+    Ok(Some(read(&found, &lists)))
 }
 
-fn read(found: &JsValue) -> Result<Stored, Why> {
-    let field = |k: &str| super::get(found, k);
-    let record = field("record")
+/// The stored value `found`, with its fields and files read from `lists`.
+fn read(found: &JsValue, lists: &JsValue) -> Result<Stored, Why> {
+    let record = super::get(found, "record")
         .as_string()
         .ok_or_else(|| "it has no record text".to_owned())?;
     let list = |k: &str| -> Result<Vec<(String, JsValue)>, Why> {
-        let Ok(array) = field(k).dyn_into::<Array>() else {
+        let Ok(array) = super::get(lists, k).dyn_into::<Array>() else {
             return Err("its ".to_owned() + k + " are not a list");
         };
         array
@@ -281,7 +327,7 @@ fn read(found: &JsValue) -> Result<Stored, Why> {
         record,
         fields,
         files,
-        json: field("json").is_truthy(),
+        json: super::get(found, "json").is_truthy(),
     })
 }
 
@@ -289,9 +335,13 @@ fn read(found: &JsValue) -> Result<Stored, Why> {
 #[cfg(feature = "js")]
 pub(crate) async fn all(db: &IdbDatabase) -> Result<Vec<Stored>, Why> {
     let (_tx, store) = store(db, IdbTransactionMode::Readonly)?;
-    let found = request(&store.get_all().map_err(|e| describe(&e))?).await?;
-    let Ok(values) = found.dyn_into::<Array>() else {
-        return Ok(Vec::new());
-    };
-    Ok(values.iter().filter_map(|v| read(&v).ok()).collect())
+    let names = request(&store.get_all_keys().map_err(|e| describe(&e))?).await?;
+    let mut all = Vec::new();
+    // The names' records (each with its files), not the `[name]` entries of files.
+    for name in Array::from(&names).iter().filter_map(|n| n.as_string()) {
+        if let Ok(Some(Ok(stored))) = get_in(&store, &name).await {
+            all.push(stored);
+        }
+    }
+    Ok(all)
 }

@@ -3,8 +3,10 @@
 //! A submission whose body has files (`Submitter.submit(formData)`) goes out as
 //! `multipart/form-data` with its key, and is kept in IndexedDB (`idb.rs`) before the first
 //! byte is sent: the core's record (whose body is the description below) with the fields and
-//! the files themselves, in one transaction, removed after a definite answer. A new submitter
-//! of the same name, after a reload or with the tab closed and opened again, finds it there.
+//! the files themselves, in one transaction, removed after a definite answer. The record is
+//! written again before each attempt (its attempt count), the fields and files only with the
+//! key's first record: a retry does not copy the files' bytes again. A new submitter of the same
+//! name, after a reload or with the tab closed and opened again, finds them there together.
 //!
 //! "Same body" covers the files: the body the core compares and stores is the canonical JSON of
 //! `{ fields: {...}, files: [{ field, name, type, size, sha256 }] }`, each file's SHA-256 made by
@@ -279,9 +281,9 @@ pub(crate) fn keeps(d: &Driver) -> bool {
 }
 
 /// `Persist` of a record IndexedDB keeps ([`keeps`]), of the pending submission's `key` (the
-/// driver writes no other): writes the record with its payload (none for a JSON body) in one
-/// IndexedDB transaction, once IndexedDB was looked at, and blocks the driver until it has
-/// committed. With `only_of`, the record is rewritten only where the stored one is still of
+/// driver writes no other): writes the record, with its payload where it is not stored yet
+/// (none for a JSON body), in one IndexedDB transaction ([`idb::put`]), once IndexedDB was looked
+/// at, and blocks the driver until it has committed. With `only_of`, the record is rewritten only where the stored one is still of
 /// that key (see `Driver::drive`).
 pub(crate) fn persist(d: &Rc<Driver>, record: String, key: Key, only_of: Option<Key>) {
     let (payload, ready) = {
@@ -328,7 +330,7 @@ pub(crate) fn persist(d: &Rc<Driver>, record: String, key: Key, only_of: Option<
                     },
                 };
                 d.uploads.borrow_mut().writing = Some(key.clone());
-                let put = idb::put(&db, &d.name, &stored).await;
+                let put = idb::put(&db, &d.name, &key, &stored).await;
                 d.uploads.borrow_mut().writing = None;
                 put.map(|()| true)
             }
