@@ -195,35 +195,38 @@ pub(crate) async fn put(
     key: &Key,
     value: &Stored,
 ) -> Result<(), Why> {
+    let (tx, store) = store(db, IdbTransactionMode::Readwrite)?;
+    let at = payload_key(name);
+    let name = JsValue::from_str(name);
+    // Looked at in this transaction (see `delete`): a record of `key` written apart from its
+    // files has had them beside it since the write that put both.
+    let with_files = value.json || {
+        let found = request(&store.get(&name).map_err(|e| describe(&e))?).await?;
+        !super::get(&found, "files").is_undefined()
+            || !super::text(&found, "record").is_some_and(|r| Record::is_of_key(&r, key))
+    };
     let set = |o: &Object, k: &str, v: &JsValue| {
         let _ = Reflect::set(o, &JsValue::from_str(k), v);
     };
     let record = Object::new();
     set(&record, "record", &JsValue::from_str(&value.record));
-    // A JSON body's value carries its (empty) lists itself.
-    let payload = match value.json {
-        true => record.clone(),
-        false => Object::new(),
-    };
-    set(&payload, "fields", &pairs(&value.fields));
-    set(&payload, "files", &pairs(&value.files));
-    let (tx, store) = store(db, IdbTransactionMode::Readwrite)?;
-    let at = payload_key(name);
-    let name = JsValue::from_str(name);
-    if value.json {
-        set(&record, "json", &JsValue::TRUE);
-        // An upload's files this record is written over.
-        store.delete(&at).map_err(|e| describe(&e))?;
-    } else {
-        // Looked at in this transaction (see `delete`): a record of `key` written apart from
-        // its files has had them beside it since the write that put both.
-        let found = request(&store.get(&name).map_err(|e| describe(&e))?).await?;
-        let apart = super::get(&found, "files").is_undefined();
-        if !apart || !super::text(&found, "record").is_some_and(|r| Record::is_of_key(&r, key)) {
-            store
-                .put_with_key(&payload, &at)
-                .map_err(|e| describe(&e))?;
+    if with_files {
+        // A JSON body's value carries its (empty) lists itself.
+        let lists = match value.json {
+            true => record.clone(),
+            false => Object::new(),
+        };
+        set(&lists, "fields", &pairs(&value.fields));
+        set(&lists, "files", &pairs(&value.files));
+        match value.json {
+            true => {
+                set(&record, "json", &JsValue::TRUE);
+                // An upload's files this record is written over.
+                store.delete(&at)
+            }
+            false => store.put_with_key(&lists, &at),
         }
+        .map_err(|e| describe(&e))?;
     }
     store
         .put_with_key(&record, &name)
