@@ -235,8 +235,8 @@ pub(crate) async fn put(
 }
 
 /// Removes what is stored under `name` (and its files under `[name]`); with keys, unless it is
-/// a record of none of them, looked at and removed in one transaction: a record written after this call (the next
-/// submission's, begun at once) is never the one removed.
+/// a record of none of them, looked at and removed in one transaction: a record written after
+/// this call (the next submission's, begun at once) is never the one removed.
 pub(crate) async fn delete(
     db: &IdbDatabase,
     name: &str,

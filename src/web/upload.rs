@@ -282,9 +282,9 @@ pub(crate) fn keeps(d: &Driver) -> bool {
 
 /// `Persist` of a record IndexedDB keeps ([`keeps`]), of the pending submission's `key` (the
 /// driver writes no other): writes the record, with its payload where it is not stored yet
-/// (none for a JSON body), in one IndexedDB transaction ([`idb::put`]), once IndexedDB was looked
-/// at, and blocks the driver until it has committed. With `only_of`, the record is rewritten only where the stored one is still of
-/// that key (see `Driver::drive`).
+/// (none for a JSON body), in one IndexedDB transaction ([`idb::put`]), once IndexedDB was
+/// looked at, and blocks the driver until it has committed. With `only_of`, the record is
+/// rewritten only where the stored one is still of that key (see `Driver::drive`).
 pub(crate) fn persist(d: &Rc<Driver>, record: String, key: Key, only_of: Option<Key>) {
     let (payload, ready) = {
         let mut u = d.uploads.borrow_mut();
