@@ -95,7 +95,7 @@ const plan = []
   }
 }
 
-const counts = { reloads: 0, offline: 0, doubleClicks: 0, conditions: {}, tryAgain: 0, sendAgain: 0, reopened: 0, refilled: 0, foundInList: 0, duplicated: 0, duplicatedPending: 0, duplicateReopened: 0 }
+const counts = { answeredInUnload: 0, reloads: 0, offline: 0, doubleClicks: 0, conditions: {}, tryAgain: 0, sendAgain: 0, reopened: 0, refilled: 0, foundInList: 0, duplicated: 0, duplicatedPending: 0, duplicateReopened: 0 }
 const results = new Map()
 /** What duplicated tabs that held a copy of a pending submission settled: [{ i, s }]. */
 const duplicateResults = []
@@ -147,7 +147,9 @@ async function newTab(context) {
 // sees that answer, so the kit keeps the record past it, for the next page to ask again (it
 // once removed it: 3 of 5 runs of 100 submissions had one; tests/e2e/unload-answer.test.mjs
 // shows the browser doing it). A removal of a record by the page after its `pagehide` is
-// written into the snapshot too, and is a violation.
+// written into the snapshot too, and is a violation. A definite answer the form heard after its
+// `pagehide` is counted (in the tab's sessionStorage, read when its slice is done): each is a
+// record the next page had to take up and finish by asking again.
 // The browser's own error page (a load while offline) has no sessionStorage: there is nothing to
 // read or keep.
 const UNLOAD_SNAPSHOT = () => {
@@ -179,6 +181,12 @@ const UNLOAD_SNAPSHOT = () => {
   addEventListener('pagehide', () => {
     hidden = true
     storage.setItem(KEY, JSON.stringify({ stored: records(), settled }))
+  })
+  const ANSWERED = 'chaos:answered-in-unload'
+  addEventListener('oncekey:change', (e) => {
+    if (hidden && ['succeeded', 'refused', 'conflict', 'misconfigured'].includes(e.detail?.state)) {
+      storage.setItem(ANSWERED, String(Number(storage.getItem(ANSWERED) ?? 0) + 1))
+    }
   })
 }
 
@@ -365,7 +373,8 @@ async function nothingLeftIn(page, which) {
  * copy holds submission `p` pending, the new tab must settle it with the same key (5). */
 async function duplicate(context, page, url, p) {
   // All of it, as the browser copies it, not only oncekey's records.
-  const copy = await page.evaluate(() => Object.entries(sessionStorage)).catch(() => null)
+  // (But the unload check's count of its tab: see UNLOAD_SNAPSHOT.)
+  const copy = await page.evaluate(() => Object.entries(sessionStorage).filter(([k]) => k !== 'chaos:answered-in-unload')).catch(() => null)
   if (!copy) return
   counts.duplicated += 1
   const pending = copy.some(([k, v]) => k.startsWith('oncekey:') && mentions(v, p.i))
@@ -490,6 +499,7 @@ async function drive(context, base, tenant, slice) {
   }
   // (4) Nothing pending in this page's storage, the form settled.
   await nothingLeftIn(page, 'a tab')
+  counts.answeredInUnload += Number(await page.evaluate(() => sessionStorage.getItem('chaos:answered-in-unload')).catch(() => null) ?? 0)
   await page.close().catch(() => {})
 }
 
@@ -551,7 +561,7 @@ try {
   row('submissions', `${SUBMISSIONS} (${plan.filter((p) => p.valid).length} valid, ${plan.filter((p) => !p.valid).length} invalid)`)
   row('outcomes', Object.entries(outcomes).map(([k, v]) => `${k} ${v}`).join(', '))
   row('tickets', list.length)
-  row('chaos', `reloads ${counts.reloads}, offline spells ${counts.offline}, double-clicks ${counts.doubleClicks}, Try again pressed ${counts.tryAgain}, Send pressed again on an idle form ${counts.sendAgain}, page opened again after an offline reload ${counts.reopened}, typed again after a reload emptied the form ${counts.refilled}, found in the ticket list instead ${counts.foundInList}`)
+  row('chaos', `reloads ${counts.reloads}, offline spells ${counts.offline}, double-clicks ${counts.doubleClicks}, Try again pressed ${counts.tryAgain}, Send pressed again on an idle form ${counts.sendAgain}, page opened again after an offline reload ${counts.reopened}, typed again after a reload emptied the form ${counts.refilled}, found in the ticket list instead ${counts.foundInList}${UNLOAD_CHECK ? `, answered after its page's pagehide and finished by the next page ${counts.answeredInUnload}` : ''}`)
   row('duplicated tabs', `${counts.duplicated} (opened again after an offline load ${counts.duplicateReopened}; ${counts.duplicatedPending} with the submission pending in the copy, ${duplicateResults.length} of those settled: ${duplicateResults.filter((d) => d.s.state === 'succeeded').length} succeeded, ${duplicateResults.filter((d) => d.s.state === 'refused').length} refused)`)
   row('conditions picked', Object.entries(counts.conditions).map(([k, v]) => `${k} ${v}`).join(', ') || '-')
   row('server counters', `faults ${st.faults}, replays ${st.replays}, in progress (409) ${st.in_progress}, takeovers ${st.takeovers}, invalid ${st.invalid}, errors ${st.errors}`)
