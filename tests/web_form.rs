@@ -2153,3 +2153,40 @@ async fn controls_named_like_the_form_s_methods_do_not_hide_them_from_the_kit() 
     assert!(!said.is_empty(), "the status says so");
     assert!(told.contains(&"unsure".to_owned()), "told: {told:?}");
 }
+
+#[test]
+async fn after_a_reload_a_reset_button_keeps_its_label_and_the_text_field_of_its_name_its_value() {
+    // Before: restoring filled every input but file, submit, button and image ones in order: a
+    // reset button before a text field of its name took the field's value as its label.
+    let extra = r#"<input type="reset" name="subject" value="Clear">"#;
+    let case = Case::new("rv-reset-name");
+    let form = case.form(extra);
+    let kit = case.attach(&form, 1);
+    let (reset, text) = ("input[type=reset]", "input[name=subject]:not([type])");
+    let value = |form: &HtmlFormElement, selector: &str| {
+        form.query_selector(selector)
+            .unwrap()
+            .unwrap()
+            .unchecked_into::<HtmlInputElement>()
+            .value()
+    };
+    js_sys::Reflect::set(
+        &form.query_selector(text).unwrap().unwrap(),
+        &"value".into(),
+        &"Typed subject".into(),
+    )
+    .unwrap();
+    fill(&form, "email", "ana@example.com");
+    case.plan(&["offline"]);
+    form.request_submit().unwrap();
+    settled(&form, "unsure").await;
+    kit.detach();
+    form.remove();
+    let form = case.form(extra);
+    let mut o = case.options(8);
+    o.resume = Resume::Manual;
+    let _kit = FormKit::attach(&form, o).unwrap();
+    let shown = (value(&form, reset), value(&form, text));
+    form.remove();
+    assert_eq!(shown, ("Clear".to_owned(), "Typed subject".to_owned()));
+}

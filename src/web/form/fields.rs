@@ -178,7 +178,10 @@ pub(crate) fn restore_fields(form: &HtmlFormElement, fields: &Fields) {
                 // stays): the field after it gets its own, not this one's.
                 next.next();
             } else if (is_tag(&el, "input")
-                && !matches!(kind.as_str(), "file" | "submit" | "button" | "image"))
+                && !matches!(
+                    kind.as_str(),
+                    "file" | "submit" | "button" | "image" | "reset"
+                ))
                 || is_tag(&el, "textarea")
             {
                 if let Some(v) = next.next() {
