@@ -2190,3 +2190,131 @@ async fn after_a_reload_a_reset_button_keeps_its_label_and_the_text_field_of_its
     form.remove();
     assert_eq!(shown, ("Clear".to_owned(), "Typed subject".to_owned()));
 }
+
+/// The values of `name` the form sends, submitted by `by` (`FormData`, as the kit reads it).
+fn sent_values(form: &HtmlFormElement, name: &str, by: Option<&Element>) -> Vec<String> {
+    let data: web_sys::FormData = match by {
+        Some(button) => {
+            let class = js_sys::Reflect::get(&js_sys::global(), &"FormData".into()).unwrap();
+            let args = js_sys::Array::of2(form, button);
+            js_sys::Reflect::construct(class.unchecked_ref::<js_sys::Function>(), &args)
+                .unwrap()
+                .unchecked_into()
+        }
+        None => web_sys::FormData::new_with_form(form).unwrap(),
+    };
+    data.get_all(name)
+        .iter()
+        .map(|v| v.as_string().unwrap())
+        .collect()
+}
+
+#[test]
+async fn after_a_reload_controls_sharing_a_name_come_back_as_they_were_sent() {
+    // Before: text fields took the name's values in order, checkboxes and selects looked theirs
+    // up anywhere among them and took none: a checked box before a text field of its name gave
+    // the field the box's "on".
+    let extra = r#"<input type="checkbox" name="tag" checked>
+        <select name="tag" multiple><option>a</option><option>b</option><option>c</option></select>
+        <button type="submit" name="tag" value="go">Go</button>
+        <input name="tag" id="tag-text">
+        <input type="checkbox" name="tag" value="late" checked>"#;
+    let first = "input[name=tag][type=checkbox]:not([value])";
+    let last = "input[name=tag][value=late]";
+    let go = "button[name=tag]";
+    let el = |form: &HtmlFormElement, selector: &str| -> HtmlInputElement {
+        form.query_selector(selector)
+            .unwrap()
+            .unwrap()
+            .unchecked_into()
+    };
+    let options = |form: &HtmlFormElement| -> Vec<HtmlInputElement> {
+        let list = form.query_selector_all("select[name=tag] option").unwrap();
+        (0..list.length())
+            .map(|i| list.get(i).unwrap().unchecked_into())
+            .collect()
+    };
+    // What the person did (the first box, the options chosen, Go pressed or not, the text, the
+    // last box), and what the form sent. The page's defaults are the boxes checked, nothing
+    // chosen, the text empty. In the second, "on" is the text field's (it had to send a value);
+    // in the third, "go" is the text field's too (Go, before it, did not submit the form).
+    type Round = (
+        bool,
+        &'static [&'static str],
+        bool,
+        &'static str,
+        bool,
+        &'static [&'static str],
+    );
+    let rounds: [Round; 3] = [
+        (
+            true,
+            &["a", "c"],
+            true,
+            "mine",
+            false,
+            &["on", "a", "c", "go", "mine"],
+        ),
+        (false, &[], false, "on", false, &["on"]),
+        (false, &["b"], false, "go", true, &["b", "go", "late"]),
+    ];
+    for (checked, chosen, pressed, typed, late, sent) in rounds {
+        let case = Case::new("shared-name");
+        let form = case.form(extra);
+        let kit = case.attach(&form, 1);
+        fill_ticket(&form, "Shared");
+        el(&form, first).set_checked(checked);
+        for option in options(&form) {
+            let selected = chosen.contains(&option.text_content().unwrap().as_str());
+            js_sys::Reflect::set(&option, &"selected".into(), &selected.into()).unwrap();
+        }
+        el(&form, "#tag-text").set_value(typed);
+        el(&form, last).set_checked(late);
+        let by = pressed.then(|| el(&form, go).unchecked_into::<Element>());
+        assert_eq!(sent_values(&form, "tag", by.as_ref()), sent, "as sent");
+        case.plan(&["offline"]);
+        match &by {
+            Some(b) => form
+                .request_submit_with_submitter(Some(b.unchecked_ref()))
+                .unwrap(),
+            None => form.request_submit().unwrap(),
+        }
+        settled(&form, "unsure").await;
+        kit.detach();
+        form.remove();
+
+        let form = case.form(extra);
+        let mut o = case.options(8);
+        o.resume = Resume::Manual;
+        let _kit = FormKit::attach(&form, o).unwrap();
+        let chosen_now: Vec<String> = options(&form)
+            .iter()
+            .filter(|o| {
+                js_sys::Reflect::get(o, &"selected".into())
+                    .unwrap()
+                    .is_truthy()
+            })
+            .map(|o| o.text_content().unwrap())
+            .collect();
+        let shown = (
+            el(&form, first).checked(),
+            chosen_now,
+            el(&form, go).value(),
+            el(&form, "#tag-text").value(),
+            el(&form, last).checked(),
+        );
+        // Unlocked (its fields are disabled while it is held), it sends what it sent.
+        button(&form, "Discard").expect("Discard").click();
+        settled(&form, "idle").await;
+        let by = pressed.then(|| el(&form, go).unchecked_into::<Element>());
+        let again = sent_values(&form, "tag", by.as_ref());
+        form.remove();
+        let chosen: Vec<String> = chosen.iter().map(|c| c.to_string()).collect();
+        assert_eq!(
+            shown,
+            (checked, chosen, "go".to_owned(), typed.to_owned(), late),
+            "sent {sent:?}"
+        );
+        assert_eq!(again, sent, "sent again");
+    }
+}

@@ -137,56 +137,151 @@ pub(crate) fn read_fields(
     Ok(read)
 }
 
-/// Puts a stored body back into the fields it came from: checkboxes and radios checked by value,
-/// options selected by value, other fields filled in order. A checkbox, radio or multiple select
-/// whose name the body does not have was sent unchecked (or with nothing chosen): so it is
+/// How a control adds to its name's values in `FormData`.
+#[derive(Clone, Copy, PartialEq)]
+enum Sends {
+    /// Nothing of its name: a reset or plain button, a file input (its files are not stored),
+    /// an image button (it sends `name.x` and `name.y`).
+    Nothing,
+    /// Its value, whatever it is: a text field or a text area.
+    Value,
+    /// Its value, which the restore passes over: a hidden field.
+    Hidden,
+    /// Its value when checked: a checkbox or a radio.
+    Check,
+    /// Its value when it submitted the form: a submit button.
+    Submit,
+    /// Its value when chosen: an option of a multiple select.
+    Option,
+    /// Its chosen options' values: a multiple select (its options are steps of their own).
+    Multiple,
+    /// Its chosen option's value: a single select.
+    Single,
+}
+
+impl Sends {
+    /// Whether it sent a value whatever it held (a hidden field too, and a single select).
+    fn always(self) -> bool {
+        matches!(self, Sends::Value | Sends::Hidden | Sends::Single)
+    }
+}
+
+fn sends(el: &Element) -> Sends {
+    if is_tag(el, "select") {
+        return if has_attr(el, "multiple") {
+            Sends::Multiple
+        } else {
+            Sends::Single
+        };
+    }
+    if is_tag(el, "option") {
+        return Sends::Option;
+    }
+    if is_tag(el, "textarea") {
+        return Sends::Value;
+    }
+    if !is_tag(el, "input") {
+        return if is_submit_button(el) {
+            Sends::Submit
+        } else {
+            Sends::Nothing
+        };
+    }
+    match lower(el, "type").as_str() {
+        "checkbox" | "radio" => Sends::Check,
+        "submit" => Sends::Submit,
+        "hidden" => Sends::Hidden,
+        "file" | "button" | "image" | "reset" => Sends::Nothing,
+        _ => Sends::Value,
+    }
+}
+
+/// Whether `el` (of kind `sends`) can send `value`.
+fn can_send(el: &Element, sends: Sends, value: &str) -> bool {
+    let own = |el: &Element| text(el, "value").as_deref() == Some(value);
+    match sends {
+        Sends::Value | Sends::Hidden => true,
+        Sends::Nothing | Sends::Multiple => false,
+        Sends::Single => items(&get(el, "options")).iter().any(own),
+        _ => own(el),
+    }
+}
+
+/// Puts a stored body back into the fields it came from, so that the form sends it again: each
+/// name's values are taken in the order `FormData` gave them, by its controls in document order.
+/// A checkbox or radio is checked when it takes the next value (its own), a select takes the
+/// next values that are its options (one, when single), a submit button takes its own (it
+/// submitted the form) and keeps its value, a text field takes the next whatever it is. A
+/// value that may be a checkbox's (an option's, a button's) or a later field's is left to the
+/// later ones when they can send all that is left with it: checkbox `x` then text field `x`,
+/// sent as `["on"]`, were a box unchecked and a field holding "on". A checkbox, radio or multiple
+/// select whose name the body does not have was sent unchecked (or with nothing chosen): so it is
 /// shown, whatever the page's defaults say. Hidden fields keep what the page gave them now (a
 /// fresh CSRF token, say): the stored body is sent as it was anyway.
 pub(crate) fn restore_fields(form: &HtmlFormElement, fields: &Fields) {
     for el in controls(form) {
         let name = attr(&el, "name").unwrap_or_default();
-        if name.is_empty() || fields.get(&name).is_some() || get(&el, "disabled").is_truthy() {
+        let named = named_controls(form, &name);
+        // Each name once, at its first control.
+        if name.is_empty() || named.first() != Some(&el) {
             continue;
         }
-        let kind = lower(&el, "type");
-        if is_tag(&el, "input") && (kind == "checkbox" || kind == "radio") {
-            put(&el, "checked", &JsValue::FALSE);
-        } else if is_tag(&el, "select") && has_attr(&el, "multiple") {
-            for option in items(&get(&el, "options")) {
-                put(&option, "selected", &JsValue::FALSE);
+        let sent = fields.get(&name);
+        let values: Vec<&str> = match sent {
+            Some(Value::Array(items)) => items.iter().filter_map(Value::as_str).collect(),
+            v => v.and_then(Value::as_str).into_iter().collect(),
+        };
+        // Its steps: its controls, a multiple select's options in their place; disabled ones
+        // too (the kit's lock may hold the form already), but for a name not sent (the page's).
+        let mut steps = Vec::new();
+        for el in named {
+            if sent.is_none() && get(&el, "disabled").is_truthy() {
+                continue;
+            }
+            if sends(&el) == Sends::Multiple {
+                steps.extend(items(&get(&el, "options")));
+            } else {
+                steps.push(el);
             }
         }
-    }
-    for (name, value) in fields.iter() {
-        let values: Vec<&str> = match value {
-            Value::Array(items) => items.iter().filter_map(Value::as_str).collect(),
-            v => v.as_str().into_iter().collect(),
-        };
-        let mut next = values.iter();
-        for el in named_controls(form, name) {
-            let kind = lower(&el, "type");
-            if is_tag(&el, "select") {
-                for option in items(&get(&el, "options")) {
-                    let selected = text(&option, "value").is_some_and(|v| values.contains(&&*v));
-                    put(&option, "selected", &JsValue::from_bool(selected));
+        // fits[at(k, j)]: steps k and after can send exactly values j and after.
+        let (n, m) = (steps.len(), values.len());
+        let at = |k: usize, j: usize| k * (m + 1) + j;
+        let mut fits = vec![false; at(n + 1, 0)];
+        fits[at(n, m)] = true;
+        for k in (0..n).rev() {
+            let kind = sends(&steps[k]);
+            for j in 0..=m {
+                fits[at(k, j)] = (!kind.always() && fits[at(k + 1, j)])
+                    || (j < m && can_send(&steps[k], kind, values[j]) && fits[at(k + 1, j + 1)]);
+            }
+        }
+        let mut j = 0;
+        for (k, el) in steps.iter().enumerate() {
+            let kind = sends(el);
+            let next = values.get(j).copied().filter(|v| can_send(el, kind, v));
+            // A body that does not fit the page's controls (its page has changed): each takes
+            // what it can.
+            let take = match fits[at(k, j)] {
+                true => kind.always() || !fits[at(k + 1, j)],
+                false => next.is_some(),
+            };
+            let next = next.filter(|_| take);
+            let taken = JsValue::from_bool(next.is_some());
+            j += next.is_some() as usize;
+            match (kind, next) {
+                (Sends::Value, Some(v)) => put(el, "value", &JsValue::from_str(v)),
+                (Sends::Check, _) => put(el, "checked", &taken),
+                (Sends::Option, _) => put(el, "selected", &taken),
+                (Sends::Single, Some(v)) => {
+                    for option in items(&get(el, "options")) {
+                        let chosen = text(&option, "value").as_deref() == Some(v);
+                        put(&option, "selected", &JsValue::from_bool(chosen));
+                    }
                 }
-            } else if is_tag(&el, "input") && (kind == "checkbox" || kind == "radio") {
-                let checked = text(&el, "value").is_some_and(|v| values.contains(&&*v));
-                put(&el, "checked", &JsValue::from_bool(checked));
-            } else if is_tag(&el, "input") && kind == "hidden" {
-                // Its value, sent in its place among the name's, is passed over (the page's
-                // stays): the field after it gets its own, not this one's.
-                next.next();
-            } else if (is_tag(&el, "input")
-                && !matches!(
-                    kind.as_str(),
-                    "file" | "submit" | "button" | "image" | "reset"
-                ))
-                || is_tag(&el, "textarea")
-            {
-                if let Some(v) = next.next() {
-                    put(&el, "value", &JsValue::from_str(v));
-                }
+                // A submit button keeps its value; a hidden field's, sent in its place among the
+                // name's, is passed over (the page's stays): the field after it gets its own.
+                _ => {}
             }
         }
     }
