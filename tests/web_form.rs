@@ -2318,3 +2318,69 @@ async fn after_a_reload_controls_sharing_a_name_come_back_as_they_were_sent() {
         assert_eq!(again, sent, "sent again");
     }
 }
+
+#[test]
+async fn controls_added_while_the_form_is_locked_are_locked_too_and_unlocked_with_it() {
+    // Before: the lock disabled the controls there when it was made: a row a script added while
+    // the outcome was unknown could be filled in and sent.
+    let case = Case::new("added");
+    let form = case.form("");
+    form.set_id(&case.name);
+    let _kit = case.attach(&form, 1);
+    fill_ticket(&form, "Added");
+    case.plan(&["offline"]);
+    form.request_submit().unwrap();
+    settled(&form, "unsure").await;
+    // A row in the form, with a field the page disabled, and a field outside naming the form.
+    let row = document().create_element("div").unwrap();
+    row.set_inner_html(
+        r#"<input name="late"><select name="pick"><option>1</option></select>
+           <input name="off" disabled>"#,
+    );
+    form.append_child(&row).unwrap();
+    let outside = document().create_element("input").unwrap();
+    outside.set_attribute("name", "outside").unwrap();
+    outside.set_attribute("form", &case.name).unwrap();
+    document().body().unwrap().append_child(&outside).unwrap();
+    JsFuture::from(sleep(0)).await.unwrap();
+    let off = |el: &Element| {
+        js_sys::Reflect::get(el, &"disabled".into())
+            .unwrap()
+            .is_truthy()
+    };
+    let named = |name: &str| disabled(&form, &format!("[name={name}]"));
+    let locked = (named("late"), named("pick"), named("off"), off(&outside));
+    let offered = ["Try again", "Discard"].map(|b| off(&button(&form, b).expect(b)));
+    button(&form, "Discard").expect("Discard").click();
+    settled(&form, "idle").await;
+    let unlocked = (named("late"), named("pick"), named("off"), off(&outside));
+    outside.remove();
+    form.remove();
+    assert_eq!(locked, (true, true, true, true), "locked as they came");
+    assert_eq!(offered, [false, false], "the kit's own buttons stay usable");
+    assert_eq!(
+        unlocked,
+        (false, false, true, false),
+        "the one the page disabled stays disabled"
+    );
+}
+
+#[test]
+async fn asked_for_the_secrets_a_control_added_is_locked_but_the_secret_fields_and_a_submit_button_are_not(
+) {
+    // Asking for the secrets a reload lost, the kit opens the secret fields and keeps the
+    // submit buttons usable: a control the page adds then is held as the rest are.
+    let case = Case::new("added-asking");
+    leave_unsure(&case, SECRETS).await;
+    let form = case.form(SECRETS);
+    let _kit = case.attach(&form, 8);
+    assert!(!disabled(&form, "[name=password]"), "asked for");
+    let row = document().create_element("div").unwrap();
+    row.set_inner_html(r#"<input name="late"><button type="submit" name="more">More</button>"#);
+    form.append_child(&row).unwrap();
+    JsFuture::from(sleep(0)).await.unwrap();
+    let held =
+        ["late", "more", "password", "subject"].map(|n| disabled(&form, &format!("[name={n}]")));
+    form.remove();
+    assert_eq!(held, [true, false, false, true]);
+}

@@ -16,12 +16,13 @@
 //!
 //! # What it does
 //!
-//! While the outcome is unknown (sending, waiting, unsure) the form is held by a [`FormLock`]:
-//! its controls disabled, `aria-busy="true"`. Its `[role="status"]` element (made if missing)
-//! says what is happening, as text (every text replaceable: [`Messages`]). When retries run out it
-//! offers "Try again" (same key, same body) and "Discard"; while offline it says the request goes
-//! out when the connection is back; when the key is past its lifetime (`expired`) it says the
-//! outcome cannot be known and offers "Send as a new ticket" (a new key) and "Discard". After a reload the stored body is put back into the fields, which stay
+//! While the outcome is unknown (sending, waiting, unsure) the form is held by a [`FormLock`]: its
+//! controls disabled (those the page adds meanwhile too), `aria-busy="true"`. Its `[role="status"]`
+//! element (made if missing) says what is happening, as text (every text replaceable:
+//! [`Messages`]). When retries run out it offers "Try again" (same key, same body) and "Discard";
+//! while offline it says the request goes out when the connection is back; when the key is past its
+//! lifetime (`expired`) it says the outcome cannot be known and offers "Send as a new ticket" (a
+//! new key) and "Discard". After a reload the stored body is put back into the fields, which stay
 //! locked until the submission is definite or discarded, and it is resent with the same key
 //! ([`Resume::Auto`]) or waits for "Try again" ([`Resume::Manual`]). Secret fields never reach
 //! storage: they go to [`Submitter::set_secrets`], and after a reload the kit unlocks just them,

@@ -192,18 +192,16 @@ impl Kit {
         }
     }
 
-    /// Locks the form (or locks what was added since), skipping the kit's own buttons.
+    /// Locks the form, or holds it in another mode, skipping the kit's own buttons.
     pub(super) fn hold(&self, submit_enabled: bool) {
-        let controls = self.controls.take();
         let lock = match self.lock.take() {
             Some(mut lock) => {
-                lock.hold(submit_enabled, controls.as_ref());
+                lock.hold(submit_enabled);
                 lock
             }
-            None => FormLock::holding(&self.form, submit_enabled, controls.as_ref()),
+            None => FormLock::holding(&self.form, submit_enabled),
         };
         self.lock.set(Some(lock));
-        self.controls.set(controls);
     }
 
     pub(super) fn unlock(&self) {
