@@ -408,7 +408,7 @@ impl SubmissionBuilder {
         // Parsed here once, and kept for the first attempt (see `Parsed`).
         let inner = &self.client.inner;
         let mut parsed_headers =
-            HeaderMap::with_capacity(self.headers.len() + 2 + inner.secrets.len());
+            super::drive::attempt_headers(self.headers.len(), inner.secrets.len());
         for (name, value) in std::mem::take(&mut self.headers) {
             let parsed = HeaderName::from_bytes(name.as_bytes()).map_err(|e| {
                 Error::request(format!("{name:?} is not a header name")).with_source(e)

@@ -273,11 +273,16 @@ impl Client {
     }
 }
 
+/// An empty map for an attempt's headers: room for `stored` of the request's own, the content
+/// type, the key and `secrets` more.
+pub(super) fn attempt_headers(stored: usize, secrets: usize) -> HeaderMap {
+    HeaderMap::with_capacity(stored + 2 + secrets)
+}
+
 /// A request's stored headers as an attempt sends them (any that cannot be sent left out: each
-/// was checked when the submission was described), with room for the content type, the key
-/// and `secrets` more.
+/// was checked when the submission was described), in a map of [`attempt_headers`].
 fn stored_headers(stored: &[(String, String)], secrets: usize) -> HeaderMap {
-    let mut headers = HeaderMap::with_capacity(stored.len() + 2 + secrets);
+    let mut headers = attempt_headers(stored.len(), secrets);
     for (n, v) in stored {
         if let (Ok(n), Ok(v)) = (
             HeaderName::from_bytes(n.as_bytes()),
