@@ -2031,6 +2031,25 @@ async fn a_refusal_s_note_on_a_field_outside_the_form_goes_at_the_next_submit() 
     );
 }
 
+/// A reload of `form`, whose submission was sent while offline: once it is `unsure`, its kit
+/// detached and the form gone, the same form is made again from `extra` with a kit that waits
+/// for "Try again" (the fields as the kit put them back). The new form, and its kit.
+async fn reloaded_unsure(
+    case: &Case,
+    form: HtmlFormElement,
+    kit: FormKit,
+    extra: &str,
+) -> (HtmlFormElement, FormKit) {
+    settled(&form, "unsure").await;
+    kit.detach();
+    form.remove();
+    let form = case.form(extra);
+    let mut o = case.options(8);
+    o.resume = Resume::Manual;
+    let kit = FormKit::attach(&form, o).unwrap();
+    (form, kit)
+}
+
 #[test]
 async fn after_a_reload_a_text_field_after_a_hidden_field_of_its_name_gets_its_own_value() {
     // Before: restoring skipped the hidden field without taking its value, so the next got it.
@@ -2048,13 +2067,7 @@ async fn after_a_reload_a_text_field_after_a_hidden_field_of_its_name_gets_its_o
     fill(&form, "body", "Third floor.");
     case.plan(&["offline"]);
     form.request_submit().unwrap();
-    settled(&form, "unsure").await;
-    kit.detach();
-    form.remove();
-    let form = case.form(extra);
-    let mut o = case.options(8);
-    o.resume = Resume::Manual;
-    let _kit = FormKit::attach(&form, o).unwrap();
+    let (form, _kit) = reloaded_unsure(&case, form, kit, extra).await;
     let shown = form
         .query_selector(visible)
         .unwrap()
@@ -2094,14 +2107,9 @@ async fn after_a_reload_a_check_box_after_its_hidden_twin_comes_back_as_it_was_s
         check_box(&form).set_checked(sent);
         case.plan(&["offline"]);
         form.request_submit().unwrap();
-        settled(&form, "unsure").await;
-        kit.detach();
-        form.remove();
         // The reload: the page's default is the other one.
-        let form = case.form(&extra(if sent { "" } else { "checked" }));
-        let mut o = case.options(8);
-        o.resume = Resume::Manual;
-        let _kit = FormKit::attach(&form, o).unwrap();
+        let page = extra(if sent { "" } else { "checked" });
+        let (form, _kit) = reloaded_unsure(&case, form, kit, &page).await;
         let shown = (
             check_box(&form).checked(),
             field(&form, "urgent").value(),
@@ -2179,13 +2187,7 @@ async fn after_a_reload_a_reset_button_keeps_its_label_and_the_text_field_of_its
     fill(&form, "email", "ana@example.com");
     case.plan(&["offline"]);
     form.request_submit().unwrap();
-    settled(&form, "unsure").await;
-    kit.detach();
-    form.remove();
-    let form = case.form(extra);
-    let mut o = case.options(8);
-    o.resume = Resume::Manual;
-    let _kit = FormKit::attach(&form, o).unwrap();
+    let (form, _kit) = reloaded_unsure(&case, form, kit, extra).await;
     let shown = (value(&form, reset), value(&form, text));
     form.remove();
     assert_eq!(shown, ("Clear".to_owned(), "Typed subject".to_owned()));
@@ -2279,14 +2281,7 @@ async fn after_a_reload_controls_sharing_a_name_come_back_as_they_were_sent() {
                 .unwrap(),
             None => form.request_submit().unwrap(),
         }
-        settled(&form, "unsure").await;
-        kit.detach();
-        form.remove();
-
-        let form = case.form(extra);
-        let mut o = case.options(8);
-        o.resume = Resume::Manual;
-        let _kit = FormKit::attach(&form, o).unwrap();
+        let (form, _kit) = reloaded_unsure(&case, form, kit, extra).await;
         let chosen_now: Vec<String> = options(&form)
             .iter()
             .filter(|o| {

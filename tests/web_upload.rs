@@ -104,22 +104,28 @@ export function idb_get(name) {
     };
   });
 }
-// As the release before the files had their own entry wrote an upload: its fields and files
-// inline in the value under `name`, nothing under `[name]`.
-export function idb_inline(name) {
+// Runs `change(store)` in one readwrite transaction of oncekey's store; resolves once it has
+// committed.
+function in_pending(change) {
   return new Promise((resolve, reject) => {
     const open = indexedDB.open('oncekey', 1);
     open.onerror = () => reject(open.error);
     open.onsuccess = () => {
       const tx = open.result.transaction('pending', 'readwrite');
-      const store = tx.objectStore('pending');
-      const get = store.get(name), files = store.get([name]);
-      files.onsuccess = () => {
-        store.put({ ...get.result, ...files.result }, name);
-        store.delete([name]);
-      };
+      change(tx.objectStore('pending'));
       tx.oncomplete = () => { open.result.close(); resolve(); };
       tx.onerror = () => reject(tx.error);
+    };
+  });
+}
+// As the release before the files had their own entry wrote an upload: its fields and files
+// inline in the value under `name`, nothing under `[name]`.
+export function idb_inline(name) {
+  return in_pending((store) => {
+    const get = store.get(name), files = store.get([name]);
+    files.onsuccess = () => {
+      store.put({ ...get.result, ...files.result }, name);
+      store.delete([name]);
     };
   });
 }
@@ -143,19 +149,11 @@ export function undo_count_file_writes() { IDBObjectStore.prototype.put = global
 // Another tab's write: the value under `name` with its record's key `from` made `to`; or, with
 // `to` null, the value deleted (with the files kept apart under `[name]`).
 export function idb_rekey(name, from, to) {
-  return new Promise((resolve, reject) => {
-    const open = indexedDB.open('oncekey', 1);
-    open.onerror = () => reject(open.error);
-    open.onsuccess = () => {
-      const tx = open.result.transaction('pending', 'readwrite');
-      const store = tx.objectStore('pending');
-      const get = store.get(name);
-      get.onsuccess = () => {
-        if (to == null) { store.delete(name); store.delete([name]); }
-        else store.put({ ...get.result, record: get.result.record.replace(from, to) }, name);
-      };
-      tx.oncomplete = () => { open.result.close(); resolve(); };
-      tx.onerror = () => reject(tx.error);
+  return in_pending((store) => {
+    const get = store.get(name);
+    get.onsuccess = () => {
+      if (to == null) { store.delete(name); store.delete([name]); }
+      else store.put({ ...get.result, record: get.result.record.replace(from, to) }, name);
     };
   });
 }
@@ -520,6 +518,27 @@ async fn taken_up_and_finished(case: &Case, extra: &str) -> Option<String> {
     s.state().as_string()
 }
 
+/// An upload taken up after a reload ended as the person meant it: `state` succeeded, after
+/// `attempts` attempts all under `key`, with one ticket holding `bytes` as `file`, and nothing
+/// of it left in IndexedDB.
+async fn assert_finished(
+    case: &Case,
+    state: Option<String>,
+    key: &str,
+    attempts: usize,
+    bytes: &js_sys::Uint8Array,
+    file: &str,
+) {
+    assert_eq!(state.as_deref(), Some("succeeded"));
+    let keys = case.keys();
+    assert!(
+        keys.len() == attempts && keys.iter().all(|k| k == key),
+        "{keys:?} vs {key}"
+    );
+    assert_one_ticket_with(case, bytes, file).await;
+    assert!(case.left_idb().await, "record and files removed");
+}
+
 #[test]
 async fn a_retried_upload_writes_its_files_to_indexeddb_once() {
     // Every attempt's record was written with the files: a 10 MB upload retried 8 times wrote
@@ -564,18 +583,11 @@ async fn an_upload_taken_up_after_a_reload_sends_its_files_without_writing_them_
     let state = taken_up_and_finished(&case, r#""resume":true"#).await;
     let writes = file_writes();
     undo_count_file_writes();
-    assert_eq!(state.as_deref(), Some("succeeded"));
-    let keys = case.keys();
-    assert!(
-        keys.len() == 4 && keys.iter().all(|k| *k == key),
-        "{keys:?} vs {key}"
-    );
     assert_eq!(
         writes, 1,
         "the files written once, before the first attempt"
     );
-    assert_one_ticket_with(&case, &bytes, "cv.pdf").await;
-    assert!(case.left_idb().await, "record and files removed");
+    assert_finished(&case, state, &key, 4, &bytes, "cv.pdf").await;
 }
 
 #[test]
@@ -590,14 +602,7 @@ async fn an_upload_stored_with_its_files_inline_by_the_previous_release_is_finis
     assert_eq!(js_sys::Array::from(&get(&stored, "files")).length(), 1);
     case.plan(&["fail-before"]);
     let state = taken_up_and_finished(&case, r#""resume":true"#).await;
-    assert_eq!(state.as_deref(), Some("succeeded"));
-    let keys = case.keys();
-    assert!(
-        keys.len() == 3 && keys.iter().all(|k| *k == key),
-        "{keys:?} vs {key}"
-    );
-    assert_one_ticket_with(&case, &bytes, "old.jpg").await;
-    assert!(case.left_idb().await, "record and files removed");
+    assert_finished(&case, state, &key, 3, &bytes, "old.jpg").await;
 }
 
 #[test]
