@@ -5,8 +5,9 @@
 //! follows), `Send` starts an attempt ([`attempt`](super::attempt)), `Forget` removes the
 //! record (unless the page is unloading: nobody would see the answer), `Changed` tells the
 //! listeners and `Settled` answers the callers waiting on [`Submitter::submit`]. After the
-//! actions, the core's [`poll_timeout`](Submission::poll_timeout) arms the one timer. Whether and when to retry, what a status means, the key, the record and
-//! "same body" are the core's calls, never the driver's.
+//! actions, the core's [`poll_timeout`](Submission::poll_timeout) arms the one timer. Whether
+//! and when to retry, what a status means, the key, the record and "same body" are the core's
+//! calls, never the driver's.
 //!
 //! What the platform says of the connection goes to the core's
 //! [`handle_online`](Submission::handle_online): `navigator.onLine` when the submitter is made,
