@@ -92,11 +92,10 @@ pub(crate) struct Driver {
     /// What the constructor warned of, told to every new listener.
     warnings: Vec<String>,
     /// The global's `online` and `offline` events, fed to the core while the submitter lives,
-    /// and its `pagehide` and `pageshow`, which set [`unloading`](Self::unloading).
+    /// and its `pagehide` and `pageshow`, which set `hidden`.
     heard: RefCell<Option<Heard>>,
-    /// The page began to unload (a `pagehide` came, and no `pageshow` since): a record is kept
-    /// past the answer that ends it (see `Action::Forget` in [`Driver::drive`]).
-    pub(crate) unloading: Cell<bool>,
+    /// A `pagehide` came, and no `pageshow` since (see [`Driver::unloading`]).
+    hidden: Cell<bool>,
     /// Uploads (`upload.rs`): IndexedDB, and the pending upload's fields and files.
     pub(crate) uploads: RefCell<super::upload::Uploads>,
     /// The next key drawn ahead, with its Web Lock (`spare.rs`).
@@ -478,7 +477,7 @@ impl Submitter {
             emitting: Cell::new(false),
             warnings,
             heard: RefCell::new(None),
-            unloading: Cell::new(false),
+            hidden: Cell::new(false),
             uploads: RefCell::default(),
             spares: RefCell::default(),
         });
@@ -490,7 +489,7 @@ impl Submitter {
                     d.machine.borrow_mut().core.handle_online(now(), online);
                     d.drive();
                 }
-                Event::Hidden(hidden) => d.unloading.set(hidden),
+                Event::Hidden(hidden) => d.hidden.set(hidden),
             }
         });
         *driver.heard.borrow_mut() = heard;
@@ -869,6 +868,13 @@ impl Driver {
         (text, failed)
     }
 
+    /// Whether the page has begun to unload: its `pagehide` is being dispatched now, or came
+    /// (and no `pageshow` since). An answer that comes then is shown to nobody, and its record is
+    /// kept (see `Action::Forget` in [`Driver::drive`]).
+    pub(crate) fn unloading(&self) -> bool {
+        self.hidden.get() || super::global::in_pagehide()
+    }
+
     /// Whether a submission is pending here.
     pub(crate) fn has_pending(&self) -> bool {
         self.machine.borrow().core.pending().is_some()
@@ -1135,7 +1141,7 @@ impl Driver {
                     // stays: the next page finds the submission under its key, unsure, and
                     // asking again gets the server's replay of this answer. (A page the
                     // back/forward cache gives back keeps it too, until its next load asks.)
-                    if self.unloading.get() {
+                    if self.unloading() {
                         continue;
                     }
                     // Its secrets went when it ended (`note_ended`).

@@ -268,6 +268,16 @@ pub(crate) fn on_line() -> bool {
     })
 }
 
+/// Whether the global is dispatching a `pagehide` now (a window's `event`). A browser runs the
+/// microtasks queued so far after each listener of an event it fires, `event` still set: an
+/// answer can settle there, between a listener the page made before the driver's and the
+/// driver's own, which is yet to say that the page is unloading.
+pub(crate) fn in_pagehide() -> bool {
+    Reflect::get(&js_sys::global(), &JsValue::from_str("event"))
+        .and_then(|event| Reflect::get(&event, &JsValue::from_str("type")))
+        .is_ok_and(|kind| kind == "pagehide")
+}
+
 /// What a driver hears of its global scope ([`Heard::watch`]).
 pub(crate) enum Event {
     /// `online` (`true`) or `offline` (`false`).

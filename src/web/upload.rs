@@ -431,7 +431,7 @@ pub(crate) fn ended(d: &Driver, key: &Key, now: Option<Key>) {
                 None
             }
             // Kept while the page unloads, as the driver keeps a record then (`Driver::drive`).
-            None if d.unloading.get() => None,
+            None if d.unloading() => None,
             None => (u.blocked && u.in_idb.as_ref() == Some(key)).then(|| {
                 let replaced = u.replaced.clone();
                 [
