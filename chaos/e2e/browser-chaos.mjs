@@ -138,6 +138,10 @@ async function newTab(context) {
   return page
 }
 
+// (6) The tab's sessionStorage slot that counts the answers its forms heard after their page's
+// `pagehide` (UNLOAD_SNAPSHOT, below, gets it as its argument).
+const ANSWERED_IN_UNLOAD = 'chaos:answered-in-unload'
+
 // (6) What each tab held pending when it last unloaded: its records in `pagehide`. The next page
 // of the tab finds them before any of its own scripts run, and keeps them as
 // window.__chaosUnload.
@@ -152,7 +156,7 @@ async function newTab(context) {
 // record the next page had to take up and finish by asking again.
 // The browser's own error page (a load while offline) has no sessionStorage: there is nothing to
 // read or keep.
-const UNLOAD_SNAPSHOT = () => {
+const UNLOAD_SNAPSHOT = (ANSWERED) => {
   const KEY = 'chaos:unload'
   let storage
   try {
@@ -182,7 +186,6 @@ const UNLOAD_SNAPSHOT = () => {
     hidden = true
     storage.setItem(KEY, JSON.stringify({ stored: records(), settled }))
   })
-  const ANSWERED = 'chaos:answered-in-unload'
   addEventListener('oncekey:change', (e) => {
     if (hidden && ['succeeded', 'refused', 'conflict', 'misconfigured'].includes(e.detail?.state)) {
       storage.setItem(ANSWERED, String(Number(storage.getItem(ANSWERED) ?? 0) + 1))
@@ -374,7 +377,7 @@ async function nothingLeftIn(page, which) {
 async function duplicate(context, page, url, p) {
   // All of it, as the browser copies it, not only oncekey's records.
   // (But the unload check's count of its tab: see UNLOAD_SNAPSHOT.)
-  const copy = await page.evaluate(() => Object.entries(sessionStorage).filter(([k]) => k !== 'chaos:answered-in-unload')).catch(() => null)
+  const copy = await page.evaluate((key) => Object.entries(sessionStorage).filter(([k]) => k !== key), ANSWERED_IN_UNLOAD).catch(() => null)
   if (!copy) return
   counts.duplicated += 1
   const pending = copy.some(([k, v]) => k.startsWith('oncekey:') && mentions(v, p.i))
@@ -499,7 +502,7 @@ async function drive(context, base, tenant, slice) {
   }
   // (4) Nothing pending in this page's storage, the form settled.
   await nothingLeftIn(page, 'a tab')
-  counts.answeredInUnload += Number(await page.evaluate(() => sessionStorage.getItem('chaos:answered-in-unload')).catch(() => null) ?? 0)
+  counts.answeredInUnload += Number(await page.evaluate((key) => sessionStorage.getItem(key), ANSWERED_IN_UNLOAD).catch(() => null) ?? 0)
   await page.close().catch(() => {})
 }
 
@@ -514,7 +517,7 @@ try {
   const slices = Array.from({ length: PAGES }, (_, k) => plan.filter((p) => p.i % PAGES === k))
   // Every tab in one context, as one person's browser window.
   const context = await browser.newContext()
-  if (UNLOAD_CHECK) await context.addInitScript(UNLOAD_SNAPSHOT)
+  if (UNLOAD_CHECK) await context.addInitScript(UNLOAD_SNAPSHOT, ANSWERED_IN_UNLOAD)
   await Promise.all(slices.map((slice) => drive(context, server.url, tenant, slice)))
   await context.close().catch(() => {})
 
