@@ -2323,9 +2323,23 @@ async fn controls_added_while_the_form_is_locked_are_locked_too_and_unlocked_wit
     form.set_id(&case.name);
     let _kit = case.attach(&form, 1);
     fill_ticket(&form, "Added");
+    // A field outside the form, there before the lock, that the page makes the form's while
+    // locked (by the attribute alone: no node is added then).
+    let named_later = document().create_element("input").unwrap();
+    named_later.set_attribute("name", "named-later").unwrap();
+    document()
+        .body()
+        .unwrap()
+        .append_child(&named_later)
+        .unwrap();
     case.plan(&["offline"]);
     form.request_submit().unwrap();
     settled(&form, "unsure").await;
+    named_later.set_attribute("form", &case.name).unwrap();
+    JsFuture::from(sleep(0)).await.unwrap();
+    let later_locked = js_sys::Reflect::get(&named_later, &"disabled".into())
+        .unwrap()
+        .is_truthy();
     // A row in the form, with a field the page disabled, and a field outside naming the form.
     let row = document().create_element("div").unwrap();
     row.set_inner_html(
@@ -2349,8 +2363,15 @@ async fn controls_added_while_the_form_is_locked_are_locked_too_and_unlocked_wit
     button(&form, "Discard").expect("Discard").click();
     settled(&form, "idle").await;
     let unlocked = (named("late"), named("pick"), named("off"), off(&outside));
+    let later_unlocked = !off(&named_later);
     outside.remove();
+    named_later.remove();
     form.remove();
+    assert!(
+        later_locked,
+        "a field made the form's by its form= attribute is locked"
+    );
+    assert!(later_unlocked, "and unlocked with the rest");
     assert_eq!(locked, (true, true, true, true), "locked as they came");
     assert_eq!(offered, [false, false], "the kit's own buttons stay usable");
     assert_eq!(

@@ -10,12 +10,14 @@ use ::core::cell::RefCell;
 
 use crate::prelude::*;
 use alloc::rc::Rc;
-use js_sys::{Array, Object, Reflect};
+use js_sys::{Array, Function, Object, Reflect};
 use wasm_bindgen::closure::Closure;
-use wasm_bindgen::JsValue;
+use wasm_bindgen::{JsCast, JsValue};
 use web_sys::{Element, Event, HtmlFormElement};
 
-use super::dom::{call, call2, call_str, controls, get, is_tag, put, remove_attr, set_attr};
+use super::dom::{
+    builtin, call, call2, call_str, controls, get, is_tag, put, remove_attr, set_attr,
+};
 use super::fields::is_submit_button;
 
 /// A form locked while its submission's outcome is unknown; unlocked when dropped.
@@ -33,8 +35,10 @@ struct Held {
     form: HtmlFormElement,
     /// The controls this lock disabled, to enable again (and only those).
     disabled: Vec<Element>,
-    /// Every control it has looked at: one it has not was added since.
-    seen: Vec<Element>,
+    /// Every control it has looked at (a `WeakSet`): one it has not was added since. Asked in
+    /// one call per control, not by comparing it with each one seen (quadratic in the form's
+    /// controls, for every batch of the page's DOM changes).
+    seen: JsValue,
     /// Whether the submit buttons are usable: how it holds the form now.
     submit_enabled: bool,
 }
@@ -50,12 +54,16 @@ impl FormLock {
         let held = Rc::new(RefCell::new(Held {
             form: form.clone(),
             disabled: Vec::new(),
-            seen: Vec::new(),
+            seen: Reflect::construct(&get(&js_sys::global(), "WeakSet").into(), &Array::new())
+                .unwrap_or(JsValue::UNDEFINED),
             submit_enabled,
         }));
         held.borrow_mut().scan(true);
         let h = held.clone();
-        let on_added = Closure::<dyn Fn(Event)>::new(move |_| {
+        let on_added = Closure::<dyn Fn(Event)>::new(move |records: Event| {
+            if !adds_control(&records) {
+                return;
+            }
             if let Ok(mut h) = h.try_borrow_mut() {
                 h.scan(false);
             }
@@ -109,13 +117,15 @@ impl Held {
     /// Locks the form's controls: every one (`all`), or those it has not looked at yet.
     fn scan(&mut self, all: bool) {
         set_attr(&self.form, "aria-busy", "true");
+        let (has, add) = (builtin(&self.seen, "has"), builtin(&self.seen, "add"));
         for el in controls(&self.form) {
-            if self.seen.contains(&el) {
+            let seen = has.unchecked_ref::<Function>().call1(&self.seen, &el);
+            if seen.is_ok_and(|seen| seen.is_truthy()) {
                 if !all {
                     continue;
                 }
             } else {
-                self.seen.push(el.clone());
+                let _ = add.unchecked_ref::<Function>().call1(&self.seen, &el);
             }
             // The kit's own buttons (`view::make_controls`) stay usable. A fieldset's controls
             // are listed on their own; disabling the fieldset would disable all of them whatever
@@ -148,6 +158,18 @@ impl Drop for FormLock {
             remove_attr(&held.form, "aria-busy");
         }
     }
+}
+
+/// Whether a batch of a `MutationObserver`'s records (given as the callback's argument) may have
+/// added a control: a `form` attribute changed, or an element was put in the document. Text the
+/// page (or the kit's own status) writes adds none, and is not worth a look at the form.
+fn adds_control(records: &Event) -> bool {
+    Array::from(records).iter().any(|record| {
+        get(&record, "type") != "childList"
+            || Array::from(&get(&record, "addedNodes"))
+                .iter()
+                .any(|node| get(&node, "nodeType") == 1)
+    })
 }
 
 /// The `disabled` property, which every form control has: the kit writes it alike for inputs,
