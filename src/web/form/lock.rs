@@ -19,6 +19,7 @@ use super::dom::{
     builtin, call, call2, call_str, controls, get, is_tag, put, remove_attr, set_attr,
 };
 use super::fields::is_submit_button;
+use super::view::ACTIONS;
 
 /// A form locked while its submission's outcome is unknown; unlocked when dropped.
 #[derive(Debug)]
@@ -131,7 +132,7 @@ impl Held {
             // are listed on their own; disabling the fieldset would disable all of them whatever
             // their own state, the kit's buttons and a secret field opened for the person
             // included.
-            if is_tag(&el, "fieldset") || call_str(&el, "closest", ".oncekey-actions").is_truthy() {
+            if is_tag(&el, "fieldset") || call_str(&el, "closest", ACTIONS).is_truthy() {
                 continue;
             }
             if self.submit_enabled && is_submit_button(&el) {
@@ -140,9 +141,9 @@ impl Held {
                 }
             } else if !get(&el, "disabled").is_truthy() {
                 set(&el, true);
-                if !self.disabled.contains(&el) {
-                    self.disabled.push(el);
-                }
+                // Listed again only if the page enabled it since: enabled twice at the end,
+                // harmless, where looking it up first was quadratic in the form's controls.
+                self.disabled.push(el);
             }
         }
     }

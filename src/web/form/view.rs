@@ -314,6 +314,17 @@ pub(super) fn status_of(form: &HtmlFormElement) -> Result<(Element, bool), Error
     Ok((status, made))
 }
 
+/// The class of the element that holds the kit's buttons, named once for the two that use it.
+macro_rules! actions_class {
+    () => {
+        "oncekey-actions"
+    };
+}
+/// The class list of that element (the page's stylesheets may know it as `actions` too).
+const ACTIONS_CLASSES: &str = concat!(actions_class!(), " actions");
+/// What finds that element: the lock leaves what is in it (the kit's buttons) usable.
+pub(super) const ACTIONS: &str = concat!(".", actions_class!());
+
 /// A button of the kit: its label and its class (which says what a click does).
 type Button<'a> = (&'a str, &'static str);
 
@@ -324,7 +335,7 @@ pub(super) fn make_controls(
     on_click: &Closure<dyn Fn(Event)>,
 ) -> Option<Element> {
     let actions = make(status, "div")?;
-    set_attr(&actions, "class", "oncekey-actions actions");
+    set_attr(&actions, "class", ACTIONS_CLASSES);
     for (text, class) in buttons {
         let button = make(status, "button")?;
         set_attr(&button, "type", "button");
