@@ -219,14 +219,23 @@ fn can_send(el: &Element, sends: Sends, value: &str) -> bool {
 /// shown, whatever the page's defaults say. Hidden fields keep what the page gave them now (a
 /// fresh CSRF token, say): the stored body is sent as it was anyway.
 pub(crate) fn restore_fields(form: &HtmlFormElement, fields: &Fields) {
-    for el in controls(form) {
-        let name = attr(&el, "name").unwrap_or_default();
-        let named = named_controls(form, &name);
+    // The controls and their names are read once, and each name's controls taken from them in
+    // turn: looking a name's up anew at each control was quadratic in calls to the page (a
+    // reload of a form of 1,000 fields spent a second in it).
+    let all = controls(form);
+    let names: Vec<String> = all
+        .iter()
+        .map(|el| attr(el, "name").unwrap_or_default())
+        .collect();
+    for (i, name) in names.iter().enumerate() {
         // Each name once, at its first control.
-        if name.is_empty() || named.first() != Some(&el) {
+        if name.is_empty() || names[..i].contains(name) {
             continue;
         }
-        let sent = fields.get(&name);
+        let named = (i..all.len())
+            .filter(|&k| names[k] == *name)
+            .map(|k| all[k].clone());
+        let sent = fields.get(name);
         let values: Vec<&str> = match sent {
             Some(Value::Array(items)) => items.iter().filter_map(Value::as_str).collect(),
             v => v.and_then(Value::as_str).into_iter().collect(),
