@@ -571,6 +571,25 @@ async fn an_answer_after_pagehide_keeps_the_record_for_the_next_page_to_ask_agai
 }
 
 #[test]
+async fn a_discard_while_the_page_unloads_removes_the_record_the_page_let_go() {
+    // Before: the record was kept like an answer's after pagehide, so the next page found the
+    // discarded submission, unsure, and sent it again (at once, with `resume`).
+    let case = Case::new("unload-discard");
+    let key = leave_pending(&case).await;
+    let s = case.submitter("");
+    assert_eq!(state(&s), "unsure");
+    // The page lets it go as it unloads (its own pagehide listener, say).
+    dispatch("pagehide");
+    s.discard();
+    dispatch("pageshow");
+    assert_eq!(case.stored(), None, "the discarded record is gone");
+    let next = case.submitter(r#""resume":true"#);
+    assert_eq!(state(&next), "idle");
+    assert_eq!(case.keys(), [key], "nothing was sent again");
+    assert_eq!(case.tickets().await, 0.0);
+}
+
+#[test]
 async fn a_different_body_is_refused_and_leaves_the_pending_record_untouched() {
     let case = Case::new("differs");
     let key = leave_pending(&case).await;

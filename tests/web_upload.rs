@@ -505,6 +505,40 @@ async fn a_pending_upload_found_in_indexeddb_by_a_new_submitter_is_finished_with
     assert_one_ticket_with(&case, &bytes, "receipt.jpg").await;
 }
 
+#[test]
+async fn an_upload_discarded_while_the_page_unloads_leaves_indexeddb() {
+    // Before: a discard made as the page unloaded kept the record, as an answer's is kept then,
+    // and the next page found the upload the person let go and sent it again.
+    let case = Case::new("upload-unload-discard");
+    let bytes = file_bytes(20_000, 7);
+    let key = left_unsure_in_indexeddb(&case, &bytes, "receipt.jpg").await;
+    let s = case.submitter("");
+    for _ in 0..300 {
+        if s.state().as_string().as_deref() == Some("unsure") {
+            break;
+        }
+        JsFuture::from(sleep(10)).await.unwrap();
+    }
+    assert_eq!(s.state().as_string().as_deref(), Some("unsure"));
+    dispatch("pagehide");
+    s.discard();
+    let gone = case.left_idb().await;
+    dispatch("pageshow");
+    assert!(gone, "the discarded upload is gone from IndexedDB");
+    case.reload_finds_nothing().await;
+    assert_eq!(case.keys(), [key], "nothing was sent again");
+}
+
+/// Dispatches an event named `kind` at the global scope, as the browser does (`pagehide` when a
+/// page begins to unload, `pageshow` when the back/forward cache gives it back).
+fn dispatch(kind: &str) {
+    let event = web_sys::Event::new(kind).unwrap();
+    js_sys::global()
+        .unchecked_into::<web_sys::EventTarget>()
+        .dispatch_event(&event)
+        .unwrap();
+}
+
 /// `case`'s submitter (`extra` options) taken up the upload kept in IndexedDB (`resume`: sent at
 /// once) and finished it: its state then.
 async fn taken_up_and_finished(case: &Case, extra: &str) -> Option<String> {

@@ -96,6 +96,9 @@ pub(crate) struct Driver {
     heard: RefCell<Option<Heard>>,
     /// A `pagehide` came, and no `pageshow` since (see [`Driver::unloading`]).
     hidden: Cell<bool>,
+    /// The page is letting the pending submission go (a discard): its record goes, unloading
+    /// or not.
+    letting_go: Cell<bool>,
     /// Uploads (`upload.rs`): IndexedDB, and the pending upload's fields and files.
     pub(crate) uploads: RefCell<super::upload::Uploads>,
     /// The next key drawn ahead, with its Web Lock (`spare.rs`).
@@ -478,6 +481,7 @@ impl Submitter {
             warnings,
             heard: RefCell::new(None),
             hidden: Cell::new(false),
+            letting_go: Cell::new(false),
             uploads: RefCell::default(),
             spares: RefCell::default(),
         });
@@ -870,9 +874,11 @@ impl Driver {
 
     /// Whether the page has begun to unload: its `pagehide` is being dispatched now, or came
     /// (and no `pageshow` since). An answer that comes then is shown to nobody, and its record is
-    /// kept (see `Action::Forget` in [`Driver::drive`]).
+    /// kept (see `Action::Forget` in [`Driver::drive`]). Not while the page discards: what it
+    /// lets go as it unloads (in its own `pagehide` listener, say), kept, would be found by the
+    /// next page and sent again.
     pub(crate) fn unloading(&self) -> bool {
-        self.hidden.get() || super::global::in_pagehide()
+        !self.letting_go.get() && (self.hidden.get() || super::global::in_pagehide())
     }
 
     /// Whether a submission is pending here.
@@ -958,7 +964,9 @@ impl Driver {
             (rest, m.flight.take())
         };
         spare::forget_made(self);
+        let letting_go = self.letting_go.replace(true);
         self.drive();
+        self.letting_go.set(letting_go);
         if let Some((_, controller)) = flight {
             controller.abort();
         }
