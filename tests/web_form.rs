@@ -2382,6 +2382,45 @@ async fn controls_added_while_the_form_is_locked_are_locked_too_and_unlocked_wit
 }
 
 #[test]
+async fn a_control_that_becomes_the_form_s_when_the_form_takes_another_id_is_locked_too() {
+    // Before: the lock watched `form=` attributes and added nodes only: a field outside naming
+    // an id the form took while locked could be filled in and sent.
+    let case = Case::new("renamed");
+    let form = case.form("");
+    form.set_id(&case.name);
+    let _kit = case.attach(&form, 1);
+    fill_ticket(&form, "Renamed");
+    let next_id = format!("{}-next", case.name);
+    let waiting = document().create_element("input").unwrap();
+    waiting.set_attribute("name", "waiting").unwrap();
+    waiting.set_attribute("form", &next_id).unwrap();
+    document().body().unwrap().append_child(&waiting).unwrap();
+    case.plan(&["offline"]);
+    form.request_submit().unwrap();
+    settled(&form, "unsure").await;
+    form.set_id(&next_id);
+    JsFuture::from(sleep(0)).await.unwrap();
+    let off = || {
+        js_sys::Reflect::get(&waiting, &"disabled".into())
+            .unwrap()
+            .is_truthy()
+    };
+    let locked = off();
+    // Pressed a moment later, as a person would: pressed in the same millisecond as the failure,
+    // Discard can find the key's Web Lock not yet let go by the failed attempt (asked for when
+    // the key was made, and granted after the server's fast refusal) and say that another tab
+    // sends it.
+    JsFuture::from(sleep(100)).await.unwrap();
+    button(&form, "Discard").expect("Discard").click();
+    settled(&form, "idle").await;
+    let unlocked = !off();
+    waiting.remove();
+    form.remove();
+    assert!(locked, "the form's new control is locked");
+    assert!(unlocked, "and unlocked with the rest");
+}
+
+#[test]
 async fn asked_for_the_secrets_a_control_added_is_locked_but_the_secret_fields_and_a_submit_button_are_not(
 ) {
     // Asking for the secrets a reload lost, the kit opens the secret fields and keeps the

@@ -70,7 +70,7 @@ impl FormLock {
             }
         });
         // A control is added to the form by a node put in it, or elsewhere with `form=`, or by
-        // that attribute.
+        // that attribute, or by the form taking the `id` a control's `form=` names.
         let made = Reflect::construct(
             &get(&js_sys::global(), "MutationObserver").into(),
             &Array::of1(on_added.as_ref()),
@@ -79,7 +79,11 @@ impl FormLock {
         let options = Object::new();
         put(&options, "childList", &JsValue::TRUE);
         put(&options, "subtree", &JsValue::TRUE);
-        put(&options, "attributeFilter", &Array::of1(&"form".into()));
+        put(
+            &options,
+            "attributeFilter",
+            &Array::of2(&"form".into(), &"id".into()),
+        );
         let root = call(form, "getRootNode", &JsValue::UNDEFINED);
         call2(&observer, "observe", &root, &options);
         FormLock {
@@ -162,7 +166,7 @@ impl Drop for FormLock {
 }
 
 /// Whether a batch of a `MutationObserver`'s records (the callback's argument, an array) may have
-/// added a control: a `form` attribute changed, or an element was put in the document. Text the
+/// added a control: a `form` or `id` attribute changed, or an element was put in the document. Text the
 /// page (or the kit's own status) writes adds none, and is not worth a look at the form.
 fn adds_control(records: &JsValue) -> bool {
     Array::from(records).iter().any(|record| {
