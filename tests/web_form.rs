@@ -2382,6 +2382,48 @@ async fn controls_added_while_the_form_is_locked_are_locked_too_and_unlocked_wit
 }
 
 #[test]
+async fn a_discard_as_soon_as_the_form_is_unsure_is_not_taken_for_another_tab_s_attempt() {
+    // Before: the failed attempt's Web Lock, asked for when the key was made and granted after
+    // the server's fast refusal, was still this page's when the page discarded in its listener of
+    // the change to unsure: Discard said another tab was sending it, and kept it.
+    let case = Case::new("discard-at-once");
+    let form = case.form("");
+    let kit = Rc::new(case.attach(&form, 1));
+    fill_ticket(&form, "At once");
+    let k = kit.clone();
+    let f = form.clone();
+    let on_change = Closure::<dyn Fn(web_sys::Event)>::new(move |_| {
+        if state(&f) == "unsure" {
+            k.discard();
+        }
+    });
+    form.add_event_listener_with_callback("oncekey:change", on_change.as_ref().unchecked_ref())
+        .unwrap();
+    case.plan(&["offline"]);
+    form.request_submit().unwrap();
+    settled(&form, "idle").await;
+    assert_eq!(case.stored(), None, "discarded");
+    assert_eq!(case.keys().len(), 1);
+    form.remove_event_listener_with_callback("oncekey:change", on_change.as_ref().unchecked_ref())
+        .unwrap();
+    // The same from a listener of the submitter itself, told of the change while the attempt
+    // still holds its lock (before the record is written).
+    fill_ticket(&form, "At once again");
+    let k = kit.clone();
+    let _listener = kit.submitter().on_change(move |update| {
+        if update.state == oncekey::State::Unsure {
+            k.discard();
+        }
+    });
+    case.plan(&["offline"]);
+    form.request_submit().unwrap();
+    settled(&form, "idle").await;
+    form.remove();
+    assert_eq!(case.stored(), None, "discarded again");
+    assert_eq!(case.keys().len(), 2);
+}
+
+#[test]
 async fn a_control_that_becomes_the_form_s_when_the_form_takes_another_id_is_locked_too() {
     // Before: the lock watched `form=` attributes and added nodes only: a field outside naming
     // an id the form took while locked could be filled in and sent.
@@ -2406,11 +2448,6 @@ async fn a_control_that_becomes_the_form_s_when_the_form_takes_another_id_is_loc
             .is_truthy()
     };
     let locked = off();
-    // Pressed a moment later, as a person would: pressed in the same millisecond as the failure,
-    // Discard can find the key's Web Lock not yet let go by the failed attempt (asked for when
-    // the key was made, and granted after the server's fast refusal) and say that another tab
-    // sends it.
-    JsFuture::from(sleep(100)).await.unwrap();
     button(&form, "Discard").expect("Discard").click();
     settled(&form, "idle").await;
     let unlocked = !off();

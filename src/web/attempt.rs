@@ -230,7 +230,10 @@ fn then(promise: &js_sys::Promise, n: u32, next: u32) {
 }
 
 impl Flight {
-    /// The attempt failed: the driver hears it, then its lock is let go.
+    /// The attempt failed: its lock is let go, and the driver hears it. Let go first, so that a
+    /// listener of the change that asks who holds the key's lock (the form kit's Discard) is
+    /// not told this attempt's; the browser lets it go only once this task is over (a promise
+    /// resolved), after the record is written.
     fn failed(self, failure: Failure) {
         let Flight {
             driver,
@@ -238,8 +241,8 @@ impl Flight {
             lock,
             ..
         } = self;
-        driver.failure(attempt.id, failure);
         drop(lock);
+        driver.failure(attempt.id, failure);
     }
 
     fn failure(&self) -> Failure {
@@ -272,8 +275,9 @@ impl Flight {
         let string = text.as_string().unwrap_or_default();
         let answer = answer(&response, &string, &driver.options.key_header);
         let js = if text.is_string() { Some(text) } else { None };
-        driver.answer(attempt.id, &answer, string, js);
+        // Let go first, as a failure's is (see `failed`).
         drop(lock);
+        driver.answer(attempt.id, &answer, string, js);
     }
 }
 

@@ -160,6 +160,11 @@ impl<T> Numbered<T> {
         Some(self.items.swap_remove(at).1)
     }
 
+    /// Every item kept, to change in place.
+    pub(crate) fn values_mut(&mut self) -> impl Iterator<Item = &mut T> {
+        self.items.iter_mut().map(|(_, t)| t)
+    }
+
     /// Keeps only the items `keep` says to.
     #[cfg(feature = "js")]
     pub(crate) fn retain(&mut self, mut keep: impl FnMut(&T) -> bool) {
@@ -344,14 +349,36 @@ thread_local! {
     static ASKED: RefCell<Numbered<Asked>> = const { RefCell::new(Numbered::new()) };
 }
 
-/// What [`CALLBACK`] is told of a lock, beside its number.
+/// What [`CALLBACK`] is told of a lock, beside its number: granted (the lock's callback),
+/// refused (its request's promise rejected) or let go (that promise fulfilled, once the lock
+/// was released).
 const GRANTED: u32 = 0;
 const REFUSED: u32 = 1;
+const LET_GO: u32 = 2;
+/// How many of those a lock has.
+const ANSWERS: u32 = 3;
 
-/// The browser answered lock request `n` (the lock's number and [`GRANTED`] or [`REFUSED`];
-/// `lock`, what the grant was given): what the lock's callback returns.
+/// The browser answered lock request `n` (the lock's number and [`GRANTED`], [`REFUSED`] or
+/// [`LET_GO`]; `lock`, what the grant was given): what the lock's callback returns.
 fn lock_answered(n: u32, lock: &JsValue) -> JsValue {
-    let id = n / 2;
+    let id = n / ANSWERS;
+    let letting_go = ASKED.with(|a| {
+        let mut a = a.borrow_mut();
+        match a.get(id) {
+            Some(Asked::LettingGo(..)) if n % ANSWERS != GRANTED => a.take(id),
+            _ => None,
+        }
+    });
+    if let Some(Asked::LettingGo(key, waiting)) = letting_go {
+        // Let go (or refused, so never held): the questions about its key are asked now.
+        for then in waiting {
+            if_lock_taken(&key, then);
+        }
+        return JsValue::UNDEFINED;
+    }
+    if n % ANSWERS == LET_GO {
+        return JsValue::UNDEFINED;
+    }
     let if_free = ASKED.with(|a| {
         let mut a = a.borrow_mut();
         match a.get(id) {
@@ -362,10 +389,10 @@ fn lock_answered(n: u32, lock: &JsValue) -> JsValue {
     if let Some(Asked::IfFree(then)) = if_free {
         // Granted `null`: held or asked for elsewhere. Granted a lock: `then` runs with it held
         // (let go when this returns). Refused: nothing can be known.
-        then(n % 2 == GRANTED && lock.is_null());
+        then(n % ANSWERS == GRANTED && lock.is_null());
         return JsValue::UNDEFINED;
     }
-    match n % 2 {
+    match n % ANSWERS {
         GRANTED => granted(id),
         _ => {
             answered(id, Asked::Refused);
@@ -384,12 +411,16 @@ enum Asked {
     Refused,
     /// Asked for only if available ([`if_lock_taken`]): told whether someone else has it.
     IfFree(Box<dyn FnOnce(bool)>),
+    /// Dropped, and not yet let go in the browser (its request's promise has not settled; one
+    /// dropped before the grant is let go once granted): of `key`, with the questions about
+    /// that key ([`if_lock_taken`]) that wait for it.
+    LettingGo(Key, Vec<Box<dyn FnOnce(bool)>>),
 }
 
 /// The browser granted lock `id`: the promise that holds it until it is let go, or nothing
 /// (let go at once) when it was dropped before the grant.
 fn granted(id: u32) -> JsValue {
-    if ASKED.with(|a| a.borrow().get(id).is_none()) {
+    if ASKED.with(|a| matches!(a.borrow().get(id), None | Some(Asked::LettingGo(..)))) {
         return JsValue::UNDEFINED;
     }
     let mut release = None;
@@ -437,7 +468,10 @@ pub(crate) fn request_lock(key: &Key) -> Option<Lock> {
     }
     let (id, asked) = ask(key, Asked::Waiting(None));
     // Not asked (the browser threw): dropped, the lock's entry goes with it.
-    let lock = Lock { id };
+    let lock = Lock {
+        id,
+        key: key.clone(),
+    };
     asked.then_some(lock)
 }
 
@@ -447,14 +481,28 @@ pub(crate) fn request_lock(key: &Key) -> Option<Lock> {
 /// attempt under the key starts meanwhile); `then(true)` when someone does. Answered in a later
 /// task, through the one callback locks are answered by (no closure of its own). `false` (and
 /// `then` dropped unanswered) where the global has no Web Locks; a request the browser refuses
-/// (an opaque origin) answers `false`, as nothing can be known then.
+/// (an opaque origin) answers `false`, as nothing can be known then. A lock of `key` this page
+/// dropped and the browser has yet to let go (an attempt that just ended) would be taken for
+/// someone else's: the question waits until it is let go.
 pub(crate) fn if_lock_taken(key: &Key, then: impl FnOnce(bool) + 'static) -> bool {
     if LOCKS.with(|l| l.is_none()) {
         return false;
     }
-    let (id, asked) = ask(key, Asked::IfFree(Box::new(then)));
+    let mut then: Option<Box<dyn FnOnce(bool)>> = Some(Box::new(then));
+    ASKED.with(|a| {
+        for asked in a.borrow_mut().values_mut() {
+            if let Asked::LettingGo(k, waiting) = asked {
+                if k == key {
+                    waiting.extend(then.take());
+                    break;
+                }
+            }
+        }
+    });
+    let Some(then) = then else { return true };
+    let (id, asked) = ask(key, Asked::IfFree(then));
     if !asked {
-        lock_answered(id * 2 + REFUSED, &JsValue::UNDEFINED);
+        lock_answered(id * ANSWERS + REFUSED, &JsValue::UNDEFINED);
     }
     true
 }
@@ -467,13 +515,13 @@ fn ask(key: &Key, asked: Asked) -> (u32, bool) {
     let if_available = matches!(asked, Asked::IfFree(_));
     let id = ASKED.with(|a| {
         let mut a = a.borrow_mut();
-        // Granted and refused are two numbers.
-        let id = a.number(2);
+        // Granted, refused and let go are three numbers.
+        let id = a.number(ANSWERS);
         a.keep(id, asked);
         id
     });
     let name = "oncekey:".to_owned() + key.as_str();
-    let on_grant = bound(LOCK, id * 2 + GRANTED);
+    let on_grant = bound(LOCK, id * ANSWERS + GRANTED);
     let request = LOCKS.with(|l| {
         let l = l.as_ref()?;
         Some(if if_available {
@@ -487,16 +535,18 @@ fn ask(key: &Key, asked: Asked) -> (u32, bool) {
     let Some(Ok(request)) = request else {
         return (id, false);
     };
-    // Refused before it was granted: the request's promise rejects (it resolves once let go).
-    let _ = request
-        .unchecked_ref::<Callee>()
-        .then_call(&JsValue::UNDEFINED, &bound(LOCK, id * 2 + REFUSED));
+    // Refused before it was granted: the request's promise rejects; it resolves once let go.
+    let _ = request.unchecked_ref::<Callee>().then_call(
+        &bound(LOCK, id * ANSWERS + LET_GO),
+        &bound(LOCK, id * ANSWERS + REFUSED),
+    );
     (id, true)
 }
 
 /// A Web Lock asked for ([`request_lock`]): held once granted, let go when dropped.
 pub(crate) struct Lock {
     id: u32,
+    key: Key,
 }
 
 impl Lock {
@@ -527,8 +577,16 @@ impl Lock {
 impl Drop for Lock {
     fn drop(&mut self) {
         let asked = ASKED.with(|a| a.borrow_mut().take(self.id));
-        // Granted: let go now. Not answered yet: the grant finds no lock and lets it go at once.
-        if let Some(Asked::Granted(release)) = asked {
+        // Granted: let go now. Not answered yet: the grant finds it dropped and lets it go at
+        // once. Either way the browser has yet to let it go ([`Asked::LettingGo`]).
+        let release = match asked {
+            Some(Asked::Granted(release)) => Some(release),
+            Some(Asked::Waiting(_)) => None,
+            _ => return,
+        };
+        let letting_go = Asked::LettingGo(self.key.clone(), Vec::new());
+        ASKED.with(|a| a.borrow_mut().keep(self.id, letting_go));
+        if let Some(release) = release {
             let _ = release.call0(&JsValue::NULL);
         }
     }
