@@ -529,16 +529,6 @@ async fn a_fresh_submitter_with_the_same_name_finishes_the_pending_one() {
     assert!(s.pending().is_null());
 }
 
-/// Dispatches an event named `kind` at the global scope, as the browser does (`pagehide` when a
-/// page begins to unload, `pageshow` when the back/forward cache gives it back).
-fn dispatch(kind: &str) {
-    let event = web_sys::Event::new(kind).unwrap();
-    js_sys::global()
-        .unchecked_into::<web_sys::EventTarget>()
-        .dispatch_event(&event)
-        .unwrap();
-}
-
 #[test]
 async fn an_answer_after_pagehide_keeps_the_record_for_the_next_page_to_ask_again() {
     let case = Case::new("unload");

@@ -529,16 +529,6 @@ async fn an_upload_discarded_while_the_page_unloads_leaves_indexeddb() {
     assert_eq!(case.keys(), [key], "nothing was sent again");
 }
 
-/// Dispatches an event named `kind` at the global scope, as the browser does (`pagehide` when a
-/// page begins to unload, `pageshow` when the back/forward cache gives it back).
-fn dispatch(kind: &str) {
-    let event = web_sys::Event::new(kind).unwrap();
-    js_sys::global()
-        .unchecked_into::<web_sys::EventTarget>()
-        .dispatch_event(&event)
-        .unwrap();
-}
-
 /// `case`'s submitter (`extra` options) taken up the upload kept in IndexedDB (`resume`: sent at
 /// once) and finished it: its state then.
 async fn taken_up_and_finished(case: &Case, extra: &str) -> Option<String> {

@@ -1,6 +1,6 @@
 //! Shared by the browser tests (`tests/web.rs`, `tests/web_form.rs`, `tests/web_upload.rs`):
-//! the reference server's address, names unique to a run, the session storage, the server's
-//! counts per tenant, and a log of the page's lock requests and record writes in order.
+//! the reference server's address, names unique to a run, the session storage, a global event
+//! dispatched as the browser does, the server's counts per tenant, and a log of the page's lock requests and record writes in order.
 #![allow(dead_code)]
 
 use wasm_bindgen::{JsCast, JsValue};
@@ -34,6 +34,16 @@ pub fn session() -> web_sys::Storage {
 /// The record stored for submission `name` in the session storage, as text.
 pub fn stored(name: &str) -> Option<String> {
     session().get_item(&format!("oncekey:{name}")).unwrap()
+}
+
+/// Dispatches an event named `kind` at the global scope, as the browser does (`pagehide` when a
+/// page begins to unload, `pageshow` when the back/forward cache gives it back).
+pub fn dispatch(kind: &str) {
+    let event = web_sys::Event::new(kind).unwrap();
+    js_sys::global()
+        .unchecked_into::<web_sys::EventTarget>()
+        .dispatch_event(&event)
+        .unwrap();
 }
 
 /// The server's counts for `tenant` (`GET /api/stats`).
