@@ -196,14 +196,31 @@ fn sends(el: &Element) -> Sends {
     }
 }
 
-/// Whether `el` (of kind `sends`) can send `value`.
-fn can_send(el: &Element, sends: Sends, value: &str) -> bool {
-    let own = |el: &Element| text(el, "value").as_deref() == Some(value);
-    match sends {
-        Sends::Value | Sends::Hidden => true,
-        Sends::Nothing | Sends::Multiple => false,
-        Sends::Single => items(&get(el, "options")).iter().any(own),
-        _ => own(el),
+/// One step of a name's restore: a control, or an option of a multiple select, with what it
+/// sends and its own value, read from the page once: the alignment below asks each step about
+/// every value of the name.
+struct Step {
+    el: Element,
+    kind: Sends,
+    own: Option<String>,
+}
+
+impl Step {
+    fn new(el: Element, kind: Sends) -> Step {
+        let own = text(&el, "value");
+        Step { el, kind, own }
+    }
+
+    /// Whether it can send `value`.
+    fn can_send(&self, value: &str) -> bool {
+        match self.kind {
+            Sends::Value | Sends::Hidden => true,
+            Sends::Nothing | Sends::Multiple => false,
+            Sends::Single => items(&get(&self.el, "options"))
+                .iter()
+                .any(|option| text(option, "value").as_deref() == Some(value)),
+            _ => self.own.as_deref() == Some(value),
+        }
     }
 }
 
@@ -247,10 +264,13 @@ pub(crate) fn restore_fields(form: &HtmlFormElement, fields: &Fields) {
             if sent.is_none() && get(&el, "disabled").is_truthy() {
                 continue;
             }
-            if sends(&el) == Sends::Multiple {
-                steps.extend(items(&get(&el, "options")));
-            } else {
-                steps.push(el);
+            match sends(&el) {
+                Sends::Multiple => steps.extend(
+                    items(&get(&el, "options"))
+                        .into_iter()
+                        .map(|option| Step::new(option, Sends::Option)),
+                ),
+                kind => steps.push(Step::new(el, kind)),
             }
         }
         // fits[at(k, j)]: steps k and after can send exactly values j and after.
@@ -259,16 +279,16 @@ pub(crate) fn restore_fields(form: &HtmlFormElement, fields: &Fields) {
         let mut fits = vec![false; at(n + 1, 0)];
         fits[at(n, m)] = true;
         for k in (0..n).rev() {
-            let kind = sends(&steps[k]);
+            let step = &steps[k];
             for j in 0..=m {
-                fits[at(k, j)] = (!kind.always() && fits[at(k + 1, j)])
-                    || (j < m && can_send(&steps[k], kind, values[j]) && fits[at(k + 1, j + 1)]);
+                fits[at(k, j)] = (!step.kind.always() && fits[at(k + 1, j)])
+                    || (j < m && step.can_send(values[j]) && fits[at(k + 1, j + 1)]);
             }
         }
         let mut j = 0;
-        for (k, el) in steps.iter().enumerate() {
-            let kind = sends(el);
-            let next = values.get(j).copied().filter(|v| can_send(el, kind, v));
+        for (k, step) in steps.iter().enumerate() {
+            let (el, kind) = (&step.el, step.kind);
+            let next = values.get(j).copied().filter(|v| step.can_send(v));
             // A body that does not fit the page's controls (its page has changed): each takes
             // what it can.
             let take = match fits[at(k, j)] {
