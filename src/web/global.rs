@@ -361,44 +361,34 @@ const ANSWERS: u32 = 3;
 /// The browser answered lock request `n` (the lock's number and [`GRANTED`], [`REFUSED`] or
 /// [`LET_GO`]; `lock`, what the grant was given): what the lock's callback returns.
 fn lock_answered(n: u32, lock: &JsValue) -> JsValue {
-    let id = n / ANSWERS;
-    let letting_go = ASKED.with(|a| {
+    let (id, answer) = (n / ANSWERS, n % ANSWERS);
+    // A lock being let go is done with at its release (or refusal); a question of
+    // `if_lock_taken`, at its grant or refusal.
+    let done = ASKED.with(|a| {
         let mut a = a.borrow_mut();
         match a.get(id) {
-            Some(Asked::LettingGo(..)) if n % ANSWERS != GRANTED => a.take(id),
+            Some(Asked::LettingGo(..)) if answer != GRANTED => a.take(id),
+            Some(Asked::IfFree(_)) if answer != LET_GO => a.take(id),
             _ => None,
         }
     });
-    if let Some(Asked::LettingGo(key, waiting)) = letting_go {
-        // Let go (or refused, so never held): the questions about its key are asked now.
-        for then in waiting {
-            if_lock_taken(&key, then);
+    match (done, answer) {
+        (Some(Asked::LettingGo(key, waiting)), _) => {
+            // Let go (or refused, so never held): the questions about its key are asked now.
+            for then in waiting {
+                if_lock_taken(&key, then);
+            }
         }
-        return JsValue::UNDEFINED;
-    }
-    if n % ANSWERS == LET_GO {
-        return JsValue::UNDEFINED;
-    }
-    let if_free = ASKED.with(|a| {
-        let mut a = a.borrow_mut();
-        match a.get(id) {
-            Some(Asked::IfFree(_)) => a.take(id),
-            _ => None,
-        }
-    });
-    if let Some(Asked::IfFree(then)) = if_free {
         // Granted `null`: held or asked for elsewhere. Granted a lock: `then` runs with it held
         // (let go when this returns). Refused: nothing can be known.
-        then(n % ANSWERS == GRANTED && lock.is_null());
-        return JsValue::UNDEFINED;
-    }
-    match n % ANSWERS {
-        GRANTED => granted(id),
-        _ => {
+        (Some(Asked::IfFree(then)), _) => then(answer == GRANTED && lock.is_null()),
+        (_, GRANTED) => return granted(id),
+        (_, REFUSED) => {
             answered(id, Asked::Refused);
-            JsValue::UNDEFINED
         }
+        _ => {}
     }
+    JsValue::UNDEFINED
 }
 
 /// Where a lock asked for is.
