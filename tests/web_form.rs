@@ -226,6 +226,13 @@ fn fill_ticket(form: &HtmlFormElement, subject: &str) {
     fill(form, "body", "Third floor.");
 }
 
+/// Whether `el` is disabled now (its `disabled` property).
+fn off(el: &JsValue) -> bool {
+    js_sys::Reflect::get(el, &"disabled".into())
+        .unwrap()
+        .is_truthy()
+}
+
 fn disabled(form: &HtmlFormElement, selector: &str) -> bool {
     let el = form.query_selector(selector).unwrap().unwrap();
     js_sys::Reflect::get(&el, &"disabled".into())
@@ -2337,9 +2344,7 @@ async fn controls_added_while_the_form_is_locked_are_locked_too_and_unlocked_wit
     settled(&form, "unsure").await;
     named_later.set_attribute("form", &case.name).unwrap();
     JsFuture::from(sleep(0)).await.unwrap();
-    let later_locked = js_sys::Reflect::get(&named_later, &"disabled".into())
-        .unwrap()
-        .is_truthy();
+    let later_locked = off(&named_later);
     // A row in the form, with a field the page disabled, and a field outside naming the form.
     let row = document().create_element("div").unwrap();
     row.set_inner_html(
@@ -2352,11 +2357,6 @@ async fn controls_added_while_the_form_is_locked_are_locked_too_and_unlocked_wit
     outside.set_attribute("form", &case.name).unwrap();
     document().body().unwrap().append_child(&outside).unwrap();
     JsFuture::from(sleep(0)).await.unwrap();
-    let off = |el: &Element| {
-        js_sys::Reflect::get(el, &"disabled".into())
-            .unwrap()
-            .is_truthy()
-    };
     let named = |name: &str| disabled(&form, &format!("[name={name}]"));
     let locked = (named("late"), named("pick"), named("off"), off(&outside));
     let offered = ["Try again", "Discard"].map(|b| off(&button(&form, b).expect(b)));
@@ -2442,15 +2442,10 @@ async fn a_control_that_becomes_the_form_s_when_the_form_takes_another_id_is_loc
     settled(&form, "unsure").await;
     form.set_id(&next_id);
     JsFuture::from(sleep(0)).await.unwrap();
-    let off = || {
-        js_sys::Reflect::get(&waiting, &"disabled".into())
-            .unwrap()
-            .is_truthy()
-    };
-    let locked = off();
+    let locked = off(&waiting);
     button(&form, "Discard").expect("Discard").click();
     settled(&form, "idle").await;
-    let unlocked = !off();
+    let unlocked = !off(&waiting);
     waiting.remove();
     form.remove();
     assert!(locked, "the form's new control is locked");
