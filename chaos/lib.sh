@@ -47,3 +47,14 @@ browser_run() {
     # The server logs every injected fault; only the table matters here.
     RUST_LOG=off node chaos/e2e/browser-chaos.mjs --submissions "$1" --pages "$2" --seed "$seed"
 }
+
+# The API fuzz run (chaos/e2e/api-fuzz.mjs): $1 runs of two tabs, $2 calls per life of a tab.
+fuzz_run() {
+    [ "${CHAOS_BROWSER:-1}" != 0 ] || return 0
+    if [ ! -f pkg/oncekey.js ]; then
+        echo "FAIL: the API fuzz run needs the built package (pkg); build it first, or set CHAOS_BROWSER=0" >&2
+        exit 1
+    fi
+    echo "== chaos: API fuzz run (seed $seed)"
+    RUST_LOG=off node chaos/e2e/api-fuzz.mjs --runs "$1" --steps "$2" --seed "$seed"
+}

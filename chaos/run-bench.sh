@@ -3,10 +3,11 @@
 # with client and server SIGKILLs (80 runs of 1,000 on SQLite files, then, beside PostgreSQL,
 # 20 runs of 1,000 with the server and every worker's store on PostgreSQL); then each --break
 # case, each of which must be caught; then the browser run (1,000 submissions over 4 tabs of one
-# browser context). Extra arguments go to both native runs (e.g. `--workers 4`).
+# browser context) and the API fuzz run (20 runs of two tabs, 400 calls per life of a tab).
+# Extra arguments go to both native runs (e.g. `--workers 4`).
 # CHAOS_SEED picks the seed (1 by default); CHAOS_RUNS, CHAOS_PG_RUNS, CHAOS_SUBMISSIONS,
-# CHAOS_BROWSER_SUBMISSIONS and CHAOS_BROWSER_TABS the sizes; CHAOS_BREAKS=0 skips the --break
-# cases, CHAOS_BROWSER=0 the browser run.
+# CHAOS_BROWSER_SUBMISSIONS, CHAOS_BROWSER_TABS and CHAOS_FUZZ_RUNS the sizes; CHAOS_BREAKS=0
+# skips the --break cases, CHAOS_BROWSER=0 the browser and API fuzz runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source chaos/lib.sh
@@ -33,3 +34,4 @@ if [ "${CHAOS_BREAKS:-1}" != 0 ]; then
     done
 fi
 browser_run "${CHAOS_BROWSER_SUBMISSIONS:-1000}" "${CHAOS_BROWSER_TABS:-4}"
+fuzz_run "${CHAOS_FUZZ_RUNS:-20}" 400

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The chaos harness in `make test`: a small seeded native run that must end with
 # "guarantee violations 0", one planted mistake (--break new-key) that must be caught (the
-# harness must exit 1 and report violations), and a small browser run. Debug build by default
+# harness must exit 1 and report violations), a small browser run and a small API fuzz run. Debug build by default
 # (CHAOS_PROFILE=release for an optimized one); CHAOS_SEED picks the seed (1 by default).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -24,3 +24,4 @@ else
     echo "SKIPPED chaos on PostgreSQL: no PostgreSQL (ONCEKEY_PG_URL is unset; make test starts one)"
 fi
 browser_run 24 4
+fuzz_run 1 200
