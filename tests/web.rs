@@ -1353,6 +1353,61 @@ async fn the_same_body_after_another_submitter_had_the_answer_is_replayed_under_
     assert_eq!(case.stored(), None);
 }
 
+/// A `<base href>` in the test page's head, taken out again when dropped: relative URLs then
+/// resolve against `href`, as in a page served from there.
+struct Base(web_sys::Element);
+
+impl Base {
+    fn new(href: &str) -> Base {
+        let document = web_sys::window().unwrap().document().unwrap();
+        let base = document.create_element("base").unwrap();
+        base.set_attribute("href", href).unwrap();
+        let head = document.query_selector("head").unwrap().unwrap();
+        head.append_child(&base).unwrap();
+        Base(base)
+    }
+}
+
+impl Drop for Base {
+    fn drop(&mut self) {
+        self.0.remove();
+    }
+}
+
+#[test]
+async fn one_endpoint_written_relative_and_in_full_is_one_submission() {
+    // A page that names its endpoint "/api/tickets" in one place and in full in another (a
+    // form's `action` reads in full): two submitters of the name, one request. Found by the API
+    // fuzz run: the same body went out again under a new key, a second ticket.
+    let case = Case::new("page-relative-url");
+    let _base = Base::new(&format!("{}/", server()));
+    case.plan(&["fail-before"]);
+    let a = case.submitter(r#""retry":{"attempts":1}"#);
+    let first = submit(&a, TICKET).await;
+    assert_eq!(text(&first, "outcome"), "unsure");
+    let key = text(&first, "key");
+    let relative = Submitter::new(
+        case.name.as_str().into(),
+        json(&format!(
+            r#"{{"url":"/api/tickets","headers":{{"X-Tenant":"{}"}}}}"#,
+            case.tenant
+        )),
+    )
+    .expect("valid options");
+    assert_eq!(text(&relative.pending(), "key"), key, "taken up");
+    // Another submitter of the name has the answer; the same body here is still that
+    // submission: its key, the answer replayed, one ticket.
+    let answered = settle(a.try_again(None)).await.unwrap();
+    assert_eq!(text(&answered, "outcome"), "succeeded");
+    assert_eq!(case.stored(), None);
+    let again = submit(&relative, TICKET).await;
+    assert_eq!(text(&again, "outcome"), "succeeded");
+    assert_eq!(text(&again, "key"), key);
+    assert_eq!(get(&again, "replayed").as_bool(), Some(true), "{again:?}");
+    assert!(all_equal(&case.keys()), "{:?}", case.keys());
+    assert_eq!(case.tickets().await, 1.0);
+}
+
 #[test]
 async fn a_listener_that_discards_what_a_submit_took_up_never_makes_a_submission_without_a_key() {
     let case = Case::new("tabs-discard");
@@ -1469,6 +1524,7 @@ async fn wrong_options_are_errors_that_name_the_option() {
     let cases = [
         (r#"{}"#, "options.url"),
         (r#"{"url":5}"#, "options.url"),
+        (r#"{"url":"http://["}"#, "options.url must be a URL"),
         (
             r#"{"url":"/x","storag":"local"}"#,
             "options.storag is not an option",

@@ -660,12 +660,17 @@ fn removed(name: &str, why: &str) -> String {
 
 /// Takes up a stored record; returns why it cannot be (the caller removes it).
 fn restore(core: &mut Submission, text: &str, resume: bool) -> Option<String> {
-    let record = match Record::from_json(text) {
+    let mut record = match Record::from_json(text) {
         Ok(record) => record,
         Err(e) => return Some(e.0),
     };
     if record.name != core.name() {
         return Some("it belongs to ".to_owned() + &quoted(&record.name));
+    }
+    // In full, as the options' URL is: a record an older page stored with "/api/tickets" is
+    // the same request as this submitter's (one that is no URL is sent as it is, and fails).
+    if let Some(url) = super::global::full_url(&record.request.url) {
+        record.request.url = url;
     }
     core.restore(now(), record, resume)
         .err()

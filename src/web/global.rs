@@ -263,6 +263,29 @@ impl Drop for Timer {
     }
 }
 
+/// `url` as `fetch` reads it here, written out in full (`URL.href`): resolved against the
+/// document's base URL in a window (its `<base href>` counted), or the worker's location. So
+/// one endpoint written two ways (`/api/tickets`, and in full, as a form's `action` reads) is
+/// one URL, and a record of it is the same request. `None` when it is no URL there; as given
+/// where the global has neither.
+pub(crate) fn full_url(url: &str) -> Option<String> {
+    let global = js_sys::global();
+    let get = |of: &JsValue, name: &str| {
+        Reflect::get(of, &name.into())
+            .ok()
+            .filter(|v| !v.is_undefined() && !v.is_null())
+    };
+    let base = get(&global, "document")
+        .and_then(|d| get(&d, "baseURI"))
+        .or_else(|| get(&global, "location").and_then(|l| get(&l, "href")));
+    match base.and_then(|b| b.as_string()) {
+        Some(base) => web_sys::Url::new_with_base(url, &base)
+            .ok()
+            .map(|u| u.href()),
+        None => Some(url.to_owned()),
+    }
+}
+
 /// `navigator.onLine`: `false` only when the platform says it is offline (a global without a
 /// navigator, or one that does not say, counts as online).
 pub(crate) fn on_line() -> bool {

@@ -186,6 +186,14 @@ impl Options {
                 "options.url is required: where to send the submission",
             ));
         }
+        // In full: a record of this endpoint written the other way is the same request.
+        self.url = super::global::full_url(&self.url).ok_or_else(|| {
+            wrong_text(
+                "options.url",
+                "a URL (in full, or relative to the page)",
+                &self.url,
+            )
+        })?;
         self.method = self.method.to_ascii_uppercase();
         if !is_token(&self.method) {
             return Err(wrong_text(
