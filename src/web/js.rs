@@ -39,7 +39,7 @@ export interface RetryOptions {
 }
 
 export interface SubmitterOptions {
-  /** Where to send. */
+  /** Where to send: in full, or relative to the page (read in full, as `fetch` reads it). */
   url: string;
   /** Default "POST". */
   method?: string;

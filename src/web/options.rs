@@ -67,7 +67,8 @@ pub type AttemptHeaders = Rc<dyn Fn(u32, &Key) -> Vec<(String, String)>>;
 /// How a [`Submitter`](super::Submitter) sends. [`Options::new`] gives the defaults.
 #[derive(Clone)]
 pub struct Options {
-    /// Where to send.
+    /// Where to send: in full, or relative to the page (read in full, as `fetch` reads it,
+    /// when the submitter is made).
     pub url: String,
     /// The HTTP method, `POST` by default.
     pub method: String,
