@@ -21,7 +21,8 @@
 // `--runs 1 --steps 200`, the size `make test` runs.
 //
 //   node chaos/e2e/api-fuzz.mjs [--seed 1] [--runs 1] [--steps 300] [--fault-rate 0.3]
-//   FUZZ_TRACE=1 prints every call, change and settlement of a run that breaks check 3.
+//   FUZZ_TRACE=1 prints every call and settlement of a run that breaks check 3 (2: every
+//   change too, through listeners of its own, which change what is kept alive).
 //
 // Needs the built package (pkg) and the reference server (ONCEKEY_SERVER_BIN, else
 // target/debug/oncekey-server), like tests/e2e.
@@ -47,6 +48,7 @@ async function fuzz({ seed, steps, tenant, last, tracing }) {
   const trace = (line) => (tracing ? report('trace', `${seed} ${performance.now().toFixed(0)} ${line}`) : undefined)
   const m = await import('/pkg/oncekey.js')
   await m.default()
+  report('ready', '')
   // mulberry32: small, seeded, good enough to pick calls.
   let a = seed >>> 0
   const rnd = () => {
@@ -156,7 +158,7 @@ async function fuzz({ seed, steps, tenant, last, tracing }) {
       const label = `S${live.length}:${s.name}/${s.storage}`
       labels.set(s, label)
       trace(`${label} made, state ${s.state}, pending ${pendingSubject(s)}`)
-      if (tracing) s.onChange((c) => trace(`${label} ${c.state} key=${c.key} attempts=${c.attempts}`))
+      if (tracing > 1) s.onChange((c) => trace(`${label} ${c.state} key=${c.key} attempts=${c.attempts}`))
       if (rnd() < 0.8) stops.push(s.onChange(() => nested('onChange')))
     } catch (e) {
       caught('new Submitter', e)
@@ -186,7 +188,7 @@ async function fuzz({ seed, steps, tenant, last, tracing }) {
       const label = `K${kits.length}:${kit.submitter.name}/${kit.submitter.storage}`
       labels.set(kit.submitter, label)
       trace(`${label} attached, state ${kit.submitter.state}, pending ${pendingSubject(kit.submitter)}`)
-      if (tracing) kit.submitter.onChange((c) => trace(`${label} ${c.state} key=${c.key} attempts=${c.attempts}`))
+      if (tracing > 1) kit.submitter.onChange((c) => trace(`${label} ${c.state} key=${c.key} attempts=${c.attempts}`))
       form.addEventListener('oncekey:change', () => nested('oncekey:change'))
     } catch (e) {
       caught('attachForm', e)
@@ -203,7 +205,8 @@ async function fuzz({ seed, steps, tenant, last, tracing }) {
       'form', 'form send', 'form send', 'form tryAgain', 'form discard', 'form sendAsNew', 'form submitter',
     ])
     count(what)
-    trace(`${what} on ${labels.get(what.startsWith('form') && k ? k.kit.submitter : s)} (state ${s.state}, pending ${pendingSubject(s)})`)
+    const on = what.startsWith('form') && k ? k.kit.submitter : s
+    trace(`${what} on ${labels.get(on)} (state ${on.state}, pending ${pendingSubject(on)})`)
     try {
       switch (what) {
         case 'new':
@@ -344,7 +347,7 @@ const browser = await launchBrowser()
 const all = []
 const totals = { steps: 0, submitted: 0, tainted: 0, succeeded: 0, tickets: 0, reloads: 0, offline: 0 }
 const TABS = 2
-const TRACE = !!process.env.FUZZ_TRACE
+const TRACE = Number(process.env.FUZZ_TRACE || 0)
 const counts = {}
 const codes = {}
 const bump = (map, k) => (map[k] = (map[k] || 0) + 1)
@@ -359,12 +362,20 @@ try {
     // (its sessionStorage kept), after a random part of its steps. Meanwhile the browser goes
     // offline now and then, until the tabs wait for their last promises.
     let settling = 0
+    // A life is not begun offline, nor taken offline before the module is in (a page that cannot
+    // load its script is no test of the script).
+    let starting = 0
+    let offlineNow = false
+    const until = async (ok) => {
+      while (!ok()) await new Promise((r) => setTimeout(r, 20))
+    }
     const traces = []
     await context.exposeFunction('fuzzReport', (kind, what) => {
       if (kind === 'count') bump(counts, what)
       else if (kind === 'code') bump(codes, what)
       else if (kind === 'violation') seen.violations.push(what)
       else if (kind === 'settling') settling++
+      else if (kind === 'ready') starting--
       else if (kind === 'trace') traces.push(what)
       else seen[kind].add(what)
     })
@@ -383,6 +394,8 @@ try {
       const lives = 1 + ((seed + t) % 3)
       for (let life = 0; life < lives; life++) {
         const last = life === lives - 1
+        starting++
+        await until(() => !offlineNow)
         await page.goto(`${server.url}/fuzz/api-fuzz.html`)
         const running = page.evaluate(fuzz, { seed: seed * 100 + t * 10 + life, steps: STEPS, tenant, last, tracing: TRACE })
         if (TRACE) traces.push(`${seed * 100 + t * 10 + life} life begins (tab ${t})`)
@@ -399,13 +412,17 @@ try {
     const offline = (async () => {
       for (let i = 0; settling < TABS; i++) {
         await new Promise((r) => setTimeout(r, 1000 + ((seed * 31 + i * 7) % 3000)))
+        await until(() => starting === 0 || settling >= TABS)
         if (settling >= TABS) break
+        offlineNow = true
         await context.setOffline(true)
         totals.offline++
         await new Promise((r) => setTimeout(r, 200 + ((seed * 17 + i * 13) % 1500)))
         await context.setOffline(false)
+        offlineNow = false
       }
       await context.setOffline(false)
+      offlineNow = false
     })()
     await Promise.all([...Array.from({ length: TABS }, (_, t) => tab(t)), offline])
     const held = await (await fetch(`${server.url}/api/tickets?limit=500`, { headers: { 'X-Tenant': tenant } })).json()
