@@ -345,7 +345,7 @@ const server = await startServer([
 ])
 const browser = await launchBrowser()
 const all = []
-const totals = { steps: 0, submitted: 0, tainted: 0, succeeded: 0, tickets: 0, reloads: 0, offline: 0 }
+const totals = { steps: 0, submitted: 0, tainted: 0, succeeded: 0, tickets: 0, reloads: 0, offline: 0, duplicated: 0 }
 const TABS = 2
 const TRACE = Number(process.env.FUZZ_TRACE || 0)
 const counts = {}
@@ -379,8 +379,7 @@ try {
       else if (kind === 'trace') traces.push(what)
       else seen[kind].add(what)
     })
-    const tab = async (t) => {
-      const page = await context.newPage()
+    const watch = (page) => {
       page.on('pageerror', (e) => seen.violations.push(`page error: ${e}`))
       page.on('console', (msg) => {
         // The browser logs every failed request (a 409, a dropped connection): the faults'.
@@ -391,6 +390,10 @@ try {
           seen.violations.push(`console error: ${text}`)
         }
       })
+    }
+    const tab = async (t) => {
+      const page = await context.newPage()
+      watch(page)
       const lives = 1 + ((seed + t) % 3)
       for (let life = 0; life < lives; life++) {
         const last = life === lives - 1
@@ -404,10 +407,37 @@ try {
           await running
         } else {
           running.catch(() => {})
-          await new Promise((r) => setTimeout(r, 500 + ((seed * 7919 + t * 15485863 + life * 104729) % 4000)))
+          const wait = 500 + ((seed * 7919 + t * 15485863 + life * 104729) % 4000)
+          await new Promise((r) => setTimeout(r, wait / 2))
+          // Now and then the tab is duplicated mid-life: a new tab whose sessionStorage starts
+          // as a copy of this one's (records and all, as the browser's "Duplicate tab" makes
+          // it), which lives one life of its own and is closed while its calls are under way.
+          if ((seed + t + life) % 2 === 0) duplicates.push(duplicate(page, seed * 100 + 50 + t * 10 + life))
+          await new Promise((r) => setTimeout(r, wait / 2))
           totals.reloads++
         }
       }
+    }
+    const duplicates = []
+    const duplicate = async (page, lifeSeed) => {
+      const copy = await page.evaluate(() => Object.entries(sessionStorage)).catch(() => null)
+      if (!copy) return
+      starting++
+      await until(() => !offlineNow)
+      const twin = await context.newPage()
+      await twin.addInitScript((entries) => {
+        // Once: a reload of the twin keeps its own storage, as a duplicated tab's would.
+        if (sessionStorage.getItem('fuzz-twin')) return
+        sessionStorage.setItem('fuzz-twin', '1')
+        for (const [k, v] of entries) sessionStorage.setItem(k, v)
+      }, copy)
+      watch(twin)
+      totals.duplicated++
+      await twin.goto(`${server.url}/fuzz/api-fuzz.html`)
+      twin.evaluate(fuzz, { seed: lifeSeed, steps: STEPS, tenant, last: false, tracing: TRACE }).catch(() => {})
+      totals.steps += STEPS
+      await new Promise((r) => setTimeout(r, 1000 + (lifeSeed % 3000)))
+      await twin.close()
     }
     const offline = (async () => {
       for (let i = 0; settling < TABS; i++) {
@@ -425,6 +455,7 @@ try {
       offlineNow = false
     })()
     await Promise.all([...Array.from({ length: TABS }, (_, t) => tab(t)), offline])
+    await Promise.all(duplicates)
     const held = await (await fetch(`${server.url}/api/tickets?limit=500`, { headers: { 'X-Tenant': tenant } })).json()
     if (held.length >= 500) seen.violations.push('500 tickets or more: the list is cut, the checks cannot be made')
     const bySubject = new Map()
@@ -453,7 +484,7 @@ try {
 }
 const row = (k, v) => console.log(`${k.padEnd(28)} ${v}`)
 const list = (filter) => Object.entries(counts).filter(([k]) => filter(k)).sort().map(([k, v]) => `${k} ${v}`).join(', ')
-console.log(`oncekey API fuzz: seed ${SEED}, ${RUNS} runs of ${TABS} tabs, ${totals.steps} steps, ${totals.reloads} reloads mid-run, ${totals.offline} offline spells, fault rate ${FAULT_RATE}`)
+console.log(`oncekey API fuzz: seed ${SEED}, ${RUNS} runs of ${TABS} tabs, ${totals.steps} steps, ${totals.reloads} reloads mid-run, ${totals.duplicated} tabs duplicated, ${totals.offline} offline spells, fault rate ${FAULT_RATE}`)
 row('bodies submitted', `${totals.submitted} (discarded or sent as new: ${totals.tainted}; seen to succeed: ${totals.succeeded})`)
 row('tickets', totals.tickets)
 row('calls', list((k) => !k.includes('->') && !k.startsWith('nested')))
