@@ -1,8 +1,9 @@
 // The API fuzz run: headless Chromium drives the package's JavaScript API at random, as a page
 // could (where browser-chaos.mjs drives the demo's form as a person does), against the
 // reference server with random faults (--fault-rate). Each run opens two tabs of one browser
-// context; each tab lives one to three lives, reloaded while its calls are under way, and the
-// context goes offline now and then. A life makes Submitters of two names over session, local,
+// context; each tab lives one to three lives, reloaded while its calls are under way, is now
+// and then duplicated (its sessionStorage copied into a new tab, which lives one life and is
+// closed mid-call), and the context goes offline now and then. A life makes Submitters of two names over session, local,
 // memory and IndexedDB storage, and forms wired by attachForm, and calls at random: submit (a new
 // JSON body or an upload, or the pending body again), tryAgain, sendAsNew, discard, setSecrets,
 // aborts, pending(), listPending(), free(), listeners that stop themselves, and the kit's Send,
