@@ -28,14 +28,9 @@
 // Needs the built package (pkg) and the reference server (ONCEKEY_SERVER_BIN, else
 // target/debug/oncekey-server), like tests/e2e.
 import path from 'node:path'
-import { launchBrowser, root, startServer } from '../../tests/e2e/harness.mjs'
+import { cliArgs, launchBrowser, root, startServer } from '../../tests/e2e/harness.mjs'
 
-const args = Object.fromEntries(
-  process.argv.slice(2).reduce((pairs, arg, i, all) => {
-    if (arg.startsWith('--')) pairs.push([arg.slice(2), all[i + 1]])
-    return pairs
-  }, []),
-)
+const args = cliArgs()
 const SEED = Number(args.seed ?? 1)
 const RUNS = Number(args.runs ?? 1)
 const STEPS = Number(args.steps ?? 300)

@@ -24,14 +24,9 @@
 //
 // Needs the built demo (www/dist) and package (pkg), and the reference server
 // (ONCEKEY_SERVER_BIN, else target/debug/oncekey-server), like tests/e2e.
-import { launchBrowser, startServer, stats, tickets } from '../../tests/e2e/harness.mjs'
+import { cliArgs, launchBrowser, startServer, stats, tickets } from '../../tests/e2e/harness.mjs'
 
-const args = Object.fromEntries(
-  process.argv.slice(2).reduce((pairs, arg, i, all) => {
-    if (arg.startsWith('--')) pairs.push([arg.slice(2), all[i + 1]])
-    return pairs
-  }, []),
-)
+const args = cliArgs()
 const SUBMISSIONS = Number(args.submissions ?? 100)
 const PAGES = Number(args.pages ?? 4)
 const SEED = BigInt(args.seed ?? 1)

@@ -21,6 +21,16 @@ export const CHROMIUM_ARGS = [
   '--no-first-run',
 ]
 
+/** A script's `--name value` arguments, as an object (the chaos scripts'). */
+export function cliArgs(argv = process.argv.slice(2)) {
+  return Object.fromEntries(
+    argv.reduce((pairs, arg, i, all) => {
+      if (arg.startsWith('--')) pairs.push([arg.slice(2), all[i + 1]])
+      return pairs
+    }, []),
+  )
+}
+
 /** Starts the reference server on a free loopback port; resolves to { url, stop }. */
 export function startServer(extra = []) {
   const bin = process.env.ONCEKEY_SERVER_BIN || path.join(root, 'target/debug/oncekey-server')
