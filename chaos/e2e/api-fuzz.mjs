@@ -40,7 +40,13 @@ const FAULT_RATE = Number(args['fault-rate'] ?? 0.3)
  * promise. What a check needs is told to node as it happens (`window.fuzzReport`), so that a
  * reload in the middle loses none of it. */
 async function fuzz({ seed, steps, tenant, last, tracing }) {
-  const report = (kind, what) => window.fuzzReport(kind, String(what))
+  // Told to node at once, and kept in the page for node to collect before it reloads or closes
+  // the page (a binding call made just before may not arrive).
+  window.fuzzLog = window.fuzzLog || []
+  const report = (kind, what) => {
+    if (kind === 'submitted' || kind === 'tainted' || kind === 'succeeded') window.fuzzLog.push([kind, String(what)])
+    window.fuzzReport(kind, String(what))
+  }
   const trace = (line) => (tracing ? report('trace', `${seed} ${performance.now().toFixed(0)} ${line}`) : undefined)
   const m = await import('/pkg/oncekey.js')
   await m.default()
@@ -375,6 +381,10 @@ try {
       else if (kind === 'trace') traces.push(what)
       else seen[kind].add(what)
     })
+    const collect = async (page) => {
+      const log = await page.evaluate(() => window.fuzzLog || []).catch(() => [])
+      for (const [kind, what] of log) seen[kind].add(what)
+    }
     const watch = (page) => {
       page.on('pageerror', (e) => seen.violations.push(`page error: ${e}`))
       page.on('console', (msg) => {
@@ -393,6 +403,7 @@ try {
       const lives = 1 + ((seed + t) % 3)
       for (let life = 0; life < lives; life++) {
         const last = life === lives - 1
+        if (life > 0) await collect(page)
         starting++
         await until(() => !offlineNow)
         await page.goto(`${server.url}/fuzz/api-fuzz.html`)
@@ -433,13 +444,16 @@ try {
       twin.evaluate(fuzz, { seed: lifeSeed, steps: STEPS, tenant, last: false, tracing: TRACE }).catch(() => {})
       totals.steps += STEPS
       await new Promise((r) => setTimeout(r, 1000 + (lifeSeed % 3000)))
+      await collect(twin)
       await twin.close()
     }
+    // Set when a tab failed: the spells stop, so that the tab's error is the one told.
+    let stopped = false
     const offline = (async () => {
-      for (let i = 0; settling < TABS; i++) {
+      for (let i = 0; settling < TABS && !stopped; i++) {
         await new Promise((r) => setTimeout(r, 1000 + ((seed * 31 + i * 7) % 3000)))
-        await until(() => starting === 0 || settling >= TABS)
-        if (settling >= TABS) break
+        await until(() => starting === 0 || settling >= TABS || stopped)
+        if (settling >= TABS || stopped) break
         offlineNow = true
         await context.setOffline(true)
         totals.offline++
@@ -450,8 +464,14 @@ try {
       await context.setOffline(false)
       offlineNow = false
     })()
-    await Promise.all([...Array.from({ length: TABS }, (_, t) => tab(t)), offline])
-    await Promise.all(duplicates)
+    try {
+      await Promise.all([...Array.from({ length: TABS }, (_, t) => tab(t)), offline])
+      await Promise.all(duplicates)
+    } catch (e) {
+      stopped = true
+      await offline.catch(() => {})
+      throw e
+    }
     const held = await (await fetch(`${server.url}/api/tickets?limit=500`, { headers: { 'X-Tenant': tenant } })).json()
     if (held.length >= 500) seen.violations.push('500 tickets or more: the list is cut, the checks cannot be made')
     const bySubject = new Map()
