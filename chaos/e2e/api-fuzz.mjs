@@ -198,6 +198,7 @@ async function fuzz({ seed, steps, tenant, last, tracing }) {
     }
   }
   const act = () => {
+    if (window.fuzzStop) return
     if (live.length === 0) return make()
     const s = pick(live)
     const k = kits.length ? pick(kits) : null
@@ -318,7 +319,7 @@ async function fuzz({ seed, steps, tenant, last, tracing }) {
       else caught(what, e)
     }
   }
-  for (let i = 0; i < steps; i++) {
+  for (let i = 0; i < steps && !window.fuzzStop; i++) {
     act()
     if (rnd() < 0.5) await sleep(Math.floor(rnd() * 60))
   }
@@ -382,7 +383,13 @@ try {
       else seen[kind].add(what)
     })
     const collect = async (page) => {
-      const log = await page.evaluate(() => window.fuzzLog || []).catch(() => [])
+      // No call is made after this (those under way go on), so nothing made is left untold.
+      const log = await page
+        .evaluate(() => {
+          window.fuzzStop = true
+          return window.fuzzLog || []
+        })
+        .catch(() => [])
       for (const [kind, what] of log) seen[kind].add(what)
     }
     const watch = (page) => {
