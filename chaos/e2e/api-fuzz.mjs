@@ -36,9 +36,9 @@ const RUNS = Number(args.runs ?? 1)
 const STEPS = Number(args.steps ?? 300)
 const FAULT_RATE = Number(args['fault-rate'] ?? 0.3)
 
-/** Runs in the page: `steps` random calls of the API, then (when `last`) waits for every
- * promise. What a check needs is told to node as it happens (`window.fuzzReport`), so that a
- * reload in the middle loses none of it. */
+/** Runs in the page: `steps` random calls of the API (fewer when node stops it, before a reload
+ * or a close), then (when `last`) waits for every promise. What a check needs is told to node
+ * as it happens (`window.fuzzReport`), so that a reload in the middle loses none of it. */
 async function fuzz({ seed, steps, tenant, last, tracing }) {
   // Told to node at once, and kept in the page for node to collect before it reloads or closes
   // the page (a binding call made just before may not arrive).
