@@ -456,19 +456,33 @@ try {
     }
     // Set when a tab failed: the spells stop, so that the tab's error is the one told.
     let stopped = false
+    // Playwright sets every page of the context offline; a page closing meanwhile (a duplicated
+    // tab) fails the call ("Target page, context or browser has been closed"): tried again.
+    let contextClosed = false
+    context.on('close', () => (contextClosed = true))
+    const setOffline = async (offline) => {
+      for (let i = 0; ; i++) {
+        try {
+          return await context.setOffline(offline)
+        } catch (e) {
+          if (contextClosed || i >= 5 || !/has been closed/.test(String(e))) throw e
+          await new Promise((r) => setTimeout(r, 50))
+        }
+      }
+    }
     const offline = (async () => {
       for (let i = 0; settling < TABS && !stopped; i++) {
         await new Promise((r) => setTimeout(r, 1000 + ((seed * 31 + i * 7) % 3000)))
         await until(() => starting === 0 || settling >= TABS || stopped)
         if (settling >= TABS || stopped) break
         offlineNow = true
-        await context.setOffline(true)
+        await setOffline(true)
         totals.offline++
         await new Promise((r) => setTimeout(r, 200 + ((seed * 17 + i * 13) % 1500)))
-        await context.setOffline(false)
+        await setOffline(false)
         offlineNow = false
       }
-      await context.setOffline(false)
+      await setOffline(false)
       offlineNow = false
     })()
     try {
