@@ -1409,6 +1409,39 @@ async fn one_endpoint_written_relative_and_in_full_is_one_submission() {
 }
 
 #[test]
+async fn the_same_body_sent_another_way_after_another_submitter_had_the_answer_is_not_sent_again() {
+    // Two submitters of a name that send it differently (here, one as a form): once one had the
+    // answer, the same body given to the other is still that submission, refused as pending
+    // (Try again replays the answer), never sent again under a new key. Found by the API fuzz
+    // run: a second ticket.
+    let case = Case::new("page-encoding");
+    case.plan(&["fail-before"]);
+    let a = case.submitter(r#""retry":{"attempts":1}"#);
+    let first = submit(&a, TICKET).await;
+    assert_eq!(text(&first, "outcome"), "unsure");
+    let key = text(&first, "key");
+    let form = case.submitter(r#""encoding":"form""#);
+    assert_eq!(text(&form.pending(), "key"), key, "taken up");
+    let answered = settle(a.try_again(None)).await.unwrap();
+    assert_eq!(text(&answered, "outcome"), "succeeded");
+    assert_eq!(case.stored(), None);
+    let sent = case.seen().len();
+    let err = settle(form.submit(json(TICKET), None)).await.unwrap_err();
+    assert_eq!(text(&err, "code"), "pending");
+    assert!(
+        error_message(&err).contains("encoding"),
+        "{}",
+        error_message(&err)
+    );
+    assert_eq!(case.seen().len(), sent, "nothing sent");
+    let again = settle(form.try_again(None)).await.unwrap();
+    assert_eq!(text(&again, "outcome"), "succeeded");
+    assert_eq!(text(&again, "key"), key);
+    assert_eq!(get(&again, "replayed").as_bool(), Some(true), "{again:?}");
+    assert_eq!(case.tickets().await, 1.0);
+}
+
+#[test]
 async fn a_listener_that_discards_what_a_submit_took_up_never_makes_a_submission_without_a_key() {
     let case = Case::new("tabs-discard");
     case.plan(&["fail-before"]);

@@ -774,7 +774,16 @@ impl Driver {
                 if !pending {
                     spare::forget_made(self);
                 }
-                let other_body = matches!(e, BeginError::PendingMismatch { .. });
+                // Another body only: the same body sent another way (another encoding or
+                // method, the submitter's own headers) is still that submission, which a new
+                // key would send a second time; the refusal stands for it.
+                let other_body = matches!(
+                    e,
+                    BeginError::PendingMismatch {
+                        differs: "body",
+                        ..
+                    }
+                );
                 if look_again && other_body && self.finished_elsewhere() {
                     // Dropped here as a discard drops it (the caller of its round was answered
                     // already), not driven: its Forget, carried out after this body began,
@@ -822,7 +831,8 @@ impl Driver {
     /// Whether the submission pending here, unsure (this submitter sends nothing of it until
     /// "Try again"), has left the web storage tabs share: another tab or another submitter of
     /// the name in this page had its definite answer, or discarded it, and removed its record.
-    /// Another body is then no longer refused for it. The same body still goes on under its
+    /// Another body is then no longer refused for it (the same body with another encoding,
+    /// method or headers still is). The same body still goes on under its
     /// key, as "Try again" (the server replays the answer the other tab had), and an expired
     /// key is still refused (a new key for it is the caller's choice: `sendAsNew`). (A tab
     /// whose write failed goes on from memory and removes its record too: then the submission
