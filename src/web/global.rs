@@ -13,6 +13,7 @@ use std::cell::RefCell;
 use std::rc::{Rc, Weak};
 
 use super::driver::Driver;
+use super::{get, text};
 use crate::core::Key;
 
 use js_sys::{Function, Promise, Reflect};
@@ -270,15 +271,9 @@ impl Drop for Timer {
 /// where the global has neither.
 pub(crate) fn full_url(url: &str) -> Option<String> {
     let global = js_sys::global();
-    let get = |of: &JsValue, name: &str| {
-        Reflect::get(of, &name.into())
-            .ok()
-            .filter(|v| !v.is_undefined() && !v.is_null())
-    };
-    let base = get(&global, "document")
-        .and_then(|d| get(&d, "baseURI"))
-        .or_else(|| get(&global, "location").and_then(|l| get(&l, "href")));
-    match base.and_then(|b| b.as_string()) {
+    let base = text(&get(&global, "document"), "baseURI")
+        .or_else(|| text(&get(&global, "location"), "href"));
+    match base {
         Some(base) => web_sys::Url::new_with_base(url, &base)
             .ok()
             .map(|u| u.href()),
@@ -471,9 +466,9 @@ fn answered(id: u32, answer: Asked) -> bool {
 }
 
 /// Asks for the Web Lock named after `key` (`oncekey:` and the key, the name every tab asks
-/// for that key by) at once and holds it, once granted, until the [`Lock`] is
-/// dropped (dropped before the grant, it is let go the moment it is granted). `None` where the browser has
-/// no Web Locks: then the attempt goes on without, and the server's idempotency still holds.
+/// for that key by) at once and holds it, once granted, until the [`Lock`] is dropped (dropped
+/// before the grant, it is let go the moment it is granted). `None` where the browser has no Web
+/// Locks: then the attempt goes on without, and the server's idempotency still holds.
 /// Requests for one name are granted in the order they were made, across tabs.
 pub(crate) fn request_lock(key: &Key) -> Option<Lock> {
     if LOCKS.with(|l| l.is_none()) {

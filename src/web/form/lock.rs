@@ -166,8 +166,8 @@ impl Drop for FormLock {
 }
 
 /// Whether a batch of a `MutationObserver`'s records (the callback's argument, an array) may have
-/// added a control: a `form` or `id` attribute changed, or an element was put in the document. Text the
-/// page (or the kit's own status) writes adds none, and is not worth a look at the form.
+/// added a control: a `form` or `id` attribute changed, or an element was put in the document.
+/// Text the page (or the kit's own status) writes adds none, and is not worth a look at the form.
 fn adds_control(records: &JsValue) -> bool {
     Array::from(records).iter().any(|record| {
         get(&record, "type") != "childList"
