@@ -1207,11 +1207,13 @@ async fn a_tab_on_local_storage_is_refused_another_body_while_another_tab_s_is_p
     assert_eq!(local.get_item(&slot).unwrap(), None);
 }
 
-/// A submitter on `localStorage` whose one attempt failed before the server did anything:
-/// unsure, its record stored. It and its key.
-async fn unsure_on_local(case: &Case) -> (Submitter, String) {
+/// A submitter on `storage` (`"local"`, `"session"`) whose one attempt failed before the server
+/// did anything: unsure, its record stored. It and its key.
+async fn unsure_on(case: &Case, storage: &str) -> (Submitter, String) {
     case.plan(&["fail-before"]);
-    let a = case.submitter(r#""storage":"local","retry":{"attempts":1}"#);
+    let a = case.submitter(&format!(
+        r#""storage":"{storage}","retry":{{"attempts":1}}"#
+    ));
     let first = submit(&a, TICKET).await;
     assert_eq!(text(&first, "outcome"), "unsure");
     (a, text(&first, "key"))
@@ -1220,7 +1222,7 @@ async fn unsure_on_local(case: &Case) -> (Submitter, String) {
 #[test]
 async fn an_unsure_submission_another_tab_had_answered_no_longer_refuses_another_body() {
     let case = Case::new("tabs-answered");
-    let (a, key) = unsure_on_local(&case).await;
+    let (a, key) = unsure_on(&case, "local").await;
     // Another tab opens, finds it, tries it again and has its answer: the record is removed.
     let (b, _, local, slot) = two_tabs(&case);
     assert_eq!(state(&b), "unsure");
@@ -1274,7 +1276,7 @@ async fn with_secrets_set_another_body_is_still_refused_after_another_tab_answer
 #[test]
 async fn another_body_is_still_refused_when_another_tab_stored_its_own_submission_since() {
     let case = Case::new("tabs-replaced");
-    let (a, key) = unsure_on_local(&case).await;
+    let (a, key) = unsure_on(&case, "local").await;
     let (b, _, local, slot) = two_tabs(&case);
     let mine = local.get_item(&slot).unwrap().expect("stored while unsure");
     let answered = settle(b.try_again(None)).await.unwrap();
@@ -1332,11 +1334,7 @@ async fn a_listener_submitting_another_body_on_unsure_before_its_caller_is_answe
 #[test]
 async fn the_same_body_after_another_submitter_had_the_answer_is_replayed_under_its_key() {
     let case = Case::new("page-answered");
-    case.plan(&["fail-before"]);
-    let a = case.submitter(r#""retry":{"attempts":1}"#);
-    let first = submit(&a, TICKET).await;
-    assert_eq!(text(&first, "outcome"), "unsure");
-    let key = text(&first, "key");
+    let (a, key) = unsure_on(&case, "session").await;
     // Another submitter of the name in this page (one sessionStorage) has its answer.
     let b = case.submitter("");
     let answered = settle(b.try_again(None)).await.unwrap();
@@ -1381,11 +1379,7 @@ async fn one_endpoint_written_relative_and_in_full_is_one_submission() {
     // fuzz run: the same body went out again under a new key, a second ticket.
     let case = Case::new("page-relative-url");
     let _base = Base::new(&format!("{}/", server()));
-    case.plan(&["fail-before"]);
-    let a = case.submitter(r#""retry":{"attempts":1}"#);
-    let first = submit(&a, TICKET).await;
-    assert_eq!(text(&first, "outcome"), "unsure");
-    let key = text(&first, "key");
+    let (a, key) = unsure_on(&case, "session").await;
     let relative = Submitter::new(
         case.name.as_str().into(),
         json(&format!(
@@ -1415,11 +1409,7 @@ async fn the_same_body_sent_another_way_after_another_submitter_had_the_answer_i
     // (Try again replays the answer), never sent again under a new key. Found by the API fuzz
     // run: a second ticket.
     let case = Case::new("page-encoding");
-    case.plan(&["fail-before"]);
-    let a = case.submitter(r#""retry":{"attempts":1}"#);
-    let first = submit(&a, TICKET).await;
-    assert_eq!(text(&first, "outcome"), "unsure");
-    let key = text(&first, "key");
+    let (a, key) = unsure_on(&case, "session").await;
     let form = case.submitter(r#""encoding":"form""#);
     assert_eq!(text(&form.pending(), "key"), key, "taken up");
     let answered = settle(a.try_again(None)).await.unwrap();
