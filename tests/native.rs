@@ -1542,3 +1542,165 @@ async fn every_attempt_finds_its_record_stored_before_it_is_sent() {
         assert_eq!(server.tickets(&tenant).await, 1);
     }
 }
+
+/// A caller that stops waiting mid-attempt (a deadline of its own, or an axum handler dropped
+/// because its client went away) drops the send's future: the submission stays stored with its
+/// key, and goes on under that key, once: on memory and on SQLite, in the same client at once
+/// (the same message again, twice at once; `resume_pending`; `try_again`), and in another
+/// client on the file (another process) once the lease has run out.
+#[tokio::test]
+async fn a_send_dropped_mid_attempt_stays_pending_and_the_same_message_goes_on_under_its_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("pending.db");
+    for (store, label) in [
+        (Arc::new(MemoryStore::new()) as Arc<dyn Store>, "memory"),
+        (Arc::new(SqliteStore::open(&path).unwrap()), "sqlite"),
+    ] {
+        let server = Server::start();
+        let tenant = tenant("dropped");
+        let plan = Plan::new();
+        // The server takes 400 ms over the first attempt; the caller waits 100.
+        plan.fault("pay", 1, "delay=400");
+        let c = client_on(store.clone(), &plan);
+        let gave_up = tokio::time::timeout(
+            Duration::from_millis(100),
+            send(&c, &server, &tenant, "pay"),
+        )
+        .await;
+        assert!(gave_up.is_err(), "{label}: the caller stopped waiting");
+        let pending = c.pending().await.unwrap();
+        assert_eq!(pending.len(), 1, "{label}: still stored: {pending:?}");
+        let stored = pending[0].record.as_ref().unwrap();
+        assert_eq!(stored.key, plan.keys("pay")[0], "{label}");
+
+        // The same message again, twice at once: one submission, under the first key.
+        let (a, b) = tokio::time::timeout(Duration::from_secs(20), async {
+            tokio::join!(
+                send(&c, &server, &tenant, "pay"),
+                send(&c, &server, &tenant, "pay")
+            )
+        })
+        .await
+        .expect("the same message again settles: no call waits on the dropped send");
+        for s in [a.unwrap(), b.unwrap()] {
+            assert_eq!(s.outcome(), Outcome::Succeeded, "{label}: {s}");
+            assert_eq!(s.key(), &plan.keys("pay")[0], "{label}");
+        }
+        let keys = plan.keys("pay");
+        assert!(all_same(&keys), "{label}: {keys:?}");
+        assert_eq!(server.tickets(&tenant).await, 1, "{label}");
+        assert!(c.pending().await.unwrap().is_empty(), "{label}");
+
+        // Dropped again, then found by the same client's resume and by Try again.
+        for (name, resume) in [("pay-2", true), ("pay-3", false)] {
+            plan.fault(name, 1, "delay=400");
+            let gave_up =
+                tokio::time::timeout(Duration::from_millis(100), send(&c, &server, &tenant, name))
+                    .await;
+            assert!(gave_up.is_err(), "{label}");
+            let s = if resume {
+                let resumed = c.resume_pending().await.unwrap();
+                assert_eq!(resumed.len(), 1, "{label}");
+                resumed.into_iter().next().unwrap().result.unwrap()
+            } else {
+                c.try_again(name).await.unwrap()
+            };
+            assert_eq!(s.outcome(), Outcome::Succeeded, "{label} {name}: {s}");
+            assert!(all_same(&plan.keys(name)), "{label} {name}");
+            assert_eq!(s.key(), &plan.keys(name)[0], "{label} {name}");
+        }
+        assert_eq!(server.tickets(&tenant).await, 3, "{label}");
+        assert!(c.pending().await.unwrap().is_empty(), "{label}");
+    }
+
+    // Another client on the file (another process) finds the lease held until it runs out (it
+    // covers the dropped send's attempt, which may still be at the server, and then the
+    // lease's time), and then takes the submission up with its key.
+    let server = Server::start();
+    let tenant = tenant("dropped-other");
+    let plan = Plan::new();
+    plan.fault("payout", 1, "delay=400");
+    let (timeout, lease) = (Duration::from_millis(500), Duration::from_millis(600));
+    let on_file = |plan: &Arc<Plan>| {
+        Client::builder()
+            .shared_store(Arc::new(
+                SqliteStore::open(dir.path().join("other.db")).unwrap(),
+            ))
+            .retry(fast())
+            .timeout(timeout)
+            .lease(lease)
+            .header_provider(plan.provider())
+            .build()
+            .unwrap()
+    };
+    let first = on_file(&plan);
+    let gave_up = tokio::time::timeout(
+        Duration::from_millis(100),
+        send(&first, &server, &tenant, "payout"),
+    )
+    .await;
+    assert!(gave_up.is_err());
+    let other = on_file(&plan);
+    let busy = send(&other, &server, &tenant, "payout").await.unwrap_err();
+    assert!(busy.is_busy(), "{busy:?}");
+    assert!(busy.to_string().contains("nothing was sent"), "{busy}");
+    tokio::time::sleep(timeout + lease).await;
+    let s = send(&other, &server, &tenant, "payout").await.unwrap();
+    assert_eq!(s.outcome(), Outcome::Succeeded, "{s}");
+    let keys = plan.keys("payout");
+    assert!(all_same(&keys), "{keys:?}");
+    assert_eq!(s.key(), &keys[0]);
+    assert_eq!(server.tickets(&tenant).await, 1);
+    assert!(other.pending().await.unwrap().is_empty());
+}
+
+/// A send that joined another call's submission, whose caller then stops waiting, is told so
+/// (`is_cancelled`): nothing is lost, and the message sent again settles under the same key.
+#[tokio::test]
+async fn a_joined_send_whose_leader_is_dropped_is_told_and_the_message_goes_on() {
+    let server = Server::start();
+    let tenant = tenant("leader-dropped");
+    let plan = Plan::new();
+    plan.fault("j", 1, "delay=400");
+    let c = client(&plan);
+    let leader = {
+        let (c, url, tenant) = (c.clone(), server.tickets_url(), tenant.clone());
+        tokio::spawn(async move {
+            c.submission("j")
+                .post(&url)
+                .header("X-Tenant", &tenant)
+                .json(&ticket("j"))
+                .unwrap()
+                .send()
+                .await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let joined = {
+        let (c, url, tenant) = (c.clone(), server.tickets_url(), tenant.clone());
+        tokio::spawn(async move {
+            c.submission("j")
+                .post(&url)
+                .header("X-Tenant", &tenant)
+                .json(&ticket("j"))
+                .unwrap()
+                .send()
+                .await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    leader.abort();
+    let e = tokio::time::timeout(Duration::from_secs(20), joined)
+        .await
+        .expect("the joined call is told, not left waiting")
+        .unwrap()
+        .unwrap_err();
+    assert!(e.is_cancelled(), "{e:?}");
+    assert!(e.to_string().contains("stays stored"), "{e}");
+    let s = send(&c, &server, &tenant, "j").await.unwrap();
+    assert_eq!(s.outcome(), Outcome::Succeeded, "{s}");
+    let keys = plan.keys("j");
+    assert!(all_same(&keys), "{keys:?}");
+    assert_eq!(server.tickets(&tenant).await, 1);
+    assert!(c.pending().await.unwrap().is_empty());
+}
