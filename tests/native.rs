@@ -1654,10 +1654,11 @@ async fn a_send_dropped_mid_attempt_stays_pending_and_the_same_message_goes_on_u
     assert!(other.pending().await.unwrap().is_empty());
 }
 
-/// A send that joined another call's submission, whose caller then stops waiting, is told so
-/// (`is_cancelled`): nothing is lost, and the message sent again settles under the same key.
+/// Two calls of one message in one client (a person's double click reaching two handlers): the
+/// second joins the first. When the first's caller stops waiting (its handler dropped), the
+/// second goes on by itself, under the same key, and settles: one ticket.
 #[tokio::test]
-async fn a_joined_send_whose_leader_is_dropped_is_told_and_the_message_goes_on() {
+async fn a_joined_send_whose_leader_is_dropped_goes_on_under_the_same_key() {
     let server = Server::start();
     let tenant = tenant("leader-dropped");
     let plan = Plan::new();
@@ -1690,14 +1691,11 @@ async fn a_joined_send_whose_leader_is_dropped_is_told_and_the_message_goes_on()
     };
     tokio::time::sleep(Duration::from_millis(50)).await;
     leader.abort();
-    let e = tokio::time::timeout(Duration::from_secs(20), joined)
+    let s = tokio::time::timeout(Duration::from_secs(20), joined)
         .await
-        .expect("the joined call is told, not left waiting")
+        .expect("the joined call goes on, not left waiting")
         .unwrap()
-        .unwrap_err();
-    assert!(e.is_cancelled(), "{e:?}");
-    assert!(e.to_string().contains("stays stored"), "{e}");
-    let s = send(&c, &server, &tenant, "j").await.unwrap();
+        .unwrap();
     assert_eq!(s.outcome(), Outcome::Succeeded, "{s}");
     let keys = plan.keys("j");
     assert!(all_same(&keys), "{keys:?}");

@@ -44,7 +44,6 @@ pub(crate) enum Kind {
     Store,
     Corrupt,
     UnreadableRecord,
-    Cancelled,
     BodyTooLarge,
     BodyTimeout,
     BodyIncomplete,
@@ -173,15 +172,6 @@ impl Error {
         e
     }
 
-    pub(crate) fn cancelled(name: &str) -> Error {
-        let mut e = Error::new(
-            Kind::Cancelled,
-            format!("the send of submission {name:?} that this call joined was cancelled before it settled; its record, if any, stays stored"),
-        );
-        e.inner.name = Some(name.to_owned());
-        e
-    }
-
     pub(crate) fn body_too_large(limit: usize, declared: Option<u64>) -> Error {
         Error::new(
             Kind::BodyTooLarge,
@@ -284,11 +274,6 @@ impl Error {
     /// usable.
     pub fn is_unreadable_record(&self) -> bool {
         self.inner.kind == Kind::UnreadableRecord
-    }
-
-    /// The send this call joined (the same submission, in the same client) was cancelled.
-    pub fn is_cancelled(&self) -> bool {
-        self.inner.kind == Kind::Cancelled
     }
 
     /// An answer's body was larger than

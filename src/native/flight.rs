@@ -278,13 +278,17 @@ impl Client {
                     continue;
                 }
             };
-            return match phase.wait_for(|p| matches!(p, Phase::Done(_))).await {
+            let settled = match phase.wait_for(|p| matches!(p, Phase::Done(_))).await {
                 Ok(p) => match &*p {
                     Phase::Done(result) => share(result),
                     _ => unreachable!("waited for Done"),
                 },
-                Err(_) => Err(Error::cancelled(name)),
+                // The leader was dropped (its caller stopped waiting) before it settled; its
+                // flight is out of the table. This call goes on with the name itself: it leads
+                // now, and takes the stored record up under its key, as a later call would.
+                Err(_) => continue,
             };
+            return settled;
         }
     }
 
