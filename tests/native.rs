@@ -1324,6 +1324,11 @@ struct Tweaked {
     holds_removals: bool,
     lists_gone: Option<&'static str>,
     held: std::sync::Mutex<Vec<(oncekey::StoreCall, oncekey::StoreReply)>>,
+    /// Blocks (as a store across the network does, `PostgresStore`), and each removal waits
+    /// until [`Tweaked::open_removals`], telling `removing` when it begins.
+    blocks_removals: bool,
+    removals_open: (std::sync::Mutex<bool>, std::sync::Condvar),
+    removing: tokio::sync::Notify,
 }
 
 impl std::fmt::Debug for Tweaked {
@@ -1341,6 +1346,11 @@ impl Tweaked {
         for (call, reply) in self.held.lock().unwrap().drain(..) {
             reply(call.run(&self.inner));
         }
+    }
+
+    fn open_removals(&self) {
+        *self.removals_open.0.lock().unwrap() = true;
+        self.removals_open.1.notify_all();
     }
 }
 
@@ -1365,6 +1375,13 @@ impl Store for Tweaked {
         self.inner.renew(name, lease)
     }
     fn remove(&self, name: &str, owner: &str) -> Result<bool, oncekey::BoxError> {
+        if self.blocks_removals {
+            self.removing.notify_one();
+            let (open, changed) = &self.removals_open;
+            let _open = changed
+                .wait_while(open.lock().unwrap(), |open| !*open)
+                .unwrap();
+        }
         self.inner.remove(name, owner)
     }
     fn release(&self, name: &str, owner: &str) -> Result<(), oncekey::BoxError> {
@@ -1382,7 +1399,7 @@ impl Store for Tweaked {
         Ok(listed)
     }
     fn blocks(&self) -> bool {
-        false
+        self.blocks_removals
     }
     fn starts(&self) -> bool {
         self.holds_removals
@@ -1394,6 +1411,73 @@ impl Store for Tweaked {
             reply(call.run(&self.inner));
         }
     }
+}
+
+/// A store that blocks (`PostgresStore`, a store of one's own) and is slow to remove the record
+/// of a definite answer: the answer reaches the caller without waiting for the removal, so a
+/// caller that stops waiting then (its deadline, a dropped handler) has it, instead of sending
+/// the same message again under a new key: one payment. A new submission of the name made
+/// meanwhile waits for the removal, and goes out under a key of its own.
+#[tokio::test]
+async fn a_caller_that_stops_waiting_while_a_blocking_store_removes_the_record_has_its_answer() {
+    let server = Server::start();
+    let tenant = tenant("slow-removal");
+    let store = Arc::new(Tweaked {
+        blocks_removals: true,
+        ..Tweaked::default()
+    });
+    // Opened however the test ends: a runtime waits for its blocked store calls as it ends.
+    struct OpenAtEnd(Arc<Tweaked>);
+    impl Drop for OpenAtEnd {
+        fn drop(&mut self) {
+            self.0.open_removals();
+        }
+    }
+    let _open = OpenAtEnd(store.clone());
+    let plan = Plan::new();
+    let c = client_on(store.clone(), &plan);
+    let sent = send(&c, &server, &tenant, "pay");
+    tokio::pin!(sent);
+    // The caller's deadline passes as soon as the store begins to remove the record.
+    let settled = tokio::select! {
+        biased;
+        s = &mut sent => Some(s.unwrap()),
+        () = store.removing.notified() => None,
+    };
+    let told = settled.is_some();
+    let again = {
+        let (c, url, tenant) = (c.clone(), server.tickets_url(), tenant.clone());
+        tokio::spawn(async move {
+            c.submission("pay")
+                .post(&url)
+                .header("X-Tenant", &tenant)
+                .json(&ticket("pay"))
+                .unwrap()
+                .send()
+                .await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(told, "the caller had its answer before the removal ended");
+    assert!(
+        !again.is_finished(),
+        "the name's next send waits for the removal"
+    );
+    assert_eq!(plan.attempts("pay"), 1);
+    store.open_removals();
+    let next = tokio::time::timeout(Duration::from_secs(20), again)
+        .await
+        .expect("the name's next send goes on once the removal ended")
+        .unwrap()
+        .unwrap();
+    let s = settled.unwrap();
+    assert_eq!(s.outcome(), Outcome::Succeeded, "{s}");
+    // Sent again once the answer was the caller's: a new submission, under a new key.
+    assert_eq!(next.outcome(), Outcome::Succeeded, "{next}");
+    assert_ne!(next.key(), s.key());
+    assert!(!next.replayed());
+    assert_eq!(server.tickets(&tenant).await, 2);
+    assert!(c.pending().await.unwrap().is_empty());
 }
 
 #[tokio::test]

@@ -269,6 +269,7 @@ impl ClientBuilder {
                 resume_concurrency: self.resume_concurrency,
                 max_response_bytes: self.max_response_bytes,
                 flights: Flights::default(),
+                removing: std::sync::Mutex::default(),
             }),
         })
     }

@@ -14,11 +14,13 @@
 //!
 //! This file holds the client itself and its calls on the store.
 
+use std::collections::HashMap;
 use std::fmt;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use reqwest::header::{HeaderMap, HeaderName};
+use tokio::sync::watch;
 
 use super::builder::{http_url, ClientBuilder, SubmissionBuilder};
 use super::error::{BoxError, Error, Result};
@@ -130,6 +132,9 @@ pub(super) struct Inner {
     pub(super) resume_concurrency: usize,
     pub(super) max_response_bytes: usize,
     pub(super) flights: Flights,
+    /// Removals after a definite answer under way in a store that blocks ([`Client::forget`]),
+    /// by name: each ends when its sender is dropped.
+    pub(super) removing: Mutex<HashMap<String, watch::Receiver<()>>>,
 }
 
 impl fmt::Debug for Client {
@@ -170,6 +175,7 @@ impl Client {
     /// once; one result per stored name, and none for a name found gone when its turn came
     /// (another process settled or discarded it after the listing: nothing is left to resume).
     pub async fn resume_pending(&self) -> Result<Vec<Resumed>> {
+        self.after_removal(None).await;
         let listed = self.store_call(|s| s.list()).await?;
         Ok(self
             .resume_all(listed.into_iter().map(|l| (l.name, Job::Resume)).collect())
@@ -186,6 +192,7 @@ impl Client {
     /// [`ClientBuilder::lease`]) before a poll takes it again; [`Client::try_again`] takes it at
     /// once.
     pub async fn resume_due(&self, limit: usize) -> Result<Vec<Resumed>> {
+        self.after_removal(None).await;
         let lease = self.lease_until(now());
         let due = self
             .store_call(move |s| s.claim_due(&lease, now(), limit))
@@ -257,6 +264,7 @@ impl Client {
 
     /// Every stored submission, readable or not.
     pub async fn pending(&self) -> Result<Vec<Pending>> {
+        self.after_removal(None).await;
         let listed = self.store_call(|s| s.list()).await?;
         Ok(listed
             .into_iter()
@@ -280,6 +288,7 @@ impl Client {
     pub async fn discard(&self, name: &str) -> Result<bool> {
         // Held for the whole call (see `Flights::hold`).
         let _hold = self.inner.flights.hold(name)?;
+        self.after_removal(Some(name)).await;
         let record = self.claim(name).await?;
         if let Some(Err(why)) = record.as_deref().map(|r| read_stored(name, r)) {
             if self.move_aside(name, &why).await? {
@@ -445,14 +454,18 @@ impl Client {
         result.map_err(store_error)
     }
 
-    /// Removes the record of `name` after a definite answer. A store that answers from a thread
-    /// of its own ([`Store::starts`]) runs its calls in the order they are started, so the
-    /// removal is started and not waited for: the settlement goes out at once, and any later call
-    /// on the store (a new submission's claim of the name, a listing) comes after it. It is not
-    /// synced on its own either (CONTRACT.md section 5): a removal lost in a crash leaves the
-    /// record, which is resent with the same key and answered by the server's replay. A removal
-    /// that fails is said in the log, not in the settlement: the answer was definite.
-    pub(super) async fn forget(&self, name: &str) {
+    /// Removes the record of `name` after a definite answer, without waiting for it: the
+    /// settlement goes out at once, in the same step as the answer that settled it, so that a
+    /// caller that stops waiting (its future dropped) cannot lose an answer whose record is gone
+    /// (it would send the same message again under a new key). A store that answers from a
+    /// thread of its own ([`Store::starts`]) runs its calls in the order they are started; for
+    /// one that blocks, the removal runs in a task of its own, and this client's later calls on
+    /// the name, and its listings, wait for it ([`Client::after_removal`]). Either way this
+    /// client's later calls on the store come after it. It is not synced on its own either
+    /// (CONTRACT.md section 5): a removal lost in a crash leaves the record, which is resent with
+    /// the same key and answered by the server's replay. A removal that fails is said in the log,
+    /// not in the settlement: the answer was definite.
+    pub(super) fn forget(&self, name: &str) {
         if self.store_here() {
             let removed_here = self.inner.store.remove(name, &self.inner.owner);
             removed(
@@ -466,12 +479,49 @@ impl Client {
             owner: self.inner.owner.clone(),
         };
         let store = &self.inner.store;
+        let name = name.to_owned();
         if store.starts() {
-            let name = name.to_owned();
             store.start(remove, Box::new(move |answer| removed(&name, answer)));
             return;
         }
-        removed(name, self.store_start(remove).await);
+        let (done, finished) = watch::channel(());
+        self.removals().insert(name.clone(), finished.clone());
+        let client = self.clone();
+        tokio::spawn(async move {
+            removed(&name, client.store_start(remove).await);
+            let mut removing = client.removals();
+            if removing
+                .get(&name)
+                .is_some_and(|r| r.same_channel(&finished))
+            {
+                removing.remove(&name);
+            }
+            drop(removing);
+            drop(done);
+        });
+    }
+
+    fn removals(&self) -> std::sync::MutexGuard<'_, HashMap<String, watch::Receiver<()>>> {
+        self.inner
+            .removing
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Waits for the removal of `name` under way ([`Client::forget`]), if any; with no name,
+    /// for every one (before a listing).
+    pub(super) async fn after_removal(&self, name: Option<&str>) {
+        let waiting: Vec<watch::Receiver<()>> = {
+            let removing = self.removals();
+            match name {
+                Some(name) => removing.get(name).cloned().into_iter().collect(),
+                None => removing.values().cloned().collect(),
+            }
+        };
+        for mut finished in waiting {
+            // Never sent to: it answers when the removal's task drops its sender.
+            let _ = finished.changed().await;
+        }
     }
 
     /// [`Client::store_start`] for a call answered with a flag.

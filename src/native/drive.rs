@@ -57,7 +57,7 @@ impl Client {
                         }
                     }
                     Action::Send(attempt) => send = Some(attempt),
-                    Action::Forget(_) => self.forget(name).await,
+                    Action::Forget(_) => self.forget(name),
                     Action::Changed(change) => tracing::debug!(
                         name,
                         state = change.state.as_str(),

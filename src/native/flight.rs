@@ -259,6 +259,9 @@ impl Client {
             _ => None,
         };
         loop {
+            // A removal of the name's last record under way comes first (a flight that just
+            // ended may have started one).
+            self.after_removal(Some(name)).await;
             let meet = self.meet(name, &job, new_key.as_ref())?;
             let mut phase = match meet {
                 Meet::Lead(lead) => {
