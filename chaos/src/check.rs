@@ -42,6 +42,8 @@ pub struct Findings {
     pub tickets: u64,
     /// Submissions deliberately discarded by a `--break` worker.
     pub discards: u64,
+    /// Sends an impatient caller stopped waiting for, and made again.
+    pub gave_up: u64,
 }
 
 /// A ticket's id and the key it was made under.
@@ -171,6 +173,7 @@ fn check_with(
     // What the workers took as each submission's end, and every answer they saw.
     let mut last: HashMap<String, Event> = HashMap::new();
     let mut discards = 0;
+    let mut gave_up = 0;
     let mut replayed = 0;
     let mut compared = 0;
     for (index, store_url) in stores.iter().enumerate() {
@@ -213,6 +216,7 @@ fn check_with(
                     last.insert(name.clone(), event.clone());
                 }
                 Event::Discarded { .. } => discards += 1,
+                Event::GaveUp { .. } => gave_up += 1,
                 Event::Removed { .. } => {}
             }
         }
@@ -229,6 +233,7 @@ fn check_with(
         }
     }
     f.discards = discards;
+    f.gave_up = gave_up;
     f.replayed = replayed;
     f.compared = compared;
 

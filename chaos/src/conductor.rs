@@ -444,6 +444,8 @@ pub struct Totals {
     pub tickets: u64,
     /// Deliberate discards (`--break` only).
     pub discards: u64,
+    /// Sends an impatient caller stopped waiting for, and made again.
+    pub gave_up: u64,
     /// Server starts after the first (kills, and the restart without faults).
     pub server_restarts: u64,
     /// Server kills.
@@ -664,6 +666,7 @@ pub fn run(args: &RunArgs, run: u32, totals: &mut Totals) -> Result<(), String> 
     totals.compared += found.compared;
     totals.tickets += found.tickets;
     totals.discards += found.discards;
+    totals.gave_up += found.gave_up;
     totals.server_restarts += server.restarts;
     totals.server_kills += server_kills;
     totals.worker_kills += ws.kills;

@@ -138,6 +138,10 @@ fn print_table(args: &conductor::RunArgs, t: &conductor::Totals, secs: f64) {
         ),
     );
     row("tickets", t.tickets.to_string());
+    row(
+        "callers that gave up",
+        format!("{} sends dropped mid-way, then made again", t.gave_up),
+    );
     if args.mistake.is_some() {
         row("discards (--break)", t.discards.to_string());
     }

@@ -139,6 +139,12 @@ pub enum Event {
         /// The key of the removed record.
         key: String,
     },
+    /// An impatient caller stopped waiting for this send (its future dropped mid-way) and sends
+    /// the same message again.
+    GaveUp {
+        /// The submission's name.
+        name: String,
+    },
     /// The worker deliberately discarded the pending submission (only under `--break`).
     Discarded {
         /// The submission's name.
