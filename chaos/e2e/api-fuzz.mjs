@@ -8,11 +8,14 @@
 // JSON body or an upload, or the pending body again), tryAgain, sendAsNew, discard, setSecrets,
 // aborts, pending(), listPending(), free(), listeners that stop themselves, and the kit's Send,
 // Try again, Discard and Send as new; some of those from inside the package's own callbacks (an
-// onChange listener, a form's oncekey:change, attemptHeaders), nested. Then the guarantees:
+// onChange listener, a form's oncekey:change, attemptHeaders), nested. A life also starts
+// dedicated workers (api-fuzz-worker.js) whose Submitters, of the same names, keep their
+// records in IndexedDB or memory and share the page's Web Locks, and kills them while their
+// calls are under way (terminate(), as a crashed worker). Then the guarantees:
 //   1. nothing throws what is not an OncekeyError (a panic in the module is a `RuntimeError`,
 //      and leaves it unusable for the page), and the page logs no error (the browser's line for
 //      each failed request and the package's for a conflict aside);
-//   2. every promise the last lives got settles;
+//   2. every promise the last lives got settles (a killed worker's aside);
 //   3. the server holds at most one ticket of each body submitted once (a body whose submission
 //      was discarded or sent as new may go again under a new key, deliberately: those are left
 //      out), at least one of each body a call saw succeed, and none nobody submitted;
@@ -88,6 +91,81 @@ async function fuzz({ seed, steps, tenant, last, tracing }) {
         caught(`${what} rejected`, e)
       },
     )
+    return id
+  }
+  // Workers of this life, each with its Submitters (by slot) and its calls under way.
+  const workers = []
+  const startWorker = () => {
+    const w = { worker: new Worker('/fuzz/api-fuzz-worker.js', { type: 'module' }), calls: new Map(), slots: [], next: 0 }
+    w.label = `W${workers.length + 1}`
+    w.worker.onmessage = ({ data }) => {
+      if (data.ready) return (w.ready = true)
+      if (data.report) return report(...data.report)
+      if ('taint' in data) {
+        // Told to node before the worker lets the body go; never once node collects this
+        // life's reports: the worker then waits, and lets nothing go.
+        if (window.fuzzStop) return
+        report('tainted', data.taint)
+        return w.worker.postMessage({ acked: data.ack })
+      }
+      const call = w.calls.get(data.id)
+      if (!call) return
+      w.calls.delete(data.id)
+      if (data.error) call.reject(data.error)
+      else call.resolve(data.value)
+    }
+    w.worker.onerror = (e) => {
+      // Its script not loaded (begun while offline): a worker that never ran.
+      if (!w.ready) return count('worker not loaded')
+      report('violation', `worker error: ${e.message}`)
+    }
+    workers.push(w)
+    return w
+  }
+  const inWorker = (what, w, message) => {
+    const id = w.next++
+    const call = {}
+    const promise = new Promise((resolve, reject) => Object.assign(call, { resolve, reject }))
+    w.calls.set(id, call)
+    w.worker.postMessage({ id, ...message })
+    // Tracked as the page's own promises are; a kill takes it out of the count.
+    call.open = track(`worker ${what}`, promise)
+  }
+  const kill = (w) => {
+    w.worker.terminate()
+    workers.splice(workers.indexOf(w), 1)
+    for (const call of w.calls.values()) {
+      open.delete(call.open)
+      count('worker killed mid-call')
+    }
+    trace(`${w.label} killed, ${w.calls.size} calls under way`)
+  }
+  const workerAct = (what) => {
+    if (what === 'worker new') {
+      if (workers.length >= 2) return
+      const w = startWorker()
+      for (let i = 0; i < 1 + Math.floor(rnd() * 2); i++) {
+        const slot = w.slots.length
+        w.slots.push(slot)
+        // No function crosses to a worker: the options without attemptHeaders. Session and
+        // local storage are not there: memory, with a warning.
+        const { attemptHeaders, ...o } = options()
+        inWorker('new Submitter', w, { op: 'make', slot, name: pick(['a', 'b']), options: { url: '/api/tickets', headers: { 'X-Tenant': tenant }, resume: rnd() < 0.5, ...o } })
+      }
+      return
+    }
+    if (!workers.length) return
+    const w = pick(workers)
+    if (what === 'worker kill') return kill(w)
+    const slot = pick(w.slots)
+    const op = pick(['submit', 'submit', 'submit', 'submit again', 'tryAgain', 'tryAgain', 'sendAsNew', 'discard', 'read'])
+    trace(`${w.label}/${slot} ${op}`)
+    if (op === 'submit') {
+      const upload = rnd() < 0.3
+      inWorker(op, w, { op, slot, upload, body: { subject: newSubject(), body: 'API fuzz, in a worker', email: 'fuzz@example.com' } })
+    } else {
+      inWorker(op, w, { op, slot })
+    }
   }
   const live = []
   const kits = []
@@ -206,10 +284,12 @@ async function fuzz({ seed, steps, tenant, last, tracing }) {
       'new', 'submit', 'submit', 'submit', 'submit again', 'tryAgain', 'tryAgain', 'sendAsNew',
       'discard', 'secrets', 'abort', 'stop', 'read', 'list', 'free',
       'form', 'form send', 'form send', 'form tryAgain', 'form discard', 'form sendAsNew', 'form submitter',
+      'worker new', 'worker call', 'worker call', 'worker call', 'worker kill',
     ])
     count(what)
     const on = what.startsWith('form') && k ? k.kit.submitter : s
     trace(`${what} on ${labels.get(on)} (state ${on.state}, pending ${pendingSubject(on)})`)
+    if (what.startsWith('worker')) return workerAct(what)
     try {
       switch (what) {
         case 'new':
