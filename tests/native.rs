@@ -1445,18 +1445,7 @@ async fn a_caller_that_stops_waiting_while_a_blocking_store_removes_the_record_h
         () = store.removing.notified() => None,
     };
     let told = settled.is_some();
-    let again = {
-        let (c, url, tenant) = (c.clone(), server.tickets_url(), tenant.clone());
-        tokio::spawn(async move {
-            c.submission("pay")
-                .post(&url)
-                .header("X-Tenant", &tenant)
-                .json(&ticket("pay"))
-                .unwrap()
-                .send()
-                .await
-        })
-    };
+    let again = spawn_send(&c, &server, &tenant, "pay");
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert!(told, "the caller had its answer before the removal ended");
     assert!(
@@ -1748,31 +1737,9 @@ async fn a_joined_send_whose_leader_is_dropped_goes_on_under_the_same_key() {
     let plan = Plan::new();
     plan.fault("j", 1, "delay=400");
     let c = client(&plan);
-    let leader = {
-        let (c, url, tenant) = (c.clone(), server.tickets_url(), tenant.clone());
-        tokio::spawn(async move {
-            c.submission("j")
-                .post(&url)
-                .header("X-Tenant", &tenant)
-                .json(&ticket("j"))
-                .unwrap()
-                .send()
-                .await
-        })
-    };
+    let leader = spawn_send(&c, &server, &tenant, "j");
     tokio::time::sleep(Duration::from_millis(100)).await;
-    let joined = {
-        let (c, url, tenant) = (c.clone(), server.tickets_url(), tenant.clone());
-        tokio::spawn(async move {
-            c.submission("j")
-                .post(&url)
-                .header("X-Tenant", &tenant)
-                .json(&ticket("j"))
-                .unwrap()
-                .send()
-                .await
-        })
-    };
+    let joined = spawn_send(&c, &server, &tenant, "j");
     tokio::time::sleep(Duration::from_millis(50)).await;
     leader.abort();
     let s = tokio::time::timeout(Duration::from_secs(20), joined)

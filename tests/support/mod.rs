@@ -180,6 +180,26 @@ pub async fn send(
         .await
 }
 
+/// [`send`] in a task of its own: a caller that can be dropped, or one of several at once.
+pub fn spawn_send(
+    client: &Client,
+    server: &Server,
+    tenant: &str,
+    name: &str,
+) -> tokio::task::JoinHandle<oncekey::Result<oncekey::Settlement>> {
+    let (client, url) = (client.clone(), server.tickets_url());
+    let (tenant, name) = (tenant.to_owned(), name.to_owned());
+    tokio::spawn(async move {
+        client
+            .submission(&name)
+            .post(&url)
+            .header("X-Tenant", &tenant)
+            .json(&ticket(&name))?
+            .send()
+            .await
+    })
+}
+
 /// Short retry timing for tests.
 pub fn fast() -> RetryPolicy {
     RetryPolicy {
