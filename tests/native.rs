@@ -1469,6 +1469,35 @@ async fn a_caller_that_stops_waiting_while_a_blocking_store_removes_the_record_h
     assert!(c.pending().await.unwrap().is_empty());
 }
 
+/// A runtime that ends as soon as its send returned (a command line's, `oncekey send` on
+/// PostgreSQL): the removal of the record, left to run after the settlement went out, is carried
+/// out all the same, and nothing is left pending after a definite answer.
+#[test]
+fn a_runtime_that_ends_after_its_send_still_removes_the_record_from_a_blocking_store() {
+    let server = Server::start();
+    let tenant = tenant("runtime-ends");
+    let store = Arc::new(Tweaked {
+        blocks_removals: true,
+        ..Tweaked::default()
+    });
+    store.open_removals();
+    let plan = Plan::new();
+    for name in ["first", "second", "third"] {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let s = runtime.block_on(async {
+            let c = client_on(store.clone(), &plan);
+            send(&c, &server, &tenant, name).await.unwrap()
+        });
+        drop(runtime);
+        assert_eq!(s.outcome(), Outcome::Succeeded, "{s}");
+        let left = store.inner.list().unwrap();
+        assert!(left.is_empty(), "{name}: left pending: {left:?}");
+    }
+}
+
 #[tokio::test]
 async fn the_settlement_does_not_wait_for_the_records_removal() {
     let server = Server::start();

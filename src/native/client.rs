@@ -487,8 +487,10 @@ impl Client {
         let (done, finished) = watch::channel(());
         self.removals().insert(name.clone(), finished.clone());
         let client = self.clone();
-        tokio::spawn(async move {
-            removed(&name, client.store_start(remove).await);
+        // A blocking task, started now: a runtime that ends (a command line's, once its send
+        // returned) waits for it, where a task not yet run would be dropped with the removal.
+        drop(tokio::task::spawn_blocking(move || {
+            removed(&name, remove.run(&*client.inner.store));
             let mut removing = client.removals();
             if removing
                 .get(&name)
@@ -498,7 +500,7 @@ impl Client {
             }
             drop(removing);
             drop(done);
-        });
+        }));
     }
 
     fn removals(&self) -> std::sync::MutexGuard<'_, HashMap<String, watch::Receiver<()>>> {
