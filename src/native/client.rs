@@ -459,12 +459,12 @@ impl Client {
     /// caller that stops waiting (its future dropped) cannot lose an answer whose record is gone
     /// (it would send the same message again under a new key). A store that answers from a
     /// thread of its own ([`Store::starts`]) runs its calls in the order they are started; for
-    /// one that blocks, the removal runs in a task of its own, and this client's later calls on
-    /// the name, and its listings, wait for it ([`Client::after_removal`]). Either way this
-    /// client's later calls on the store come after it. It is not synced on its own either
-    /// (CONTRACT.md section 5): a removal lost in a crash leaves the record, which is resent with
-    /// the same key and answered by the server's replay. A removal that fails is said in the log,
-    /// not in the settlement: the answer was definite.
+    /// one that blocks, the removal is a blocking task started at once (a runtime that ends
+    /// waits for it), and this client's later calls on the name, and its listings, wait for it
+    /// ([`Client::after_removal`]). Either way this client's later calls on the store come after
+    /// it. It is not synced on its own either (CONTRACT.md section 5): a removal lost in a crash
+    /// leaves the record, which is resent with the same key and answered by the server's replay.
+    /// A removal that fails is said in the log, not in the settlement: the answer was definite.
     pub(super) fn forget(&self, name: &str) {
         if self.store_here() {
             let removed_here = self.inner.store.remove(name, &self.inner.owner);
