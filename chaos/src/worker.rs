@@ -324,18 +324,23 @@ impl Worker {
         lock(&self.settled).contains(name)
     }
 
-    fn write_settled(&self, s: &Settlement, outcome: &str) -> Result<(), String> {
+    /// Writes `event` to the results file.
+    fn note(&self, event: &Event) -> Result<(), String> {
         self.journal
-            .write(&Event::Settled {
-                name: s.name().to_owned(),
-                key: s.key().as_str().to_owned(),
-                outcome: outcome.to_owned(),
-                status: s.status(),
-                replayed: s.replayed(),
-                sha: sha256_hex(s.body()),
-                attempts: s.attempts(),
-            })
-            .map_err(|e| format!("the results file could not be written: {e}"))?;
+            .write(event)
+            .map_err(|e| format!("the results file could not be written: {e}"))
+    }
+
+    fn write_settled(&self, s: &Settlement, outcome: &str) -> Result<(), String> {
+        self.note(&Event::Settled {
+            name: s.name().to_owned(),
+            key: s.key().as_str().to_owned(),
+            outcome: outcome.to_owned(),
+            status: s.status(),
+            replayed: s.replayed(),
+            sha: sha256_hex(s.body()),
+            attempts: s.attempts(),
+        })?;
         lock(&self.removed).remove(s.name());
         lock(&self.settled).insert(s.name().to_owned());
         Ok(())
@@ -368,12 +373,10 @@ impl Worker {
             .discard(s.name())
             .await
             .map_err(|e| format!("{}: discard failed: {e}", s.name()))?;
-        self.journal
-            .write(&Event::Discarded {
-                name: s.name().to_owned(),
-                key: s.key().as_str().to_owned(),
-            })
-            .map_err(|e| format!("the results file could not be written: {e}"))?;
+        self.note(&Event::Discarded {
+            name: s.name().to_owned(),
+            key: s.key().as_str().to_owned(),
+        })?;
         lock(&self.removed).remove(s.name());
         Ok(())
     }
@@ -410,12 +413,9 @@ impl Worker {
                 Some(deadline) => match tokio::time::timeout(deadline, b.send()).await {
                     Ok(sent) => sent,
                     Err(_) => {
-                        let gave_up = Event::GaveUp {
+                        self.note(&Event::GaveUp {
                             name: name.to_owned(),
-                        };
-                        self.journal
-                            .write(&gave_up)
-                            .map_err(|e| format!("the results file could not be written: {e}"))?;
+                        })?;
                         continue;
                     }
                 },
