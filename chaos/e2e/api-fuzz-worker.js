@@ -10,6 +10,7 @@
 // tells node first, so that a second ticket of that body is known to be deliberate even if the
 // page goes away the moment after.
 import init, { Submitter } from '/pkg/oncekey.js'
+import { subjectOf, upload } from '/fuzz/api-fuzz-bodies.js'
 
 // The module can fail to load (the worker begun while offline): told as such, not as a call's error.
 const ready = init().then(
@@ -33,15 +34,9 @@ const told = (r) => ({
   body: r.body && typeof r.body === 'object' ? { subject: r.body.subject } : null,
 })
 
-const subjectOf = (s) => {
-  const p = s.pending()
-  if (!p || !p.body || typeof p.body !== 'object') return undefined
-  return p.body.fields ? p.body.fields.subject : p.body.subject
-}
-
 // Tells the page which body is let go, and goes on once the page has told node.
 const taint = (s) => {
-  const subject = subjectOf(s)
+  const subject = subjectOf(s.pending())
   if (!subject) return Promise.resolve()
   const ack = nextAck++
   return new Promise((resolve) => {
@@ -50,19 +45,13 @@ const taint = (s) => {
   })
 }
 
-const body = (data) => {
-  if (!data.upload) return data.body
-  const form = new FormData()
-  for (const [k, v] of Object.entries(data.body)) form.append(k, v)
-  form.append('attachment', new Blob(['an attachment of ' + data.body.subject]), 'note.txt')
-  return form
-}
+const body = (data) => (data.upload ? upload(data.body) : data.body)
 
 const run = async (data) => {
   if (data.op === 'make') {
     const s = new Submitter(data.name, data.options)
     submitters.set(data.slot, s)
-    return { outcome: 'made', storage: s.storage, subject: subjectOf(s) }
+    return { outcome: 'made', storage: s.storage, subject: subjectOf(s.pending()) }
   }
   const s = submitters.get(data.slot)
   // Its making failed (an option refused): told then.

@@ -52,6 +52,7 @@ async function fuzz({ seed, steps, tenant, last, tracing }) {
   }
   const trace = (line) => (tracing ? report('trace', `${seed} ${performance.now().toFixed(0)} ${line}`) : undefined)
   const m = await import('/pkg/oncekey.js')
+  const { subjectOf, upload } = await import('/fuzz/api-fuzz-bodies.js')
   await m.default()
   report('ready', '')
   // mulberry32: small, seeded, good enough to pick calls.
@@ -182,10 +183,7 @@ async function fuzz({ seed, steps, tenant, last, tracing }) {
   }
   const pendingSubject = (s) => {
     try {
-      const p = s.pending()
-      if (!p || !p.body || typeof p.body !== 'object') return undefined
-      // An upload's is its fields and its files' descriptions.
-      return p.body.fields ? p.body.fields.subject : p.body.subject
+      return subjectOf(s.pending())
     } catch (e) {
       caught('pending', e)
     }
@@ -307,10 +305,7 @@ async function fuzz({ seed, steps, tenant, last, tracing }) {
             body.extra = pick([NaN, Infinity, { nested: { deep: [1, 2, { x: null }] } }, [1, 'two'], -0, 1e308])
           } else if (odd < 0.4) {
             // An upload: a form with a file (stored in IndexedDB whatever the storage).
-            const form = new FormData()
-            for (const [k, v] of Object.entries(body)) form.append(k, v)
-            form.append('attachment', new Blob(['an attachment of ' + body.subject]), 'note.txt')
-            body = form
+            body = upload(body)
           }
           track('submit', s.submit(body, signal()))
           break
