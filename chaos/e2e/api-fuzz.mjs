@@ -116,8 +116,9 @@ async function fuzz({ seed, steps, tenant, last, tracing }) {
       else call.resolve(data.value)
     }
     w.worker.onerror = (e) => {
-      // Its script not loaded (begun while offline): a worker that never ran.
-      if (!w.ready) return count('worker not loaded')
+      // Its script not loaded (begun while offline): a worker that never ran, whose calls are
+      // never answered.
+      if (!w.ready) return end(w, 'worker not loaded')
       report('violation', `worker error: ${e.message}`)
     }
     workers.push(w)
@@ -132,14 +133,16 @@ async function fuzz({ seed, steps, tenant, last, tracing }) {
     // Tracked as the page's own promises are; a kill takes it out of the count.
     call.open = track(`worker ${what}`, promise)
   }
-  const kill = (w) => {
+  // The worker is gone (killed, or never loaded): its calls under way are out of the count.
+  const end = (w, why) => {
     w.worker.terminate()
-    workers.splice(workers.indexOf(w), 1)
+    if (workers.includes(w)) workers.splice(workers.indexOf(w), 1)
+    count(why)
     for (const call of w.calls.values()) {
       open.delete(call.open)
-      count('worker killed mid-call')
+      count(`${why}, a call under way`)
     }
-    trace(`${w.label} killed, ${w.calls.size} calls under way`)
+    trace(`${w.label}: ${why}, ${w.calls.size} calls under way`)
   }
   const workerAct = (what) => {
     if (what === 'worker new') {
@@ -157,7 +160,7 @@ async function fuzz({ seed, steps, tenant, last, tracing }) {
     }
     if (!workers.length) return
     const w = pick(workers)
-    if (what === 'worker kill') return kill(w)
+    if (what === 'worker kill') return end(w, 'worker killed')
     const slot = pick(w.slots)
     const op = pick(['submit', 'submit', 'submit', 'submit again', 'tryAgain', 'tryAgain', 'sendAsNew', 'discard', 'read'])
     trace(`${w.label}/${slot} ${op}`)
